@@ -1,0 +1,30 @@
+//! The DynamoDB client: built once per container and shared.
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::Client;
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use std::time::Duration;
+
+/// A client configured from the standard AWS environment (credentials,
+/// `AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local), with an
+/// HTTPS client on rustls + ring and bounded retries and timeouts.
+pub async fn connect() -> Client {
+    let http_client = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client)
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .operation_attempt_timeout(Duration::from_secs(2))
+                .operation_timeout(Duration::from_secs(6))
+                .build(),
+        )
+        .load()
+        .await;
+    Client::new(&config)
+}

@@ -1,0 +1,82 @@
+//! What can go wrong talking to the idempotency table, and what the caller
+//! should do about it.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+/// Errors of the idempotency store. [`StoreError::is_retryable`] tells the
+/// caller whether the same record may succeed on a later delivery.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// DynamoDB could not be reached, timed out, throttled or failed on its
+    /// side. Nothing was decided: report the record so that it comes again.
+    #[error("DynamoDB unavailable during {operation}: {message}")]
+    Unavailable {
+        operation: &'static str,
+        message: String,
+    },
+    /// DynamoDB refused the request itself (missing table, no permission,
+    /// invalid request). Retrying will not help until the configuration is
+    /// fixed; the record still must not be dropped.
+    #[error("DynamoDB rejected {operation}: {message}")]
+    Rejected {
+        operation: &'static str,
+        message: String,
+    },
+    /// The fenced write found the item no longer ours: another worker took the
+    /// lock over (a newer version) or the item left STARTED. The work must
+    /// not be completed by this worker.
+    #[error("lock lost on key {key:?}: version {version} is no longer ours")]
+    LockLost { key: String, version: u64 },
+    /// The idempotency key cannot be stored (empty, or longer than DynamoDB's
+    /// 2048-byte partition key limit). Permanent for this record.
+    #[error("invalid idempotency key: {0}")]
+    InvalidKey(String),
+    /// The stored item lacks an attribute this library writes, or holds it
+    /// with the wrong type: someone else wrote it. Permanent until an operator
+    /// repairs or deletes it.
+    #[error("malformed idempotency item {key:?}: {reason}")]
+    MalformedItem { key: String, reason: String },
+    /// Other workers kept changing the item while this one tried to claim it.
+    /// Retryable.
+    #[error("claim of key {key:?} kept racing with other workers")]
+    Contention { key: String },
+}
+
+impl StoreError {
+    /// True when the same request may succeed later without any change.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Contention { .. })
+    }
+
+    /// Classifies an SDK error that is not a conditional-check failure.
+    pub(crate) fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let message = DisplayErrorContext(&err).to_string();
+        match &err {
+            SdkError::ServiceError(service) if !is_transient_code(service.err().code()) => {
+                Self::Rejected { operation, message }
+            }
+            _ => Self::Unavailable { operation, message },
+        }
+    }
+}
+
+/// DynamoDB error codes that go away by themselves.
+fn is_transient_code(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ThrottlingException"
+                | "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "InternalServerError"
+                | "ServiceUnavailable"
+                | "TransactionConflictException"
+                | "TransactionInProgressException"
+                | "LimitExceededException"
+        )
+    )
+}

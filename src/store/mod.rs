@@ -1,0 +1,105 @@
+//! Persistence of idempotency keys in DynamoDB: the key state machine.
+//!
+//! [`IdempotencyStore`] owns the transitions; each is ONE conditional write
+//! (see `transitions.rs`, which reads top to bottom).
+
+mod error;
+mod item;
+mod transitions;
+
+use aws_sdk_dynamodb::Client;
+
+pub use error::StoreError;
+pub use item::{Status, StoredItem, attr};
+
+use crate::config::StoreConfig;
+
+/// DynamoDB's limit on a partition key value, in bytes.
+pub const MAX_KEY_BYTES: usize = 2048;
+/// Result and error texts are cut to this many bytes before they are stored.
+pub const MAX_TEXT_BYTES: usize = 1024;
+
+/// The idempotency table, seen through the transitions of its keys.
+#[derive(Debug, Clone)]
+pub struct IdempotencyStore {
+    client: Client,
+    config: StoreConfig,
+}
+
+/// What a claimer knows about the message whose key it claims.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The idempotency key, without the table's key prefix.
+    pub key: &'a str,
+    /// Hex SHA-256 of the payload.
+    pub payload_hash: &'a str,
+    /// Where the message came from, kept on the item for operators.
+    pub origin: Option<&'a str>,
+}
+
+/// The right to do a key's work, held until completion, failure or release.
+/// Every write made with it is fenced on `version` + `owner`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The item's partition key (prefix + idempotency key).
+    pub pk: String,
+    /// Fencing number: grows with every takeover.
+    pub version: u64,
+    /// This claim's unique token.
+    pub owner: String,
+    /// Lease end, epoch milliseconds.
+    pub lock_expires_at_ms: u64,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The key was free (absent, expired): this worker holds it at version 1.
+    Acquired(Lease),
+    /// The key's previous owner abandoned it (lease ran out or released):
+    /// this worker holds it at the next version; the old owner is fenced out.
+    TakenOver(Lease),
+    /// The key was already completed for this same payload: skip the work.
+    Duplicate(StoredItem),
+    /// The key was used before with another payload: never run the work.
+    PayloadMismatch(StoredItem),
+    /// The key failed permanently before: never run the work again.
+    PreviouslyFailed(StoredItem),
+    /// Another worker holds a live lease on the key: try again later.
+    InProgress(StoredItem),
+}
+
+impl IdempotencyStore {
+    pub fn new(client: Client, config: StoreConfig) -> Self {
+        Self { client, config }
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The partition key for an idempotency key, checked against DynamoDB's
+    /// limits.
+    pub fn pk(&self, key: &str) -> Result<String, StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::InvalidKey("the key is empty".into()));
+        }
+        let pk = format!("{}{key}", self.config.key_prefix);
+        if pk.len() > MAX_KEY_BYTES {
+            return Err(StoreError::InvalidKey(format!(
+                "the key is {} bytes with its prefix; DynamoDB allows at most {MAX_KEY_BYTES}",
+                pk.len()
+            )));
+        }
+        Ok(pk)
+    }
+}
+
+/// Cuts `text` to at most [`MAX_TEXT_BYTES`], on a character boundary.
+fn bounded(text: &str) -> &str {
+    let mut end = text.len().min(MAX_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

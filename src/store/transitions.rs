@@ -1,0 +1,342 @@
+//! The key state machine, top to bottom. Every transition is ONE conditional
+//! write; its condition sits next to it with the invariant it keeps.
+//!
+//! ```text
+//! absent | expired ──claim──▶ STARTED v1
+//! STARTED, lock expired ──take over──▶ STARTED v+1 (new owner)
+//! STARTED ──complete──▶ COMPLETED          ┐
+//! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
+//! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
+//! STARTED ──extend──▶ STARTED, lock later  ┘
+//! ```
+//!
+//! Expression placeholders are the attribute names with `#` in front
+//! (`#status` is `status`); [`names_in`] derives the name map from them.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+
+use super::item::{n, s};
+use super::{
+    ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError, StoredItem, bounded,
+};
+use crate::clock::{duration_ms, ms_to_s, now_ms};
+
+/// A claim that keeps racing (item expiring, takeovers by others) gives up
+/// after this many looks at the stored item and reports contention.
+const MAX_CLAIM_ROUNDS: usize = 4;
+
+/// The condition of every write after the claim.
+/// Invariant: only the current owner of a STARTED item writes to it; a worker
+/// whose lock was taken over (new version, new owner) is fenced out.
+const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
+
+/// Result of a conditional write that returns the stored item on conflict.
+enum Conditional<T> {
+    Written(T),
+    /// The condition failed; the item as it was (None if there was none).
+    Conflict(Option<StoredItem>),
+}
+
+impl IdempotencyStore {
+    /// Claims `request.key`, or says why the work must not run now.
+    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let pk = self.pk(request.key)?;
+        let mut observed = match self.put_started(&pk, request).await? {
+            Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+            Conditional::Conflict(item) => item,
+        };
+        for _ in 0..MAX_CLAIM_ROUNDS {
+            let now = now_ms();
+            // An item past its TTL counts as absent even if DynamoDB still has it.
+            let Some(item) = observed.filter(|item| !item.is_expired(now)) else {
+                observed = match self.put_started(&pk, request).await? {
+                    Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+                    Conditional::Conflict(item) => item,
+                };
+                continue;
+            };
+            if item.payload_hash != request.payload_hash {
+                return Ok(ClaimOutcome::PayloadMismatch(item));
+            }
+            match item.status {
+                Status::Completed => return Ok(ClaimOutcome::Duplicate(item)),
+                Status::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
+                Status::Started if !item.lock_expired(now) => {
+                    return Ok(ClaimOutcome::InProgress(item));
+                }
+                Status::Started => match self.take_over(&item).await? {
+                    Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
+                    Conditional::Conflict(item) => observed = item,
+                },
+            }
+        }
+        Err(StoreError::Contention { key: pk })
+    }
+
+    /// Claim: create the STARTED item at version 1.
+    async fn put_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        let now = now_ms();
+        let lease = Lease {
+            pk: pk.to_owned(),
+            version: 1,
+            owner: uuid::Uuid::new_v4().to_string(),
+            lock_expires_at_ms: now + duration_ms(self.config.lock_timeout),
+        };
+        let mut item = HashMap::from([
+            ("pk".to_owned(), s(pk)),
+            ("status".to_owned(), Status::Started.value()),
+            ("version".to_owned(), n(lease.version)),
+            ("owner".to_owned(), s(&lease.owner)),
+            ("payload_hash".to_owned(), s(request.payload_hash)),
+            ("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms)),
+            ("expires_at".to_owned(), n(self.expires_at_s(now))),
+            ("created_at".to_owned(), n(now)),
+            ("updated_at".to_owned(), n(now)),
+            ("attempts".to_owned(), n(1)),
+        ]);
+        if let Some(origin) = request.origin {
+            item.insert("origin".to_owned(), s(bounded(origin)));
+        }
+        // Invariant: one live item per key; a claim never replaces an item
+        // that has not passed its TTL.
+        let condition = "attribute_not_exists(#pk) OR #expires_at < :now_s";
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_in(&[condition])))
+            .expression_attribute_values(":now_s", n(ms_to_s(now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Conditional::Written(lease)),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(conflict)) => {
+                    Ok(Conditional::Conflict(parse_old(conflict.item())?))
+                }
+                _ => Err(StoreError::from_sdk("claim (PutItem)", err)),
+            },
+        }
+    }
+
+    /// Take over: become the owner of an abandoned STARTED item, version + 1.
+    async fn take_over(&self, observed: &StoredItem) -> Result<Conditional<Lease>, StoreError> {
+        let now = now_ms();
+        let lease = Lease {
+            pk: observed.pk.clone(),
+            version: observed.version + 1,
+            owner: uuid::Uuid::new_v4().to_string(),
+            lock_expires_at_ms: now + duration_ms(self.config.lock_timeout),
+        };
+        let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+                      #expires_at = :exp, #updated_at = :now_ms ADD #attempts :one";
+        // Invariant: of all takers that saw this version, exactly one wins, and
+        // only while the lock is still abandoned (not renewed, not finished).
+        let condition =
+            "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms";
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&observed.pk))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_in(&[update, condition])))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":owner".to_owned(), s(&lease.owner)),
+                (":next".to_owned(), n(lease.version)),
+                (":lock".to_owned(), n(lease.lock_expires_at_ms)),
+                (":exp".to_owned(), n(self.expires_at_s(now))),
+                (":now_ms".to_owned(), n(now)),
+                (":one".to_owned(), n(1)),
+                (":observed".to_owned(), n(observed.version)),
+                (":started".to_owned(), Status::Started.value()),
+            ])))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Conditional::Written(lease)),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(conflict)) => {
+                    Ok(Conditional::Conflict(parse_old(conflict.item())?))
+                }
+                _ => Err(StoreError::from_sdk("take over (UpdateItem)", err)),
+            },
+        }
+    }
+
+    /// Complete: the work is done; redeliveries become duplicates until the
+    /// retention ends. `result` is cut to [`super::MAX_TEXT_BYTES`].
+    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), StoreError> {
+        let now = now_ms();
+        let mut values = vec![
+            (":completed", Status::Completed.value()),
+            (":exp", n(self.expires_at_s(now))),
+            (":now_ms", n(now)),
+        ];
+        let update = match result {
+            Some(text) => {
+                values.push((":result", s(bounded(text))));
+                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms, \
+                 #result = :result REMOVE #lock_expires_at"
+            }
+            None => {
+                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms \
+                 REMOVE #lock_expires_at"
+            }
+        };
+        self.fenced_update(lease, "complete (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Fail permanently: redeliveries are refused without running the work.
+    pub async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        let now = now_ms();
+        let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
+                      #updated_at = :now_ms REMOVE #lock_expires_at";
+        let values = vec![
+            (":failed", Status::Failed.value()),
+            (":error", s(bounded(error))),
+            (":exp", n(self.expires_at_s(now))),
+            (":now_ms", n(now)),
+        ];
+        self.fenced_update(lease, "fail (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Release after a retryable error: the lock ends now, so the next claim
+    /// takes the key over at once (as version + 1, keeping the history).
+    pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+        let values = vec![(":zero", n(0)), (":now_ms", n(now_ms()))];
+        self.fenced_update(lease, "release (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Extend (heartbeat): push the lease's end to `until_ms`.
+    pub async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
+        let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
+        let values = vec![(":until", n(until_ms)), (":now_ms", n(now_ms()))];
+        self.fenced_update(lease, "extend (UpdateItem)", update, values)
+            .await?;
+        Ok(Lease {
+            lock_expires_at_ms: until_ms,
+            ..lease.clone()
+        })
+    }
+
+    /// A write guarded by [`FENCE`]; a failed guard means the lock was lost.
+    async fn fenced_update(
+        &self,
+        lease: &Lease,
+        operation: &'static str,
+        update: &str,
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<(), StoreError> {
+        let mut values: HashMap<String, AttributeValue> = values
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        values.insert(":started".into(), Status::Started.value());
+        values.insert(":version".into(), n(lease.version));
+        values.insert(":owner".into(), s(&lease.owner));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&lease.pk))
+            .update_expression(update)
+            .condition_expression(FENCE)
+            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(StoreError::LockLost {
+                        key: lease.pk.clone(),
+                        version: lease.version,
+                    })
+                }
+                _ => Err(StoreError::from_sdk(operation, err)),
+            },
+        }
+    }
+
+    /// The stored item of `key`, read consistently; `None` when absent or
+    /// past its TTL (DynamoDB deletes expired items lazily).
+    pub async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        let pk = self.pk(key)?;
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(pk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
+        let now = now_ms();
+        Ok(parse_old(output.item())?.filter(|item| !item.is_expired(now)))
+    }
+
+    fn expires_at_s(&self, now_ms: u64) -> u64 {
+        ms_to_s(now_ms) + self.config.retention.as_secs()
+    }
+}
+
+fn parse_old(
+    item: Option<&HashMap<String, AttributeValue>>,
+) -> Result<Option<StoredItem>, StoreError> {
+    item.map(StoredItem::parse).transpose()
+}
+
+/// The expression attribute names used in `expressions`: `#name` -> `name`.
+fn names_in(expressions: &[&str]) -> HashMap<String, String> {
+    let mut names = HashMap::new();
+    for expression in expressions {
+        for (start, _) in expression.match_indices('#') {
+            let name: String = expression[start + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(format!("#{name}"), name);
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_derived_from_placeholders() {
+        let names = names_in(&["SET #status = :s ADD #attempts :one", FENCE]);
+        let mut keys: Vec<_> = names.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "#attempts=attempts",
+                "#owner=owner",
+                "#status=status",
+                "#version=version"
+            ]
+        );
+    }
+}
