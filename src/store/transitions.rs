@@ -38,7 +38,7 @@ const FENCE: &str = "#status = :started AND #version = :version AND #owner = :ow
 enum Conditional<T> {
     Written(T),
     /// The condition failed; the item as it was (None if there was none).
-    Conflict(Option<StoredItem>),
+    Conflict(Option<Box<StoredItem>>),
 }
 
 impl IdempotencyStore {
@@ -59,6 +59,7 @@ impl IdempotencyStore {
                 };
                 continue;
             };
+            let item = *item;
             if item.payload_hash != request.payload_hash {
                 return Ok(ClaimOutcome::PayloadMismatch(item));
             }
@@ -291,7 +292,9 @@ impl IdempotencyStore {
             .await
             .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
         let now = now_ms();
-        Ok(parse_old(output.item())?.filter(|item| !item.is_expired(now)))
+        Ok(parse_old(output.item())?
+            .map(|item| *item)
+            .filter(|item| !item.is_expired(now)))
     }
 
     fn expires_at_s(&self, now_ms: u64) -> u64 {
@@ -301,8 +304,9 @@ impl IdempotencyStore {
 
 fn parse_old(
     item: Option<&HashMap<String, AttributeValue>>,
-) -> Result<Option<StoredItem>, StoreError> {
-    item.map(StoredItem::parse).transpose()
+) -> Result<Option<Box<StoredItem>>, StoreError> {
+    item.map(|item| StoredItem::parse(item).map(Box::new))
+        .transpose()
 }
 
 /// The expression attribute names used in `expressions`: `#name` -> `name`.
