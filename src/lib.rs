@@ -3,11 +3,18 @@
 //!
 //! - [`store`]: the key state machine on DynamoDB (claim, take over, complete,
 //!   fail, release, extend), every transition one conditional write.
-//! - [`config`]: the store's settings.
+//! - [`engine`]: runs a batch of messages through the store and the business
+//!   logic ([`engine::RecordHandler`]); knows nothing of Kafka.
+//! - [`lambda`]: the edge for MSK events: decoding, keys, the partial batch
+//!   response, configuration from the environment.
+//! - [`ledger`]: the demo business logic, a payments ledger.
 
 pub mod clock;
 pub mod config;
 pub mod dynamo;
+pub mod engine;
+pub mod lambda;
+pub mod ledger;
 pub mod store;
 
 pub use config::StoreConfig;

@@ -1,1 +1,27 @@
-fn main() {}
+//! The Lambda function: MSK events in, payments applied to the ledger exactly
+//! once, a partial batch response out.
+
+use exactly_once::engine::Engine;
+use exactly_once::lambda::{MskFunction, Settings, settings};
+use exactly_once::ledger::LedgerHandler;
+use exactly_once::{IdempotencyStore, dynamo};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let settings = Settings::from_env()?;
+    let ledger_table = settings::required(|name| std::env::var(name).ok(), "LEDGER_TABLE")?;
+    let client = dynamo::connect().await;
+    let store = IdempotencyStore::new(client.clone(), settings.store);
+    let function = MskFunction::new(
+        Engine::new(store, LedgerHandler::new(client, ledger_table)),
+        settings.keys,
+    );
+    let function = &function;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        function.handle(event).await
+    }))
+    .await
+}

@@ -84,3 +84,159 @@ pub fn sha256_hex(payload: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(payload))
 }
+
+/// Builders of MSK events and readers of the demo ledger.
+pub mod msk {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use exactly_once::engine::{Engine, RecordHandler};
+    use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
+    use exactly_once::lambda::{KafkaBatchResponse, MskFunction};
+    use exactly_once::ledger::LedgerHandler;
+    use lambda_runtime::{Context, LambdaEvent};
+    use serde_json::{Value, json};
+
+    /// A record: offset, idempotency-key header (if any), value bytes.
+    pub struct Rec {
+        pub offset: i64,
+        pub key: Option<String>,
+        pub value: Vec<u8>,
+    }
+
+    pub fn payment(offset: i64, key: &str, account: &str, amount: i64) -> Rec {
+        Rec {
+            offset,
+            key: Some(key.to_owned()),
+            value: payment_json(key, account, amount).into_bytes(),
+        }
+    }
+
+    pub fn payment_json(id: &str, account: &str, amount: i64) -> String {
+        json!({"payment_id": id, "account_id": account, "amount_cents": amount, "currency": "EUR"})
+            .to_string()
+    }
+
+    /// A header as Lambda sends it: a one-entry map of signed bytes.
+    pub fn header(name: &str, value: &[u8]) -> Value {
+        json!({ name: value.iter().map(|&b| b as i8).collect::<Vec<_>>() })
+    }
+
+    pub fn record_json(partition: &str, rec: &Rec) -> Value {
+        let (topic, number) = partition.rsplit_once('-').expect("<topic>-<partition>");
+        let headers: Vec<Value> = rec
+            .key
+            .iter()
+            .map(|key| header("idempotency-key", key.as_bytes()))
+            .collect();
+        json!({
+            "topic": topic,
+            "partition": number.parse::<i64>().expect("partition number"),
+            "offset": rec.offset,
+            "timestamp": 1_545_084_650_987_i64,
+            "timestampType": "CREATE_TIME",
+            "key": STANDARD.encode("acc"),
+            "value": STANDARD.encode(&rec.value),
+            "headers": headers,
+        })
+    }
+
+    /// An MSK event from raw record JSON per partition.
+    pub fn event_of(partitions: Vec<(&str, Vec<Value>)>) -> Value {
+        let records: serde_json::Map<String, Value> = partitions
+            .into_iter()
+            .map(|(name, records)| (name.to_owned(), Value::Array(records)))
+            .collect();
+        json!({
+            "eventSource": "aws:kafka",
+            "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/demo/abc-1",
+            "bootstrapServers": "b-1.demo.kafka.us-east-1.amazonaws.com:9092",
+            "records": records,
+        })
+    }
+
+    pub fn event(partitions: Vec<(&str, Vec<Rec>)>) -> Value {
+        event_of(
+            partitions
+                .into_iter()
+                .map(|(name, recs)| (name, recs.iter().map(|r| record_json(name, r)).collect()))
+                .collect(),
+        )
+    }
+
+    pub fn header_keys() -> KeySpec {
+        KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
+            .expect("valid key spec")
+    }
+
+    /// The demo function on the test tables, under a fresh key prefix.
+    pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
+        let client = super::client().await;
+        let store = exactly_once::IdempotencyStore::new(
+            client.clone(),
+            super::store_config(std::time::Duration::from_secs(30)),
+        );
+        let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"));
+        MskFunction::new(Engine::new(store, ledger), keys)
+    }
+
+    pub fn function_with<H: RecordHandler>(
+        store: exactly_once::IdempotencyStore,
+        handler: H,
+        keys: KeySpec,
+    ) -> MskFunction<H> {
+        MskFunction::new(Engine::new(store, handler), keys)
+    }
+
+    pub async fn invoke<H: RecordHandler>(
+        function: &MskFunction<H>,
+        event: &Value,
+    ) -> KafkaBatchResponse {
+        function
+            .handle(LambdaEvent::new(event.clone(), Context::default()))
+            .await
+            .expect("a Kafka event is never an invocation error")
+    }
+
+    /// The reported records as `partition@offset`.
+    pub fn reported(response: &KafkaBatchResponse) -> Vec<String> {
+        response
+            .batch_item_failures
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}@{}",
+                    f.item_identifier.partition, f.item_identifier.offset
+                )
+            })
+            .collect()
+    }
+
+    /// An account id no other test uses.
+    pub fn account() -> String {
+        format!("acc-{}", uuid::Uuid::new_v4())
+    }
+
+    /// The balance of `account` in the ledger (0 if it has none).
+    pub async fn balance(account: &str) -> i64 {
+        let client = super::client().await;
+        let item = client
+            .get_item()
+            .table_name(super::env("LEDGER_TABLE"))
+            .key(
+                "account_id",
+                aws_sdk_dynamodb::types::AttributeValue::S(account.to_owned()),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read the ledger")
+            .item;
+        item.map_or(0, |item| {
+            item["balance_cents"]
+                .as_n()
+                .expect("a number")
+                .parse()
+                .expect("whole")
+        })
+    }
+}

@@ -1,0 +1,68 @@
+//! What became of one message.
+
+use crate::store::StoreError;
+
+/// The end of one message's processing in one invocation.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The work ran and the key is COMPLETED. `version` > 1 means the key was
+    /// taken over from an abandoned lock.
+    Processed { version: u64 },
+    /// The key was already COMPLETED for this payload; the work did not run.
+    Duplicate,
+    /// Another worker holds the key's lock; the work did not run here.
+    InProgress,
+    /// The key was used before with another payload; the work never runs.
+    PayloadMismatch,
+    /// The key failed permanently before; the work never runs again.
+    PreviouslyFailed { error: Option<String> },
+    /// The business logic failed permanently; the key is now FAILED.
+    Failed { error: String },
+    /// The business logic failed for now; the key was released.
+    Retrying { error: String },
+    /// The lock was taken over while the work ran; the result was not recorded.
+    LockLost,
+    /// The idempotency table could not be used; see the error.
+    StoreFailed(StoreError),
+    /// The message could not be read (undecodable, no usable key).
+    Invalid { reason: String },
+    /// Not started: an earlier message of its lane did not finish.
+    NotStarted,
+}
+
+impl Outcome {
+    /// Finished messages need no redelivery; every other one is reported.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, Self::Processed { .. } | Self::Duplicate)
+    }
+
+    /// A short, stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Processed { version: 1 } => "processed",
+            Self::Processed { .. } => "taken-over",
+            Self::Duplicate => "duplicate",
+            Self::InProgress => "in-progress",
+            Self::PayloadMismatch => "rejected",
+            Self::PreviouslyFailed { .. } => "previously-failed",
+            Self::Failed { .. } => "failed",
+            Self::Retrying { .. } => "retrying",
+            Self::LockLost => "lock-lost",
+            Self::StoreFailed(_) => "store-error",
+            Self::Invalid { .. } => "invalid",
+            Self::NotStarted => "not-started",
+        }
+    }
+
+    /// Why a message was not finished, for the log line.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Self::PreviouslyFailed { error } => error.clone(),
+            Self::Failed { error } | Self::Retrying { error } => Some(error.clone()),
+            Self::StoreFailed(err) => Some(err.to_string()),
+            Self::Invalid { reason } => Some(reason.clone()),
+            Self::PayloadMismatch => Some("key reused with another payload".into()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! From Lambda's Kafka event to records: base64 key and value, headers as
+//! bytes, the coordinates Lambda wants back in a partial batch response.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use aws_lambda_events::event::kafka::KafkaRecord;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+
+/// Event sources whose events this function reads.
+const KAFKA_SOURCES: &[&str] = &["aws:kafka", "SelfManagedKafka"];
+
+/// An event that cannot be processed at all: an invocation error, so Lambda
+/// retries the whole batch and nothing is lost.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("not a Kafka event: eventSource is {0}; expected aws:kafka or SelfManagedKafka")]
+    NotKafka(String),
+    #[error("malformed Kafka event: {0}")]
+    Malformed(String),
+}
+
+/// Where a record sits: what Lambda wants in `itemIdentifier`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Coordinates {
+    /// `<topic>-<partition>`, the key of the event's `records` map.
+    pub partition: String,
+    pub offset: i64,
+}
+
+impl fmt::Display for Coordinates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.partition, self.offset)
+    }
+}
+
+/// A record's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedRecord {
+    pub key: Option<Vec<u8>>,
+    /// The value; empty for a null value (a tombstone).
+    pub value: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl DecodedRecord {
+    /// The last header of that name (Kafka's `lastHeader`).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_slice())
+    }
+}
+
+/// A record as decoded: its coordinates and its bytes, or why they could not
+/// be read.
+pub type Decoded = (Coordinates, Result<DecodedRecord, String>);
+
+/// Decodes an event into partitions (sorted by name), each a list of records
+/// in offset order. A record that cannot be decoded is an error of that
+/// record only; an event that is not a Kafka event is an [`EventError`].
+pub fn decode_event(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
+    let source = event.get("eventSource").and_then(Value::as_str);
+    match source {
+        Some(source) if KAFKA_SOURCES.contains(&source) => {}
+        Some(other) => return Err(EventError::NotKafka(format!("{other:?}"))),
+        None => return Err(EventError::NotKafka("missing".into())),
+    }
+    let partitions: BTreeMap<&str, &Vec<Value>> = match event.get("records") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, records)| match records {
+                Value::Array(list) => Ok((name.as_str(), list)),
+                _ => Err(EventError::Malformed(format!(
+                    "records of {name:?} are not a list"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(EventError::Malformed("records is not an object".into())),
+    };
+    partitions
+        .into_iter()
+        .map(|(name, records)| {
+            let mut decoded = records
+                .iter()
+                .map(|record| decode_record(name, record))
+                .collect::<Result<Vec<_>, _>>()?;
+            decoded.sort_by_key(|(at, _)| at.offset);
+            Ok(decoded)
+        })
+        .collect()
+}
+
+fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError> {
+    // Without its offset a record cannot be reported: fail the invocation.
+    let offset = record
+        .get("offset")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| {
+            EventError::Malformed(format!("a record of {partition:?} has no integer offset"))
+        })?;
+    let at = Coordinates {
+        partition: partition.to_owned(),
+        offset,
+    };
+    let bytes = serde_json::from_value::<KafkaRecord>(record.clone())
+        .map_err(|err| format!("malformed record: {err}"))
+        .and_then(|record| decode_bytes(&record));
+    Ok((at, bytes))
+}
+
+fn decode_bytes(record: &KafkaRecord) -> Result<DecodedRecord, String> {
+    let base64 = |text: &str, what: &str| {
+        STANDARD
+            .decode(text)
+            .map_err(|err| format!("{what} is not valid base64: {err}"))
+    };
+    Ok(DecodedRecord {
+        key: record
+            .key
+            .as_deref()
+            .map(|k| base64(k, "key"))
+            .transpose()?,
+        value: match record.value.as_deref() {
+            Some(v) => base64(v, "value")?,
+            None => Vec::new(),
+        },
+        headers: record
+            .headers
+            .iter()
+            .flat_map(|header| header.iter())
+            // Lambda sends header bytes as Java's signed bytes.
+            .map(|(name, bytes)| (name.clone(), bytes.iter().map(|&b| b as u8).collect()))
+            .collect(),
+    })
+}
+
+impl From<EventError> for lambda_runtime::Diagnostic {
+    fn from(err: EventError) -> Self {
+        let error_type = match err {
+            EventError::NotKafka(_) => "NotKafkaEvent",
+            EventError::Malformed(_) => "MalformedKafkaEvent",
+        };
+        Self {
+            error_type: error_type.into(),
+            error_message: err.to_string(),
+        }
+    }
+}

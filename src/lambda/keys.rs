@@ -1,0 +1,158 @@
+//! Where a record's idempotency key comes from.
+
+use super::decode::{Coordinates, DecodedRecord};
+
+/// One source of (part of) the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The value of the configured header (`IDEMPOTENCY_KEY_HEADER`).
+    Header,
+    /// A string or number in the JSON payload, by JSON pointer (`/payment_id`).
+    JsonPointer(String),
+    /// The Kafka record key.
+    RecordKey,
+}
+
+/// What to do with a record whose key is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKeyPolicy {
+    /// A permanent failure of that record (the default).
+    Reject,
+    /// Key on the record's coordinates: dedupes Lambda's redeliveries only.
+    RecordCoordinates,
+    /// Key on the payload's SHA-256: equal payloads count as one.
+    PayloadHash,
+}
+
+impl MissingKeyPolicy {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "reject" => Ok(Self::Reject),
+            "record-coordinates" => Ok(Self::RecordCoordinates),
+            "payload-hash" => Ok(Self::PayloadHash),
+            other => Err(format!(
+                "unknown policy {other:?}; expected reject, record-coordinates or payload-hash"
+            )),
+        }
+    }
+}
+
+/// How keys are derived: one part, or several joined into a composite key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    parts: Vec<KeyPart>,
+    header: String,
+    missing: MissingKeyPolicy,
+}
+
+impl KeySpec {
+    /// Parses `IDEMPOTENCY_KEY_SOURCE`: comma-separated parts, each `header`,
+    /// `record-key` or `json:<JSON pointer>`.
+    pub fn parse(source: &str, header: String, missing: MissingKeyPolicy) -> Result<Self, String> {
+        let parts = source
+            .split(',')
+            .map(|part| match part.trim() {
+                "header" => Ok(KeyPart::Header),
+                "record-key" => Ok(KeyPart::RecordKey),
+                other => match other.strip_prefix("json:") {
+                    Some(pointer) if pointer.starts_with('/') => {
+                        Ok(KeyPart::JsonPointer(pointer.to_owned()))
+                    }
+                    Some(pointer) => Err(format!(
+                        "JSON pointer {pointer:?} must start with '/', e.g. json:/payment_id"
+                    )),
+                    None => Err(format!(
+                        "unknown key source {other:?}; expected header, record-key or json:/pointer"
+                    )),
+                },
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            parts,
+            header,
+            missing,
+        })
+    }
+
+    pub fn parts(&self) -> &[KeyPart] {
+        &self.parts
+    }
+
+    pub fn missing(&self) -> MissingKeyPolicy {
+        self.missing
+    }
+
+    /// The record's idempotency key, or why it has none usable.
+    pub fn key_for(
+        &self,
+        record: &DecodedRecord,
+        at: &Coordinates,
+        payload_hash: &str,
+    ) -> Result<String, String> {
+        let mut values = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            match self.part(part, record)? {
+                Some(value) => values.push(value),
+                None => return self.when_missing(part, at, payload_hash),
+            }
+        }
+        Ok(match values.as_slice() {
+            [single] => single.clone(),
+            // Escaped so that different parts can never join into one key.
+            _ => values
+                .iter()
+                .map(|v| v.replace('\\', "\\\\").replace('|', "\\|"))
+                .collect::<Vec<_>>()
+                .join("|"),
+        })
+    }
+
+    fn part(&self, part: &KeyPart, record: &DecodedRecord) -> Result<Option<String>, String> {
+        let text = |bytes: &[u8], what: &str| {
+            String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not valid UTF-8"))
+        };
+        let value = match part {
+            KeyPart::Header => match record.header(&self.header) {
+                Some(bytes) => Some(text(bytes, &format!("header {:?}", self.header))?),
+                None => None,
+            },
+            KeyPart::RecordKey => match &record.key {
+                Some(bytes) => Some(text(bytes, "the record key")?),
+                None => None,
+            },
+            KeyPart::JsonPointer(pointer) => {
+                let json: serde_json::Value = serde_json::from_slice(&record.value)
+                    .map_err(|err| format!("payload is not JSON, cannot read {pointer}: {err}"))?;
+                match json.pointer(pointer) {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::String(s)) => Some(s.clone()),
+                    Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+                    Some(other) => {
+                        return Err(format!("{pointer} is not a string or number: {other}"));
+                    }
+                }
+            }
+        };
+        Ok(value.filter(|v| !v.is_empty()))
+    }
+
+    fn when_missing(
+        &self,
+        part: &KeyPart,
+        at: &Coordinates,
+        payload_hash: &str,
+    ) -> Result<String, String> {
+        match self.missing {
+            MissingKeyPolicy::Reject => Err(format!(
+                "no idempotency key: {} is missing or empty (MISSING_KEY_POLICY=reject)",
+                match part {
+                    KeyPart::Header => format!("header {:?}", self.header),
+                    KeyPart::RecordKey => "the record key".into(),
+                    KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
+                }
+            )),
+            MissingKeyPolicy::RecordCoordinates => Ok(format!("record:{at}")),
+            MissingKeyPolicy::PayloadHash => Ok(format!("sha256:{payload_hash}")),
+        }
+    }
+}
