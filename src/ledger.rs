@@ -2,12 +2,14 @@
 //! to an account's balance with DynamoDB's `ADD`, which is deliberately not
 //! idempotent by itself: a repeated payment shows as a wrong balance.
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use serde::Deserialize;
 
-use crate::engine::{FencingToken, HandlerError, RecordHandler};
+use crate::engine::{Completion, FencingToken, HandlerError, RecordHandler};
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -28,53 +30,111 @@ impl Payment {
         }
         Ok(payment)
     }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} {} {} to {}",
+            self.payment_id, self.amount_cents, self.currency, self.account_id
+        )
+    }
 }
 
-/// Applies payments to the balances of the ledger table (hash key
-/// `account_id`, attribute `balance_cents`).
-pub struct LedgerHandler {
-    client: Client,
-    table: String,
+/// How the ledger applies a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerMode {
+    /// The balance update commits in one transaction with the completion:
+    /// exactly once, even if the process dies at any point.
+    Transactional,
+    /// The balance is updated first, the completion written after: a crash
+    /// between the two applies the payment again on redelivery. Kept to show
+    /// the window that transactional mode closes.
+    Direct,
 }
 
-impl LedgerHandler {
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: table.into(),
+impl LedgerMode {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "transactional" => Ok(Self::Transactional),
+            "direct" => Ok(Self::Direct),
+            other => Err(format!(
+                "unknown ledger mode {other:?}; expected transactional or direct"
+            )),
         }
     }
 }
 
-impl RecordHandler for LedgerHandler {
-    async fn handle(
-        &self,
-        _token: &FencingToken,
-        payload: &[u8],
-    ) -> Result<Option<String>, HandlerError> {
-        let payment = Payment::parse(payload)?;
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .key("account_id", AttributeValue::S(payment.account_id.clone()))
-            .update_expression("ADD balance_cents :amount, payment_count :one")
-            .expression_attribute_values(
-                ":amount",
+/// The balance update of one payment.
+const ADD_PAYMENT: &str = "ADD balance_cents :amount, payment_count :one";
+
+/// Applies payments to the balances of the ledger table (hash key
+/// `account_id`, attributes `balance_cents` and `payment_count`).
+pub struct LedgerHandler {
+    client: Client,
+    table: String,
+    mode: LedgerMode,
+}
+
+impl LedgerHandler {
+    pub fn new(client: Client, table: impl Into<String>, mode: LedgerMode) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            mode,
+        }
+    }
+
+    fn values(payment: &Payment) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (
+                ":amount".to_owned(),
                 AttributeValue::N(payment.amount_cents.to_string()),
-            )
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .send()
-            .await
-            // The payment itself is fine: a ledger write that fails is retried.
-            .map_err(|err| {
-                HandlerError::Retryable(format!(
-                    "ledger update failed: {}",
-                    DisplayErrorContext(&err)
-                ))
-            })?;
-        Ok(Some(format!(
-            "{} {} {} to {}",
-            payment.payment_id, payment.amount_cents, payment.currency, payment.account_id
-        )))
+            ),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+        ])
+    }
+
+    fn key(payment: &Payment) -> (String, AttributeValue) {
+        (
+            "account_id".to_owned(),
+            AttributeValue::S(payment.account_id.clone()),
+        )
+    }
+}
+
+impl RecordHandler for LedgerHandler {
+    async fn handle(&self, _: &FencingToken, payload: &[u8]) -> Result<Completion, HandlerError> {
+        let payment = Payment::parse(payload)?;
+        match self.mode {
+            LedgerMode::Transactional => {
+                let update = Update::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(HashMap::from([Self::key(&payment)])))
+                    .update_expression(ADD_PAYMENT)
+                    .set_expression_attribute_values(Some(Self::values(&payment)))
+                    .build()
+                    .map_err(|err| HandlerError::Permanent(err.to_string()))?;
+                let write = TransactWriteItem::builder().update(update).build();
+                Ok(Completion::transactional(payment.summary(), vec![write]))
+            }
+            LedgerMode::Direct => {
+                let (name, key) = Self::key(&payment);
+                self.client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key(name, key)
+                    .update_expression(ADD_PAYMENT)
+                    .set_expression_attribute_values(Some(Self::values(&payment)))
+                    .send()
+                    .await
+                    // The payment itself is fine: a ledger write that fails is retried.
+                    .map_err(|err| {
+                        HandlerError::Retryable(format!(
+                            "ledger update failed: {}",
+                            DisplayErrorContext(&err)
+                        ))
+                    })?;
+                Ok(Completion::done(payment.summary()))
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use exactly_once::Status;
-use exactly_once::engine::{FencingToken, HandlerError, RecordHandler};
+use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
@@ -418,12 +418,12 @@ struct Flaky {
 }
 
 impl RecordHandler for Flaky {
-    async fn handle(&self, token: &FencingToken, _: &[u8]) -> Result<Option<String>, HandlerError> {
+    async fn handle(&self, token: &FencingToken, _: &[u8]) -> Result<Completion, HandlerError> {
         self.seen.lock().expect("lock").push(token.clone());
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
             return Err(HandlerError::Retryable("payment API timed out".into()));
         }
-        Ok(None)
+        Ok(Completion::default())
     }
 }
 

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+
 use crate::store::Lease;
 
 /// Handed to the business logic with every message it runs.
@@ -53,13 +55,56 @@ pub enum HandlerError {
     Permanent(String),
 }
 
+/// What finished work leaves for the engine to record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    /// A short text kept on the COMPLETED item for operators (cut to 1 KiB).
+    pub result: Option<String>,
+    /// The work's effect as DynamoDB writes (Put, Update, Delete,
+    /// ConditionCheck on any table), committed in ONE transaction with the
+    /// completion: either both happen or neither. At most 99. Empty when the
+    /// work performed its effects itself.
+    pub writes: Vec<TransactWriteItem>,
+    /// What it means when a condition of `writes` fails.
+    pub on_condition_failure: ConditionFailure,
+}
+
+/// How the engine treats a failed condition of a handler's own writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConditionFailure {
+    /// The message can never succeed (e.g. insufficient funds): FAILED.
+    #[default]
+    Permanent,
+    /// The condition may hold later: release the key, redeliver.
+    Retryable,
+}
+
+impl Completion {
+    /// The work performed its effects itself.
+    pub fn done(result: impl Into<String>) -> Self {
+        Self {
+            result: Some(result.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The work's effect is `writes`, to commit with the completion.
+    pub fn transactional(result: impl Into<String>, writes: Vec<TransactWriteItem>) -> Self {
+        Self {
+            result: Some(result.into()),
+            writes,
+            on_condition_failure: ConditionFailure::Permanent,
+        }
+    }
+}
+
 /// The business logic run once per idempotency key.
 pub trait RecordHandler: Send + Sync + 'static {
-    /// Does the work for `payload`. On success, returns a short text kept on
-    /// the COMPLETED item for operators (cut to 1 KiB), if any.
+    /// Does the work for `payload`, or returns it as writes to commit (see
+    /// [`Completion`]).
     fn handle(
         &self,
         token: &FencingToken,
         payload: &[u8],
-    ) -> impl Future<Output = Result<Option<String>, HandlerError>> + Send;
+    ) -> impl Future<Output = Result<Completion, HandlerError>> + Send;
 }

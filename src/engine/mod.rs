@@ -14,10 +14,10 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinSet;
 
-pub use handler::{FencingToken, HandlerError, RecordHandler};
+pub use handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 pub use outcome::Outcome;
 
-use crate::store::{ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
+use crate::store::{ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, StoreError};
 use coalesce::{InFlight, Settled, Turn};
 
 /// One message ready to run.
@@ -140,23 +140,53 @@ impl<H: RecordHandler> Engine<H> {
             }
             Err(err) => return store_failure(err),
         };
-        match self
+        let completion = match self
             .handler
             .handle(&FencingToken::from(&lease), &work.payload)
             .await
         {
-            Ok(result) => match self.store.complete(&lease, result.as_deref()).await {
-                Ok(()) => Outcome::Processed {
-                    version: lease.version,
-                },
-                Err(err) => store_failure(err),
+            Ok(completion) => completion,
+            Err(error) => return self.settle_failure(&lease, error).await,
+        };
+        let policy = completion.on_condition_failure;
+        let result = completion.result.as_deref();
+        let recorded = if completion.writes.is_empty() {
+            self.store.complete(&lease, result).await
+        } else {
+            self.store
+                .complete_with(&lease, result, completion.writes)
+                .await
+        };
+        match recorded {
+            Ok(()) => Outcome::Processed {
+                version: lease.version,
             },
-            Err(HandlerError::Permanent(error)) => match self.store.fail(&lease, &error).await {
+            // Nothing was written: the effect's own condition decides.
+            Err(err @ StoreError::EffectConditionFailed { .. }) => {
+                let error = err.to_string();
+                let error = match policy {
+                    ConditionFailure::Permanent => HandlerError::Permanent(error),
+                    ConditionFailure::Retryable => HandlerError::Retryable(error),
+                };
+                self.settle_failure(&lease, error).await
+            }
+            Err(err @ StoreError::TooManyWrites { .. }) => {
+                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()))
+                    .await
+            }
+            Err(err) => store_failure(err),
+        }
+    }
+
+    /// Records a failed attempt: FAILED for good, or released for a retry.
+    async fn settle_failure(&self, lease: &Lease, error: HandlerError) -> Outcome {
+        match error {
+            HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
                 Ok(()) => Outcome::Failed { error },
                 Err(err) => store_failure(err),
             },
-            Err(HandlerError::Retryable(error)) => {
-                if let Err(err) = self.store.release(&lease).await {
+            HandlerError::Retryable(error) => {
+                if let Err(err) = self.store.release(lease).await {
                     // The lease still ends by itself; the record is reported anyway.
                     tracing::warn!(key = %lease.pk, error = %err, "could not release the key");
                 }

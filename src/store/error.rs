@@ -36,6 +36,17 @@ pub enum StoreError {
     /// repairs or deletes it.
     #[error("malformed idempotency item {key:?}: {reason}")]
     MalformedItem { key: String, reason: String },
+    /// A condition of the work's own writes failed, so the completion
+    /// transaction wrote nothing. The handler decides whether that is
+    /// permanent or retryable.
+    #[error("a condition of effect write {write} failed: {message}")]
+    EffectConditionFailed { write: usize, message: String },
+    /// The work returned more writes than fit in one transaction beside the
+    /// completion. Permanent: the handler must split its effect.
+    #[error(
+        "the effect has {count} writes; one transaction holds at most 99 beside the completion"
+    )]
+    TooManyWrites { count: usize },
     /// Other workers kept changing the item while this one tried to claim it.
     /// Retryable.
     #[error("claim of key {key:?} kept racing with other workers")]

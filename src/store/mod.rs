@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::Client;
 
 pub use error::StoreError;
 pub use item::{Status, StoredItem, attr};
+pub use transitions::MAX_EFFECT_WRITES;
 
 use crate::config::StoreConfig;
 

@@ -4,7 +4,8 @@
 //! ```text
 //! absent | expired ──claim──▶ STARTED v1
 //! STARTED, lock expired ──take over──▶ STARTED v+1 (new owner)
-//! STARTED ──complete──▶ COMPLETED          ┐
+//! STARTED ──complete──▶ COMPLETED          ┐ (optionally in one transaction
+//!                                          │  with the work's own writes)
 //! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
 //! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
 //! STARTED ──extend──▶ STARTED, lock later  ┘
@@ -15,15 +16,23 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
 
 use super::item::{n, s};
 use super::{
     ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError, StoredItem, bounded,
 };
 use crate::clock::{duration_ms, ms_to_s, now_ms};
+
+/// DynamoDB's limit of 100 actions per transaction, less the completion.
+pub const MAX_EFFECT_WRITES: usize = 99;
 
 /// A claim that keeps racing (item expiring, takeovers by others) gives up
 /// after this many looks at the stored item and reports contention.
@@ -181,6 +190,63 @@ impl IdempotencyStore {
     /// Complete: the work is done; redeliveries become duplicates until the
     /// retention ends. `result` is cut to [`super::MAX_TEXT_BYTES`].
     pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), StoreError> {
+        let (update, values) = self.completion(result);
+        self.fenced_update(lease, "complete (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Complete together with the work's own DynamoDB writes, in ONE
+    /// transaction: either the effect and COMPLETED both happen, or neither.
+    /// The completion is the transaction's first action, fenced like
+    /// [`Self::complete`]; at most [`MAX_EFFECT_WRITES`] writes fit beside it.
+    pub async fn complete_with(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        writes: Vec<TransactWriteItem>,
+    ) -> Result<(), StoreError> {
+        if writes.len() > MAX_EFFECT_WRITES {
+            return Err(StoreError::TooManyWrites {
+                count: writes.len(),
+            });
+        }
+        let (update, values) = self.completion(result);
+        let completion = Update::builder()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&lease.pk))
+            .update_expression(update)
+            .condition_expression(FENCE)
+            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
+            .set_expression_attribute_values(Some(fenced_values(lease, values)))
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "complete (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        let actions = std::iter::once(TransactWriteItem::builder().update(completion).build())
+            .chain(writes)
+            .collect();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(actions))
+            .send()
+            .await;
+        let Err(err) = result else { return Ok(()) };
+        let reasons = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                cancelled.cancellation_reasons().to_vec()
+            }
+            _ => Vec::new(),
+        };
+        Err(failed_transaction(lease, &reasons, err))
+    }
+
+    /// The update that marks an item COMPLETED, and its values.
+    fn completion<'a>(
+        &self,
+        result: Option<&'a str>,
+    ) -> (&'static str, Vec<(&'static str, AttributeValue)>) {
         let now = now_ms();
         let mut values = vec![
             (":completed", Status::Completed.value()),
@@ -198,8 +264,7 @@ impl IdempotencyStore {
                  REMOVE #lock_expires_at"
             }
         };
-        self.fenced_update(lease, "complete (UpdateItem)", update, values)
-            .await
+        (update, values)
     }
 
     /// Fail permanently: redeliveries are refused without running the work.
@@ -246,13 +311,6 @@ impl IdempotencyStore {
         update: &str,
         values: Vec<(&str, AttributeValue)>,
     ) -> Result<(), StoreError> {
-        let mut values: HashMap<String, AttributeValue> = values
-            .into_iter()
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect();
-        values.insert(":started".into(), Status::Started.value());
-        values.insert(":version".into(), n(lease.version));
-        values.insert(":owner".into(), s(&lease.owner));
         let result = self
             .client
             .update_item()
@@ -261,7 +319,7 @@ impl IdempotencyStore {
             .update_expression(update)
             .condition_expression(FENCE)
             .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
-            .set_expression_attribute_values(Some(values))
+            .set_expression_attribute_values(Some(fenced_values(lease, values)))
             .send()
             .await;
         match result {
@@ -300,6 +358,48 @@ impl IdempotencyStore {
     fn expires_at_s(&self, now_ms: u64) -> u64 {
         ms_to_s(now_ms) + self.config.retention.as_secs()
     }
+}
+
+/// `values` plus the ones [`FENCE`] reads from the lease.
+fn fenced_values(
+    lease: &Lease,
+    values: Vec<(&str, AttributeValue)>,
+) -> HashMap<String, AttributeValue> {
+    let mut values: HashMap<String, AttributeValue> = values
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    values.insert(":started".into(), Status::Started.value());
+    values.insert(":version".into(), n(lease.version));
+    values.insert(":owner".into(), s(&lease.owner));
+    values
+}
+
+/// Why a completion transaction failed: our fence (action 0) failed, a
+/// condition of the work's own writes failed, or DynamoDB itself failed.
+fn failed_transaction<E, R>(
+    lease: &Lease,
+    reasons: &[CancellationReason],
+    err: SdkError<E, R>,
+) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let failed = |reason: &CancellationReason| reason.code() == Some("ConditionalCheckFailed");
+    if reasons.first().is_some_and(failed) {
+        return StoreError::LockLost {
+            key: lease.pk.clone(),
+            version: lease.version,
+        };
+    }
+    if let Some(index) = reasons.iter().position(failed) {
+        return StoreError::EffectConditionFailed {
+            write: index - 1,
+            message: reasons[index].message().unwrap_or_default().to_owned(),
+        };
+    }
+    StoreError::from_sdk("complete (TransactWriteItems)", err)
 }
 
 fn parse_old(

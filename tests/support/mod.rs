@@ -92,7 +92,7 @@ pub mod msk {
     use exactly_once::engine::{Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{KafkaBatchResponse, MskFunction};
-    use exactly_once::ledger::LedgerHandler;
+    use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
     use serde_json::{Value, json};
 
@@ -170,12 +170,16 @@ pub mod msk {
 
     /// The demo function on the test tables, under a fresh key prefix.
     pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
+        ledger_function_in(LedgerMode::Transactional, keys).await
+    }
+
+    pub async fn ledger_function_in(mode: LedgerMode, keys: KeySpec) -> MskFunction<LedgerHandler> {
         let client = super::client().await;
         let store = exactly_once::IdempotencyStore::new(
             client.clone(),
             super::store_config(std::time::Duration::from_secs(30)),
         );
-        let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"));
+        let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
         MskFunction::new(Engine::new(store, ledger), keys)
     }
 
