@@ -243,9 +243,9 @@ impl IdempotencyStore {
     }
 
     /// The update that marks an item COMPLETED, and its values.
-    fn completion<'a>(
+    fn completion(
         &self,
-        result: Option<&'a str>,
+        result: Option<&str>,
     ) -> (&'static str, Vec<(&'static str, AttributeValue)>) {
         let now = now_ms();
         let mut values = vec![
