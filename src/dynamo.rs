@@ -20,8 +20,8 @@ pub async fn connect() -> Client {
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(Duration::from_secs(1))
-                .operation_attempt_timeout(Duration::from_secs(2))
-                .operation_timeout(Duration::from_secs(6))
+                .operation_attempt_timeout(Duration::from_secs(1))
+                .operation_timeout(Duration::from_secs(2))
                 .build(),
         )
         .load()

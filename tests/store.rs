@@ -19,6 +19,7 @@ fn request<'a>(key: &'a str, hash: &'a str) -> ClaimRequest<'a> {
         key,
         payload_hash: hash,
         origin: Some("payments-0@15"),
+        lease_cap_ms: None,
     }
 }
 

@@ -19,6 +19,7 @@ async fn main() -> Result<(), Error> {
     let function = MskFunction::new(
         Engine::new(store, LedgerHandler::new(client, ledger_table, mode)),
         settings.keys,
+        settings.safety_margin,
     );
     let function = &function;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

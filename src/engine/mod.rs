@@ -6,19 +6,24 @@
 //! message that did not finish, the rest of its lane is not started.
 
 mod coalesce;
+mod deadline;
 mod handler;
+mod lease;
 mod outcome;
+mod record;
 
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tokio::task::JoinSet;
 
+pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 pub use outcome::Outcome;
 
-use crate::store::{ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, StoreError};
+use crate::store::IdempotencyStore;
 use coalesce::{InFlight, Settled, Turn};
+use deadline::BatchGuard;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -40,6 +45,20 @@ pub fn payload_hash(payload: &[u8]) -> String {
 /// A message of a batch: ready to run, or unreadable (with the reason).
 pub type Item = Result<Work, String>;
 
+/// The outcomes of a batch, in the shape of its lanes.
+#[derive(Debug)]
+pub struct BatchResult {
+    pub outcomes: Vec<Vec<Outcome>>,
+    /// DynamoDB failed during the batch, so records were not started.
+    pub store_unavailable: bool,
+}
+
+/// State shared by the lanes of one batch.
+struct Batch {
+    in_flight: InFlight,
+    guard: BatchGuard,
+}
+
 /// The idempotency engine: a store and the business logic.
 pub struct Engine<H> {
     store: IdempotencyStore,
@@ -59,14 +78,22 @@ impl<H: RecordHandler> Engine<H> {
         &self.handler
     }
 
-    /// Runs every lane; returns one outcome per item, in the lanes' shape.
-    pub async fn run_batch(self: &Arc<Self>, lanes: Vec<Vec<Item>>) -> Vec<Vec<Outcome>> {
-        let in_flight = Arc::new(InFlight::default());
+    /// Runs every lane; returns one outcome per item, in the lanes' shape,
+    /// and whether DynamoDB failed during the batch.
+    pub async fn run_batch(
+        self: &Arc<Self>,
+        lanes: Vec<Vec<Item>>,
+        deadline: Deadline,
+    ) -> BatchResult {
+        let batch = Arc::new(Batch {
+            in_flight: InFlight::default(),
+            guard: BatchGuard::new(deadline),
+        });
         let mut tasks = JoinSet::new();
         let lane_count = lanes.len();
         for (index, lane) in lanes.into_iter().enumerate() {
-            let (engine, in_flight) = (Arc::clone(self), Arc::clone(&in_flight));
-            tasks.spawn(async move { (index, engine.run_lane(lane, &in_flight).await) });
+            let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
+            tasks.spawn(async move { (index, engine.run_lane(lane, &batch).await) });
         }
         let mut results: Vec<Vec<Outcome>> = (0..lane_count).map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {
@@ -77,23 +104,35 @@ impl<H: RecordHandler> Engine<H> {
                 Err(err) => tracing::error!(error = %err, "a lane's task failed"),
             }
         }
-        results
+        BatchResult {
+            outcomes: results,
+            store_unavailable: batch.guard.is_store_down(),
+        }
     }
 
     /// Runs a lane in order, stopping at the first message not finished.
-    async fn run_lane(&self, lane: Vec<Item>, in_flight: &InFlight) -> Vec<Outcome> {
+    async fn run_lane(&self, lane: Vec<Item>, batch: &Batch) -> Vec<Outcome> {
         let mut outcomes = Vec::with_capacity(lane.len());
-        let mut stopped = false;
+        let mut stopped = None;
         for item in lane {
-            if stopped {
-                outcomes.push(Outcome::NotStarted);
+            if let Some(reason) = stopped.or_else(|| batch.guard.stop_reason()) {
+                stopped = Some(reason);
+                outcomes.push(Outcome::NotStarted(reason));
                 continue;
             }
             let outcome = match item {
-                Ok(work) => self.run_coalesced(&work, in_flight).await,
+                Ok(work) => self.run_coalesced(&work, batch).await,
                 Err(reason) => Outcome::Invalid { reason },
             };
-            stopped = !outcome.is_finished();
+            if let Outcome::StoreFailed(err) = &outcome
+                && err.is_retryable()
+            {
+                tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
+                batch.guard.store_failed();
+            }
+            if !outcome.is_finished() {
+                stopped = Some(StopReason::EarlierRecordUnfinished);
+            }
             outcomes.push(outcome);
         }
         outcomes
@@ -101,10 +140,11 @@ impl<H: RecordHandler> Engine<H> {
 
     /// Runs the first copy of a key in this batch; later copies wait for it
     /// and are duplicates if it finished with the same payload.
-    async fn run_coalesced(&self, work: &Work, in_flight: &InFlight) -> Outcome {
-        match in_flight.turn(&work.key) {
+    async fn run_coalesced(&self, work: &Work, batch: &Batch) -> Outcome {
+        let deadline = batch.guard.deadline();
+        match batch.in_flight.turn(&work.key) {
             Turn::First(sender) => {
-                let outcome = self.run_once(work).await;
+                let outcome = self.run_once(work, deadline).await;
                 sender.send_replace(Some(Settled {
                     payload_hash: work.payload_hash.clone(),
                     finished: outcome.is_finished(),
@@ -115,90 +155,8 @@ impl<H: RecordHandler> Engine<H> {
                 Some(first) if first.finished && first.payload_hash == work.payload_hash => {
                     Outcome::Duplicate
                 }
-                _ => self.run_once(work).await,
+                _ => self.run_once(work, deadline).await,
             },
         }
-    }
-
-    /// Claim, run, record: the life of one message.
-    pub async fn run_once(&self, work: &Work) -> Outcome {
-        let claim = self
-            .store
-            .claim(ClaimRequest {
-                key: &work.key,
-                payload_hash: &work.payload_hash,
-                origin: Some(&work.origin),
-            })
-            .await;
-        let lease = match claim {
-            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => lease,
-            Ok(ClaimOutcome::Duplicate(_)) => return Outcome::Duplicate,
-            Ok(ClaimOutcome::InProgress(_)) => return Outcome::InProgress,
-            Ok(ClaimOutcome::PayloadMismatch(_)) => return Outcome::PayloadMismatch,
-            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
-                return Outcome::PreviouslyFailed { error: item.error };
-            }
-            Err(err) => return store_failure(err),
-        };
-        let completion = match self
-            .handler
-            .handle(&FencingToken::from(&lease), &work.payload)
-            .await
-        {
-            Ok(completion) => completion,
-            Err(error) => return self.settle_failure(&lease, error).await,
-        };
-        let policy = completion.on_condition_failure;
-        let result = completion.result.as_deref();
-        let recorded = if completion.writes.is_empty() {
-            self.store.complete(&lease, result).await
-        } else {
-            self.store
-                .complete_with(&lease, result, completion.writes)
-                .await
-        };
-        match recorded {
-            Ok(()) => Outcome::Processed {
-                version: lease.version,
-            },
-            // Nothing was written: the effect's own condition decides.
-            Err(err @ StoreError::EffectConditionFailed { .. }) => {
-                let error = err.to_string();
-                let error = match policy {
-                    ConditionFailure::Permanent => HandlerError::Permanent(error),
-                    ConditionFailure::Retryable => HandlerError::Retryable(error),
-                };
-                self.settle_failure(&lease, error).await
-            }
-            Err(err @ StoreError::TooManyWrites { .. }) => {
-                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()))
-                    .await
-            }
-            Err(err) => store_failure(err),
-        }
-    }
-
-    /// Records a failed attempt: FAILED for good, or released for a retry.
-    async fn settle_failure(&self, lease: &Lease, error: HandlerError) -> Outcome {
-        match error {
-            HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
-                Ok(()) => Outcome::Failed { error },
-                Err(err) => store_failure(err),
-            },
-            HandlerError::Retryable(error) => {
-                if let Err(err) = self.store.release(lease).await {
-                    // The lease still ends by itself; the record is reported anyway.
-                    tracing::warn!(key = %lease.pk, error = %err, "could not release the key");
-                }
-                Outcome::Retrying { error }
-            }
-        }
-    }
-}
-
-fn store_failure(err: StoreError) -> Outcome {
-    match err {
-        StoreError::LockLost { .. } => Outcome::LockLost,
-        err => Outcome::StoreFailed(err),
     }
 }

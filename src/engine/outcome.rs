@@ -2,6 +2,8 @@
 
 use crate::store::StoreError;
 
+use super::StopReason;
+
 /// The end of one message's processing in one invocation.
 #[derive(Debug)]
 pub enum Outcome {
@@ -26,8 +28,11 @@ pub enum Outcome {
     StoreFailed(StoreError),
     /// The message could not be read (undecodable, no usable key).
     Invalid { reason: String },
-    /// Not started: an earlier message of its lane did not finish.
-    NotStarted,
+    /// The invocation's deadline came near while the work ran: it was
+    /// stopped and the key released.
+    TimedOut,
+    /// Not started, for the reason given.
+    NotStarted(StopReason),
 }
 
 impl Outcome {
@@ -50,7 +55,8 @@ impl Outcome {
             Self::LockLost => "lock-lost",
             Self::StoreFailed(_) => "store-error",
             Self::Invalid { .. } => "invalid",
-            Self::NotStarted => "not-started",
+            Self::TimedOut => "timed-out",
+            Self::NotStarted(_) => "not-started",
         }
     }
 
@@ -62,6 +68,7 @@ impl Outcome {
             Self::StoreFailed(err) => Some(err.to_string()),
             Self::Invalid { reason } => Some(reason.clone()),
             Self::PayloadMismatch => Some("key reused with another payload".into()),
+            Self::NotStarted(reason) => Some(reason.text().into()),
             _ => None,
         }
     }

@@ -139,16 +139,3 @@ fn decode_bytes(record: &KafkaRecord) -> Result<DecodedRecord, String> {
             .collect(),
     })
 }
-
-impl From<EventError> for lambda_runtime::Diagnostic {
-    fn from(err: EventError) -> Self {
-        let error_type = match err {
-            EventError::NotKafka(_) => "NotKafkaEvent",
-            EventError::Malformed(_) => "MalformedKafkaEvent",
-        };
-        Self {
-            error_type: error_type.into(),
-            error_message: err.to_string(),
-        }
-    }
-}

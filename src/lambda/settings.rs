@@ -17,7 +17,13 @@ pub const ENV_VARS: &[&str] = &[
     "IDEMPOTENCY_KEY_PREFIX",
     "LOCK_TIMEOUT_SECONDS",
     "RECORD_RETENTION_SECONDS",
+    "SAFETY_MARGIN_MS",
 ];
+
+/// Default of `SAFETY_MARGIN_MS`: no record starts within 5 s of the
+/// invocation's deadline, and running work is cut 2.5 s before it, which
+/// leaves a DynamoDB write (2 s at most, retries included) time to finish.
+pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(5000);
 
 /// A variable that is missing or holds a value the function cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +38,7 @@ pub struct SettingsError {
 pub struct Settings {
     pub store: StoreConfig,
     pub keys: KeySpec,
+    pub safety_margin: Duration,
 }
 
 impl Settings {
@@ -71,7 +78,22 @@ impl Settings {
             variable: "IDEMPOTENCY_KEY_SOURCE",
             reason,
         })?;
-        Ok(Self { store, keys })
+        let safety_margin = match var("SAFETY_MARGIN_MS") {
+            None => DEFAULT_SAFETY_MARGIN,
+            Some(text) => text
+                .trim()
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| SettingsError {
+                    variable: "SAFETY_MARGIN_MS",
+                    reason: format!("expected a whole number of milliseconds, got {text:?}"),
+                })?,
+        };
+        Ok(Self {
+            store,
+            keys,
+            safety_margin,
+        })
     }
 }
 
@@ -123,6 +145,7 @@ mod tests {
         assert_eq!(settings.store, StoreConfig::new("t"));
         assert_eq!(settings.store.lock_timeout, Duration::from_secs(30));
         assert_eq!(settings.store.retention, Duration::from_secs(691_200));
+        assert_eq!(settings.safety_margin, Duration::from_secs(5));
         assert_eq!(
             settings.keys,
             KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
@@ -140,11 +163,13 @@ mod tests {
             ("IDEMPOTENCY_KEY_PREFIX", "payments#"),
             ("LOCK_TIMEOUT_SECONDS", "12"),
             ("RECORD_RETENTION_SECONDS", "3600"),
+            ("SAFETY_MARGIN_MS", "750"),
         ])
         .expect("valid");
         assert_eq!(settings.store.key_prefix, "payments#");
         assert_eq!(settings.store.lock_timeout, Duration::from_secs(12));
         assert_eq!(settings.store.retention, Duration::from_secs(3600));
+        assert_eq!(settings.safety_margin, Duration::from_millis(750));
         assert_eq!(
             settings.keys.parts(),
             [
@@ -169,6 +194,7 @@ mod tests {
                 "RECORD_RETENTION_SECONDS",
             ),
             (vec![("MISSING_KEY_POLICY", "ignore")], "MISSING_KEY_POLICY"),
+            (vec![("SAFETY_MARGIN_MS", "5s")], "SAFETY_MARGIN_MS"),
             (
                 vec![("IDEMPOTENCY_KEY_SOURCE", "json:payment_id")],
                 "IDEMPOTENCY_KEY_SOURCE",

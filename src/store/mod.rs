@@ -36,6 +36,9 @@ pub struct ClaimRequest<'a> {
     pub payload_hash: &'a str,
     /// Where the message came from, kept on the item for operators.
     pub origin: Option<&'a str>,
+    /// The latest the lease may end (epoch ms), e.g. just after the
+    /// invocation's deadline; `None`: a full lock timeout.
+    pub lease_cap_ms: Option<u64>,
 }
 
 /// The right to do a key's work, held until completion, failure or release.

@@ -78,7 +78,7 @@ impl IdempotencyStore {
                 Status::Started if !item.lock_expired(now) => {
                     return Ok(ClaimOutcome::InProgress(item));
                 }
-                Status::Started => match self.take_over(&item).await? {
+                Status::Started => match self.take_over(&item, request.lease_cap_ms).await? {
                     Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
                     Conditional::Conflict(item) => observed = item,
                 },
@@ -98,7 +98,7 @@ impl IdempotencyStore {
             pk: pk.to_owned(),
             version: 1,
             owner: uuid::Uuid::new_v4().to_string(),
-            lock_expires_at_ms: now + duration_ms(self.config.lock_timeout),
+            lock_expires_at_ms: self.lease_end(now, request.lease_cap_ms),
         };
         let mut item = HashMap::from([
             ("pk".to_owned(), s(pk)),
@@ -141,13 +141,17 @@ impl IdempotencyStore {
     }
 
     /// Take over: become the owner of an abandoned STARTED item, version + 1.
-    async fn take_over(&self, observed: &StoredItem) -> Result<Conditional<Lease>, StoreError> {
+    async fn take_over(
+        &self,
+        observed: &StoredItem,
+        lease_cap_ms: Option<u64>,
+    ) -> Result<Conditional<Lease>, StoreError> {
         let now = now_ms();
         let lease = Lease {
             pk: observed.pk.clone(),
             version: observed.version + 1,
             owner: uuid::Uuid::new_v4().to_string(),
-            lock_expires_at_ms: now + duration_ms(self.config.lock_timeout),
+            lock_expires_at_ms: self.lease_end(now, lease_cap_ms),
         };
         let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
                       #expires_at = :exp, #updated_at = :now_ms ADD #attempts :one";
@@ -353,6 +357,12 @@ impl IdempotencyStore {
         Ok(parse_old(output.item())?
             .map(|item| *item)
             .filter(|item| !item.is_expired(now)))
+    }
+
+    /// A new lease's end: one lock timeout from now, but not past `cap_ms`.
+    fn lease_end(&self, now_ms: u64, cap_ms: Option<u64>) -> u64 {
+        let full = now_ms + duration_ms(self.config.lock_timeout);
+        cap_ms.map_or(full, |cap| full.min(cap))
     }
 
     fn expires_at_s(&self, now_ms: u64) -> u64 {

@@ -5,6 +5,8 @@
 //! random key prefix, so tests run in parallel on one table.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod proxy;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -29,13 +31,27 @@ pub async fn unreachable_client() -> Client {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     let port = listener.local_addr().expect("local address").port();
     drop(listener);
+    client_at(&format!("http://127.0.0.1:{port}")).await
+}
+
+/// A client of DynamoDB Local through `endpoint` (e.g. a [`proxy::Proxy`]).
+pub async fn client_at(endpoint: &str) -> Client {
     let config = client()
         .await
         .config()
         .to_builder()
-        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .endpoint_url(endpoint)
         .build();
     Client::from_conf(config)
+}
+
+/// `host:port` of DynamoDB Local.
+pub fn dynamodb_address() -> String {
+    let endpoint = env("AWS_ENDPOINT_URL_DYNAMODB");
+    endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
 }
 
 /// A store configuration on the test table under a fresh key prefix.
@@ -91,6 +107,7 @@ pub mod msk {
     use base64::engine::general_purpose::STANDARD;
     use exactly_once::engine::{Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
+    use exactly_once::lambda::settings::DEFAULT_SAFETY_MARGIN;
     use exactly_once::lambda::{KafkaBatchResponse, MskFunction};
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
@@ -180,7 +197,7 @@ pub mod msk {
             super::store_config(std::time::Duration::from_secs(30)),
         );
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
-        MskFunction::new(Engine::new(store, ledger), keys)
+        MskFunction::new(Engine::new(store, ledger), keys, DEFAULT_SAFETY_MARGIN)
     }
 
     pub fn function_with<H: RecordHandler>(
@@ -188,7 +205,7 @@ pub mod msk {
         handler: H,
         keys: KeySpec,
     ) -> MskFunction<H> {
-        MskFunction::new(Engine::new(store, handler), keys)
+        MskFunction::new(Engine::new(store, handler), keys, DEFAULT_SAFETY_MARGIN)
     }
 
     pub async fn invoke<H: RecordHandler>(

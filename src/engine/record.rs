@@ -1,0 +1,112 @@
+//! The life of one message: claim, run under a renewed lease, record.
+
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError};
+
+use super::deadline::Deadline;
+use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::lease::{Held, hold};
+use super::{Engine, Outcome, Work};
+
+impl<H: RecordHandler> Engine<H> {
+    /// Claim, run, record. `deadline` bounds the lease and cuts the work.
+    pub async fn run_once(&self, work: &Work, deadline: Deadline) -> Outcome {
+        let claim = self
+            .store
+            .claim(ClaimRequest {
+                key: &work.key,
+                payload_hash: &work.payload_hash,
+                origin: Some(&work.origin),
+                lease_cap_ms: deadline.lease_cap_ms(),
+            })
+            .await;
+        let lease = match claim {
+            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => lease,
+            Ok(ClaimOutcome::Duplicate(_)) => return Outcome::Duplicate,
+            Ok(ClaimOutcome::InProgress(_)) => return Outcome::InProgress,
+            Ok(ClaimOutcome::PayloadMismatch(_)) => return Outcome::PayloadMismatch,
+            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
+                return Outcome::PreviouslyFailed { error: item.error };
+            }
+            Err(err) => return store_failure(err),
+        };
+        let token = FencingToken::from(&lease);
+        let run = self.handler.handle(&token, &work.payload);
+        let (completion, lease) = match hold(&self.store, lease, deadline, run).await {
+            Held::Finished {
+                value: Ok(completion),
+                lease,
+            } => (completion, lease),
+            Held::Finished {
+                value: Err(error),
+                lease,
+            } => {
+                return self.settle_failure(&lease, error).await;
+            }
+            Held::LockLost => {
+                tracing::warn!(key = %token.key, version = token.version, "lock lost: the work was stopped and is not recorded");
+                return Outcome::LockLost;
+            }
+            Held::Cut { lease } => {
+                self.release(&lease).await;
+                return Outcome::TimedOut;
+            }
+        };
+        let policy = completion.on_condition_failure;
+        let result = completion.result.as_deref();
+        let recorded = if completion.writes.is_empty() {
+            self.store.complete(&lease, result).await
+        } else {
+            self.store
+                .complete_with(&lease, result, completion.writes)
+                .await
+        };
+        match recorded {
+            Ok(()) => Outcome::Processed {
+                version: lease.version,
+            },
+            // Nothing was written: the effect's own condition decides.
+            Err(err @ StoreError::EffectConditionFailed { .. }) => {
+                let error = err.to_string();
+                let error = match policy {
+                    ConditionFailure::Permanent => HandlerError::Permanent(error),
+                    ConditionFailure::Retryable => HandlerError::Retryable(error),
+                };
+                self.settle_failure(&lease, error).await
+            }
+            Err(err @ StoreError::TooManyWrites { .. }) => {
+                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()))
+                    .await
+            }
+            Err(err) => store_failure(err),
+        }
+    }
+
+    /// Records a failed attempt: FAILED for good, or released for a retry.
+    async fn settle_failure(&self, lease: &Lease, error: HandlerError) -> Outcome {
+        match error {
+            HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
+                Ok(()) => Outcome::Failed { error },
+                Err(err) => store_failure(err),
+            },
+            HandlerError::Retryable(error) => {
+                self.release(lease).await;
+                Outcome::Retrying { error }
+            }
+        }
+    }
+
+    /// Makes the key claimable at once; if that fails the lease still ends
+    /// by itself, and the record is reported either way.
+    async fn release(&self, lease: &Lease) {
+        if let Err(err) = self.store.release(lease).await {
+            tracing::warn!(key = %lease.pk, error = %err, "could not release the key");
+        }
+    }
+}
+
+fn store_failure(err: StoreError) -> Outcome {
+    match err {
+        StoreError::LockLost { .. } => Outcome::LockLost,
+        err => Outcome::StoreFailed(err),
+    }
+}

@@ -1,0 +1,294 @@
+//! Lock lifecycle and failure semantics: heartbeats, stolen locks, DynamoDB
+//! outages, deadlines.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use exactly_once::clock::now_ms;
+use exactly_once::engine::{Completion, Engine, FencingToken, HandlerError, RecordHandler};
+use exactly_once::lambda::{InvocationError, KafkaBatchResponse, MskFunction};
+use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use exactly_once::{IdempotencyStore, Status};
+use lambda_runtime::{Context, LambdaEvent};
+use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
+use support::proxy::Proxy;
+
+/// The ledger (transactional), after a pause; counts its calls, may cut
+/// DynamoDB on the n-th call.
+struct Paced {
+    ledger: LedgerHandler,
+    pause: Duration,
+    calls: AtomicUsize,
+    finished: AtomicBool,
+    cut_on_call: Option<(usize, Arc<Proxy>)>,
+}
+
+impl Paced {
+    fn new(client: aws_sdk_dynamodb::Client, pause: Duration) -> Self {
+        Self {
+            ledger: LedgerHandler::new(
+                client,
+                support::env("LEDGER_TABLE"),
+                LedgerMode::Transactional,
+            ),
+            pause,
+            calls: AtomicUsize::new(0),
+            finished: AtomicBool::new(false),
+            cut_on_call: None,
+        }
+    }
+}
+
+impl RecordHandler for Paced {
+    async fn handle(
+        &self,
+        token: &FencingToken,
+        payload: &[u8],
+    ) -> Result<Completion, HandlerError> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        tokio::time::sleep(self.pause).await;
+        if let Some((n, proxy)) = &self.cut_on_call
+            && *n == call
+        {
+            proxy.cut();
+        }
+        let completion = self.ledger.handle(token, payload).await;
+        self.finished.store(true, Ordering::SeqCst);
+        completion
+    }
+}
+
+fn function(store: IdempotencyStore, handler: Paced, margin: Duration) -> MskFunction<Paced> {
+    MskFunction::new(Engine::new(store, handler), header_keys(), margin)
+}
+
+async fn invoke_until(
+    function: &MskFunction<Paced>,
+    batch: &serde_json::Value,
+    deadline_ms: u64,
+) -> Result<KafkaBatchResponse, InvocationError> {
+    let mut context = Context::default();
+    context.deadline = deadline_ms;
+    function
+        .handle(LambdaEvent::new(batch.clone(), context))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_its_lock_keeps_it_by_heartbeat() {
+    let store = support::store(Duration::from_millis(600)).await;
+    let slow = Paced::new(support::client().await, Duration::from_millis(1800));
+    let function = Arc::new(function(store.clone(), slow, Duration::from_secs(5)));
+    let a = account();
+    let batch = Arc::new(event(vec![(
+        "payments-0",
+        vec![payment(0, "slow-1", &a, 40)],
+    )]));
+
+    let first = {
+        let (function, batch) = (function.clone(), batch.clone());
+        tokio::spawn(async move { invoke(&function, &batch).await })
+    };
+    // Well past the 600 ms lock: only the heartbeat keeps it.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@0"]);
+
+    assert_eq!(
+        reported(&first.await.expect("first invocation")),
+        Vec::<String>::new()
+    );
+    let item = store.get("slow-1").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Completed, 1));
+    assert_eq!(balance(&a).await, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_whose_lock_is_stolen_is_stopped_and_records_nothing() {
+    let store = support::store(Duration::from_millis(300)).await;
+    let slow = Paced::new(support::client().await, Duration::from_millis(1500));
+    let function = Arc::new(function(store.clone(), slow, Duration::from_secs(5)));
+    let a = account();
+    let batch = Arc::new(event(vec![(
+        "payments-0",
+        vec![payment(0, "stolen", &a, 40)],
+    )]));
+    let run = {
+        let (function, batch) = (function.clone(), batch.clone());
+        tokio::spawn(async move { invoke(&function, &batch).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Another worker takes the key over (as after a long GC pause here).
+    let pk = format!("{}stolen", store.config().key_prefix);
+    support::client()
+        .await
+        .update_item()
+        .table_name(&store.config().table_name)
+        .key("pk", AttributeValue::S(pk))
+        .update_expression("SET version = version + :one, #o = :thief")
+        .expression_attribute_names("#o", "owner")
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .expression_attribute_values(":thief", AttributeValue::S("thief".into()))
+        .send()
+        .await
+        .expect("steal the lock");
+
+    assert_eq!(reported(&run.await.expect("invocation")), ["payments-0@0"]);
+    assert!(
+        !function.engine().handler().finished.load(Ordering::SeqCst),
+        "the work must be stopped when the lock is lost"
+    );
+    let item = store.get("stolen").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.version, item.owner.as_str()),
+        (Status::Started, 2, "thief")
+    );
+    assert_eq!(balance(&a).await, 0);
+}
+
+async fn proxied(lock: Duration) -> (Arc<Proxy>, IdempotencyStore, aws_sdk_dynamodb::Client) {
+    let proxy = Arc::new(Proxy::start(support::dynamodb_address()).await);
+    let client = support::client_at(&proxy.endpoint()).await;
+    let store = IdempotencyStore::new(client.clone(), support::store_config(lock));
+    (proxy, store, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once() {
+    let (proxy, store, client) = proxied(Duration::from_millis(500)).await;
+    let mut handler = Paced::new(client, Duration::ZERO);
+    handler.cut_on_call = Some((3, proxy.clone()));
+    let function = function(store.clone(), handler, Duration::from_secs(5));
+    let a = account();
+    let records = (0..6)
+        .map(|i| payment(i, &format!("o-{i}"), &a, 10_i64.pow(i as u32)))
+        .collect();
+    let batch = event(vec![("payments-0", records)]);
+
+    let response = invoke(&function, &batch).await;
+    assert_eq!(
+        reported(&response),
+        [
+            "payments-0@2",
+            "payments-0@3",
+            "payments-0@4",
+            "payments-0@5"
+        ]
+    );
+    // No business logic ran for a record that was not claimed.
+    assert_eq!(function.engine().handler().calls.load(Ordering::SeqCst), 3);
+    assert_eq!(balance(&a).await, 1 + 10);
+
+    proxy.restore();
+    tokio::time::sleep(Duration::from_millis(600)).await; // offset 2's lock expires
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&a).await, 111_111);
+    let taken_over = store.get("o-2").await.expect("get").expect("item");
+    assert_eq!(
+        (taken_over.status, taken_over.version),
+        (Status::Completed, 2)
+    );
+}
+
+#[tokio::test]
+async fn dynamodb_gone_before_the_batch_is_an_invocation_error_and_nothing_runs() {
+    let (proxy, store, client) = proxied(Duration::from_secs(30)).await;
+    let function = function(
+        store,
+        Paced::new(client, Duration::ZERO),
+        Duration::from_secs(5),
+    );
+    let a = account();
+    let batch = event(vec![
+        (
+            "payments-0",
+            vec![payment(0, "x-1", &a, 1), payment(1, "x-2", &a, 2)],
+        ),
+        ("payments-1", vec![payment(0, "x-3", &a, 4)]),
+    ]);
+    proxy.cut();
+    let err = function
+        .handle(LambdaEvent::new(batch.clone(), Context::default()))
+        .await
+        .expect_err("nothing could be done");
+    assert!(
+        matches!(err, InvocationError::StoreUnavailable { reported: 3 }),
+        "{err:?}"
+    );
+    assert_eq!(function.engine().handler().calls.load(Ordering::SeqCst), 0);
+
+    proxy.restore();
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&a).await, 7);
+}
+
+#[tokio::test]
+async fn near_the_deadline_no_record_starts_and_none_is_left_half_done() {
+    let store = support::store(Duration::from_secs(30)).await;
+    let paced = Paced::new(support::client().await, Duration::from_millis(150));
+    let function = function(store.clone(), paced, Duration::from_millis(600));
+    let a = account();
+    let records = (0..10)
+        .map(|i| payment(i, &format!("d-{i}"), &a, 1 << i))
+        .collect();
+    let batch = event(vec![("payments-0", records)]);
+
+    let response = invoke_until(&function, &batch, now_ms() + 1000)
+        .await
+        .expect("response");
+    let reported = reported(&response);
+    let first_reported: usize = reported
+        .first()
+        .and_then(|r| r.strip_prefix("payments-0@"))
+        .and_then(|o| o.parse().ok())
+        .expect("records near the deadline are reported");
+    assert!(
+        first_reported >= 1,
+        "a record had time to run: {reported:?}"
+    );
+    let expected: Vec<String> = (first_reported..10)
+        .map(|i| format!("payments-0@{i}"))
+        .collect();
+    assert_eq!(reported, expected);
+    // Finished records are applied; the others were never claimed.
+    assert_eq!(balance(&a).await, (1 << first_reported) - 1);
+    for i in first_reported..10 {
+        assert_eq!(
+            store.get(&format!("d-{i}")).await.expect("get"),
+            None,
+            "d-{i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn work_still_running_at_the_deadline_is_cut_and_its_key_released() {
+    let store = support::store(Duration::from_secs(30)).await;
+    let stuck = Paced::new(support::client().await, Duration::from_secs(5));
+    let function = function(store.clone(), stuck, Duration::from_millis(600));
+    let a = account();
+    let batch = event(vec![(
+        "payments-0",
+        vec![payment(0, "cut-1", &a, 5), payment(1, "cut-2", &a, 6)],
+    )]);
+
+    let response = invoke_until(&function, &batch, now_ms() + 1000)
+        .await
+        .expect("response");
+    assert_eq!(reported(&response), ["payments-0@0", "payments-0@1"]);
+    let released = store.get("cut-1").await.expect("get").expect("item");
+    assert_eq!(
+        (released.status, released.lock_expires_at_ms),
+        (Status::Started, Some(0))
+    );
+    assert_eq!(balance(&a).await, 0);
+}
