@@ -10,6 +10,9 @@ use crate::clock::{duration_ms, now_ms};
 /// invocation at the deadline, so a longer lease would only delay takeover.
 pub const LEASE_GRACE: Duration = Duration::from_secs(1);
 
+/// 2001-09-09 in epoch ms: any real deadline is later.
+const EARLIEST_PLAUSIBLE_MS: u64 = 1_000_000_000_000;
+
 /// When to stop starting work, when to cut running work, how long a lease may
 /// reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,12 +29,22 @@ impl Deadline {
         margin_ms: 0,
     };
 
-    /// The invocation ends at `at_ms` (epoch ms; 0 means unknown). No record
-    /// starts within `margin` of it; running work is cut at half the margin,
-    /// leaving the other half for its last DynamoDB write.
+    /// The invocation ends at `at_ms` (epoch ms). No record starts within
+    /// `margin` of it; running work is cut at half the margin, leaving the
+    /// other half for its last DynamoDB write.
+    ///
+    /// A value that is not a time since 2001 counts as unknown (no limit):
+    /// emulators send 0 or a fixed duration (cargo lambda watch: 600000).
     pub fn new(at_ms: u64, margin: Duration) -> Self {
+        let known = at_ms >= EARLIEST_PLAUSIBLE_MS;
+        if !known {
+            tracing::debug!(
+                at_ms,
+                "the invocation's deadline is not an epoch time: no deadline"
+            );
+        }
         Self {
-            at_ms: (at_ms > 0).then_some(at_ms),
+            at_ms: known.then_some(at_ms),
             margin_ms: duration_ms(margin),
         }
     }

@@ -239,6 +239,11 @@ pub mod msk {
 
     /// The balance of `account` in the ledger (0 if it has none).
     pub async fn balance(account: &str) -> i64 {
+        ledger_entry(account).await.0
+    }
+
+    /// `(balance_cents, payment_count)` of `account` (zeros if it has none).
+    pub async fn ledger_entry(account: &str) -> (i64, i64) {
         let client = super::client().await;
         let item = client
             .get_item()
@@ -252,12 +257,15 @@ pub mod msk {
             .await
             .expect("read the ledger")
             .item;
-        item.map_or(0, |item| {
-            item["balance_cents"]
-                .as_n()
-                .expect("a number")
-                .parse()
-                .expect("whole")
+        let number =
+            |item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+             name: &str|
+             -> i64 { item[name].as_n().expect("a number").parse().expect("whole") };
+        item.map_or((0, 0), |item| {
+            (
+                number(&item, "balance_cents"),
+                number(&item, "payment_count"),
+            )
         })
     }
 }

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Writes the sample MSK events of events/ (python3 standard library only).
+
+    python3 events/generate.py            # (re)writes events/*.json
+    python3 events/generate.py --check    # fails if a file differs from what it would write
+
+Deterministic: same input, same bytes (fixed timestamps, no randomness), so the
+files can be committed and regenerated without noise. events/README.md says
+what each file shows and the response it should get.
+
+The events look like what Lambda sends for Amazon MSK: `records` keyed by
+"<topic>-<partition>", each list in offset order, base64 `key` and `value`,
+headers as lists of Java's signed bytes (bytes >= 128 become negative).
+"""
+
+import argparse
+import base64
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+CLUSTER_ARN = "arn:aws:kafka:us-east-1:123456789012:cluster/demo/abc-1"
+BOOTSTRAP = "b-1.demo.kafka.us-east-1.amazonaws.com:9092,b-2.demo.kafka.us-east-1.amazonaws.com:9092"
+TOPIC = "payments"
+# 2025-01-01T00:00:00Z; record n of a file is stamped BASE_MS + n seconds.
+BASE_MS = 1735689600000
+HEADER = "idempotency-key"
+
+
+def signed_bytes(text):
+    """UTF-8 bytes as Java's signed bytes, the way Lambda sends header values."""
+    return [b - 256 if b >= 128 else b for b in text.encode("utf-8")]
+
+
+def b64(data):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return base64.b64encode(data).decode("ascii")
+
+
+def payment(payment_id, account_id, amount_cents, currency="EUR"):
+    """A payment's JSON bytes, compact and in a fixed field order."""
+    value = {
+        "payment_id": payment_id,
+        "account_id": account_id,
+        "amount_cents": amount_cents,
+        "currency": currency,
+    }
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class Batch:
+    """Builds one event: records are added partition by partition, in offset order."""
+
+    def __init__(self, source="aws:kafka"):
+        self.source = source
+        self.records = {}
+        self.count = 0
+
+    def add(self, partition, offset, value, key=None, idempotency_key=None, headers=None):
+        """value: str (the payload, UTF-8) or bytes; key: the Kafka record key."""
+        all_headers = []
+        if idempotency_key is not None:
+            all_headers.append({HEADER: signed_bytes(idempotency_key)})
+        for name, text in headers or []:
+            all_headers.append({name: signed_bytes(text)})
+        record = {
+            "topic": TOPIC,
+            "partition": partition,
+            "offset": offset,
+            "timestamp": BASE_MS + 1000 * self.count,
+            "timestampType": "CREATE_TIME",
+            "key": b64(key) if key is not None else None,
+            "value": b64(value),
+            "headers": all_headers,
+        }
+        self.count += 1
+        self.records.setdefault(f"{TOPIC}-{partition}", []).append(record)
+        return self
+
+    def pay(self, partition, offset, idempotency_key, payment_id, account_id, amount_cents):
+        """A well-formed payment record keyed (Kafka key) by its payment id."""
+        return self.add(
+            partition,
+            offset,
+            payment(payment_id, account_id, amount_cents),
+            key=payment_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def event(self):
+        event = {"eventSource": self.source}
+        if self.source == "aws:kafka":
+            event["eventSourceArn"] = CLUSTER_ARN
+            event["bootstrapServers"] = BOOTSTRAP
+        else:
+            event["bootstrapServers"] = "kafka-1.internal.example:9092,kafka-2.internal.example:9092"
+        event["records"] = self.records
+        return event
+
+
+def two_partitions():
+    # acc-1: 1250 + 250 + 2000 = 3500 (3 payments); acc-2: 500 + 1000 + 75 = 1575 (3 payments)
+    return (
+        Batch()
+        .pay(0, 100, "pay-2p-001", "p-001", "acc-1", 1250)
+        .pay(0, 101, "pay-2p-002", "p-002", "acc-2", 500)
+        .pay(0, 102, "pay-2p-003", "p-003", "acc-1", 250)
+        .pay(1, 200, "pay-2p-004", "p-004", "acc-2", 1000)
+        .pay(1, 201, "pay-2p-005", "p-005", "acc-1", 2000)
+        .pay(1, 202, "pay-2p-006", "p-006", "acc-2", 75)
+        .event()
+    )
+
+
+def in_batch_duplicates():
+    # pay-dup-1 three times (twice in payments-0, once in payments-1), same payload.
+    # acc-3: 400 (once) + 100 = 500 (2 payments)
+    return (
+        Batch()
+        .pay(0, 300, "pay-dup-1", "p-dup-1", "acc-3", 400)
+        .pay(0, 301, "pay-dup-2", "p-dup-2", "acc-3", 100)
+        .pay(0, 302, "pay-dup-1", "p-dup-1", "acc-3", 400)
+        .pay(1, 400, "pay-dup-1", "p-dup-1", "acc-3", 400)
+        .event()
+    )
+
+
+def missing_key():
+    # payments-0@501 has no idempotency-key header (only a trace header): reported,
+    # and payments-0@502 after it is not started. acc-4: 100 + 800 = 900 (2 payments)
+    return (
+        Batch()
+        .pay(0, 500, "pay-nokey-1", "p-nokey-1", "acc-4", 100)
+        .add(0, 501, payment("p-nokey-2", "acc-4", 200), key="p-nokey-2",
+             headers=[("trace-id", "trace-0001")])
+        .pay(0, 502, "pay-nokey-3", "p-nokey-3", "acc-4", 400)
+        .pay(1, 600, "pay-nokey-4", "p-nokey-4", "acc-4", 800)
+        .event()
+    )
+
+
+def bad_payload():
+    # payments-0@701: not JSON; payments-1@801: amount_cents 12.5. Both FAILED
+    # (permanent), each stops its partition: @702 and @802 are not started.
+    # acc-5: 100 + 1000 = 1100 (2 payments)
+    return (
+        Batch()
+        .pay(0, 700, "pay-bad-1", "p-bad-1", "acc-5", 100)
+        .add(0, 701, '{"payment_id":"p-bad-2","account_id":"acc-5",', key="p-bad-2",
+             idempotency_key="pay-bad-2")
+        .pay(0, 702, "pay-bad-3", "p-bad-3", "acc-5", 200)
+        .pay(1, 800, "pay-bad-4", "p-bad-4", "acc-5", 1000)
+        .add(1, 801, '{"payment_id":"p-bad-5","account_id":"acc-5","amount_cents":12.5,"currency":"EUR"}',
+             key="p-bad-5", idempotency_key="pay-bad-5")
+        .pay(1, 802, "pay-bad-6", "p-bad-6", "acc-5", 2000)
+        .event()
+    )
+
+
+def utf8_key():
+    # The key "платёж-ключ-1" in UTF-8: its header bytes are mostly negative.
+    # acc-6: 4200 (1 payment)
+    return Batch().pay(0, 900, "платёж-ключ-1", "p-utf8-1", "acc-6", 4200).event()
+
+
+def same_key_different_payload():
+    # pay-conflict-1 with 1500 on payments-0 and 9900 on payments-1. payments-1
+    # first processes another payment, so payments-0's copy normally claims the
+    # key first; the other copy is rejected (payload mismatch) and reported.
+    # acc-7: 1500 + 300 = 1800 (2 payments) when payments-0's copy wins.
+    return (
+        Batch()
+        .pay(0, 1000, "pay-conflict-1", "p-conflict-1", "acc-7", 1500)
+        .pay(1, 1100, "pay-conflict-2", "p-conflict-2", "acc-7", 300)
+        .pay(1, 1101, "pay-conflict-1", "p-conflict-1", "acc-7", 9900)
+        .event()
+    )
+
+
+LARGE_PARTITIONS = 4
+LARGE_RECORDS = 1200
+LARGE_ACCOUNTS = ["acc-large-1", "acc-large-2", "acc-large-3", "acc-large-4", "acc-large-5"]
+
+
+def large_amount(n):
+    return 100 + 25 * (n % 7)
+
+
+def large_batch():
+    batch = Batch()
+    per_partition = LARGE_RECORDS // LARGE_PARTITIONS
+    for partition in range(LARGE_PARTITIONS):
+        for i in range(per_partition):
+            n = partition * per_partition + i + 1
+            batch.pay(partition, 5000 + i, f"pay-large-{n:04d}", f"p-large-{n:04d}",
+                      LARGE_ACCOUNTS[n % len(LARGE_ACCOUNTS)], large_amount(n))
+    return batch.event()
+
+
+def large_batch_balances():
+    totals = {}
+    for n in range(1, LARGE_RECORDS + 1):
+        account = LARGE_ACCOUNTS[n % len(LARGE_ACCOUNTS)]
+        balance, count = totals.get(account, (0, 0))
+        totals[account] = (balance + large_amount(n), count + 1)
+    return totals
+
+
+def self_managed():
+    # acc-9: 600 + 150 = 750 (2 payments)
+    return (
+        Batch(source="SelfManagedKafka")
+        .pay(0, 40, "pay-smk-1", "p-smk-1", "acc-9", 600)
+        .pay(0, 41, "pay-smk-2", "p-smk-2", "acc-9", 150)
+        .event()
+    )
+
+
+def not_kafka():
+    # An SQS event: no top-level eventSource. The function must fail the invocation.
+    body = payment("p-sqs-1", "acc-10", 999)
+    return {
+        "Records": [
+            {
+                "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d",
+                "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": str(BASE_MS),
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": str(BASE_MS + 1),
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+
+
+def render(value, indent=0):
+    """JSON with two-space indents, but lists of numbers (header bytes) on one line."""
+    pad = "  " * indent
+    inner = "  " * (indent + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {render(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return "[" + ", ".join(str(v) for v in value) + "]"
+        items = [inner + render(v, indent + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def files():
+    pair = two_partitions()
+    return {
+        "two-partitions.json": pair,
+        "two-partitions-replay.json": pair,
+        "in-batch-duplicates.json": in_batch_duplicates(),
+        "missing-key.json": missing_key(),
+        "bad-payload.json": bad_payload(),
+        "utf8-key.json": utf8_key(),
+        "same-key-different-payload.json": same_key_different_payload(),
+        "large-batch.json": large_batch(),
+        "self-managed.json": self_managed(),
+        "not-kafka.json": not_kafka(),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare, write nothing")
+    parser.add_argument("--balances", action="store_true",
+                        help="print large-batch.json's expected balances and exit")
+    args = parser.parse_args()
+    if args.balances:
+        for account, (balance, count) in sorted(large_batch_balances().items()):
+            print(f"{account}={balance} ({count} payments)")
+        return
+    stale = []
+    for name, event in files().items():
+        text = render(event) + "\n"
+        path = HERE / name
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+            continue
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(HERE.parent)} ({len(text.encode('utf-8'))} bytes)")
+    if stale:
+        sys.exit(f"out of date (run python3 events/generate.py): {', '.join(stale)}")
+
+
+if __name__ == "__main__":
+    main()

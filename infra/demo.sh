@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# The demo: runs the Lambda function locally (cargo lambda watch) against
+# DynamoDB Local and sends it the sample events of events/, one after another,
+# printing each response and the ledger and idempotency tables after each step.
+#
+#   infra/demo.sh
+#
+# Installs the tools first (infra/tools.sh), starts DynamoDB Local (unless it
+# is already running for this checkout, then it is reused), recreates the
+# tables idempotency-demo and ledger-demo, and stops everything it started
+# when it ends, however it ends. Checks every response and the final balances
+# against what the events imply; exits 1 when one differs.
+# The function's log: .cache/demo/watch.log.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+READY_TIMEOUT=${DEMO_READY_TIMEOUT:-600} # seconds for the first build and start
+IDEMPOTENCY_TABLE=idempotency-demo
+LEDGER_TABLE=ledger-demo
+work="$root/.cache/demo"
+watch_log="$work/watch.log"
+
+bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
+step() { printf '\n'; bold "==> $*"; }
+now_ms() { date +%s%3N; }
+
+watch_pid=""
+started_ddb=false
+cleanup() {
+  local status=$?
+  if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
+    # cargo lambda watch runs in its own process group (setsid), with the
+    # cargo run and the function it started: stop the whole group.
+    kill -TERM -- "-$watch_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$watch_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$watch_pid" 2>/dev/null || true
+    echo "demo: stopped cargo lambda watch (pid $watch_pid)"
+  fi
+  if $started_ddb; then
+    infra/dynamodb-local.sh stop || true
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "tools (infra/tools.sh)"
+infra/tools.sh
+# shellcheck source=infra/local-env.sh
+source infra/local-env.sh
+export PATH="$root/.cache/venv/bin:$PATH"
+mkdir -p "$work"
+
+step "sample events are up to date (events/generate.py --check)"
+python3 events/generate.py --check
+echo "events/: up to date"
+
+step "DynamoDB Local"
+if [[ -f .cache/dynamodb-local/server.pid ]] && kill -0 "$(cat .cache/dynamodb-local/server.pid)" 2>/dev/null; then
+  echo "demo: DynamoDB Local is already running for this checkout; reusing it (it is left running)"
+else
+  started_ddb=true
+fi
+eval "$(infra/dynamodb-local.sh start)"
+export AWS_ENDPOINT_URL_DYNAMODB
+echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+
+step "tables $IDEMPOTENCY_TABLE and $LEDGER_TABLE (fresh)"
+infra/show_tables.py --idempotency "$IDEMPOTENCY_TABLE" --ledger "$LEDGER_TABLE" --drop
+infra/local_tables.py --table "IdempotencyTable=$IDEMPOTENCY_TABLE" --table "LedgerTable=$LEDGER_TABLE"
+
+step "cargo lambda watch"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# The function gets its settings explicitly (cargo lambda watch sets no
+# AWS_REGION). --ignore-changes: no rebuild when a source file changes mid-demo.
+setsid cargo lambda watch --ignore-changes \
+  --invoke-address 127.0.0.1 --invoke-port "$port" --bin msk-handler \
+  --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE" \
+  --env-var "LEDGER_TABLE=$LEDGER_TABLE" \
+  --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB" \
+  --env-var "AWS_REGION=$AWS_REGION" \
+  --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \
+  --env-var "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" \
+  --env-var "AWS_EC2_METADATA_DISABLED=true" \
+  >"$watch_log" 2>&1 </dev/null &
+watch_pid=$!
+echo "demo: cargo lambda watch on 127.0.0.1:$port (pid $watch_pid, log $watch_log)"
+
+invoke() { # invoke FILE: the response on stdout, the error on stderr
+  cargo lambda invoke msk-handler --invoke-address 127.0.0.1 --invoke-port "$port" \
+    --output-format json --data-file "$1"
+}
+
+# Ready once an empty Kafka event gets its answer. The first invocation builds
+# the function (cargo run), which can take minutes on a cold target/.
+probe="$work/probe.json"
+echo '{"eventSource": "aws:kafka", "records": {}}' >"$probe"
+started=$SECONDS
+next_note=$((SECONDS + 15))
+echo "demo: waiting for the function (first build can take a few minutes; up to ${READY_TIMEOUT} s)"
+until answer="$(timeout "$READY_TIMEOUT" cargo lambda invoke msk-handler --invoke-address 127.0.0.1 \
+  --invoke-port "$port" --output-format json --data-file "$probe" 2>/dev/null)" &&
+  [[ "$(tr -d ' \n' <<<"$answer")" == '{"batchItemFailures":[]}' ]]; do
+  if ! kill -0 "$watch_pid" 2>/dev/null; then
+    echo "demo: cargo lambda watch exited; its log follows" >&2
+    cat "$watch_log" >&2
+    exit 1
+  fi
+  if ((SECONDS - started >= READY_TIMEOUT)); then
+    echo "demo: no answer from the function after ${READY_TIMEOUT} s; log tail follows" >&2
+    tail -n 40 "$watch_log" >&2
+    exit 1
+  fi
+  if ((SECONDS >= next_note)); then
+    echo "demo: still waiting ($((SECONDS - started)) s); $(grep -E 'Compiling|Finished|Running|error' "$watch_log" | tail -n 1 | sed 's/^ *//')"
+    next_note=$((SECONDS + 15))
+  fi
+  sleep 1
+done
+echo "demo: function ready after $((SECONDS - started)) s"
+
+# The failures a response lists, as "partition@offset ..." (sorted).
+failures() {
+  python3 -c '
+import json, sys
+response = json.load(sys.stdin)
+items = response.get("batchItemFailures") or []
+ids = [i["itemIdentifier"] for i in items]
+print(" ".join(sorted("%s@%s" % (i["partition"], i["offset"]) for i in ids)))'
+}
+
+show() {
+  infra/show_tables.py --ledger "$LEDGER_TABLE" --idempotency "$IDEMPOTENCY_TABLE" --max-rows 40
+}
+
+surprises=0
+# run FILE "WHAT IT SHOWS" "EXPECTED FAILURES[|ALTERNATIVE]" (failures as partition@offset, space-separated)
+run() {
+  local file="events/$1" what="$2" expected="$3"
+  step "$1: $what"
+  local out err t0 t1 rc=0
+  err="$work/invoke.err"
+  t0=$(now_ms)
+  out="$(invoke "$file" 2>"$err")" || rc=$?
+  t1=$(now_ms)
+  if ((rc != 0)); then
+    echo "invocation error (exit $rc, $((t1 - t0)) ms):"
+    sed 's/^/  /' "$err"
+    echo "UNEXPECTED: this event should have been answered"
+    surprises=$((surprises + 1))
+  else
+    echo "response ($((t1 - t0)) ms):"
+    sed 's/^/  /' <<<"$out"
+    local got ok=false alternative
+    got="$(failures <<<"$out")"
+    IFS='|' read -r -a alternatives <<<"$expected"
+    [[ ${#alternatives[@]} -eq 0 ]] && alternatives=("")
+    for alternative in "${alternatives[@]}"; do
+      [[ "$got" == "$alternative" ]] && ok=true
+    done
+    if $ok; then
+      echo "as expected: reported [${got}]"
+    else
+      local count
+      count=$(wc -w <<<"$got")
+      ((count > 12)) && got="$(cut -d' ' -f1-12 <<<"$got") ... ($count records)"
+      echo "UNEXPECTED: reported [${got}], expected [${expected}]"
+      surprises=$((surprises + 1))
+    fi
+  fi
+  show
+}
+
+run two-partitions.json \
+  "6 payments over payments-0 and payments-1, each with its own key: all processed (acc-1 3500, acc-2 1575)" ""
+run two-partitions-replay.json \
+  "the same batch again (Lambda redelivers it): all duplicates, balances unchanged" ""
+run in-batch-duplicates.json \
+  "pay-dup-1 three times in one batch (two partitions): applied once (acc-3 500)" ""
+run missing-key.json \
+  "payments-0@501 has no idempotency-key header: reported, and payments-0@502 after it (acc-4 900)" \
+  "payments-0@501 payments-0@502"
+run bad-payload.json \
+  "not JSON at payments-0@701, amount_cents 12.5 at payments-1@801: FAILED, the rest of each partition not started (acc-5 1100)" \
+  "payments-0@701 payments-0@702 payments-1@801 payments-1@802"
+run bad-payload.json \
+  "the same batch again (Lambda retries the reported records): FAILED keys are not retried, nothing changes" \
+  "payments-0@701 payments-0@702 payments-1@801 payments-1@802"
+run utf8-key.json \
+  "an idempotency key in UTF-8 (\"платёж-ключ-1\", negative header bytes) (acc-6 4200)" ""
+run same-key-different-payload.json \
+  "pay-conflict-1 with two different amounts: one wins, the other copy is rejected and reported (acc-7 1800)" \
+  "payments-1@1101|payments-0@1000"
+run self-managed.json \
+  "eventSource SelfManagedKafka, no eventSourceArn: handled like MSK (acc-9 750)" ""
+run large-batch.json \
+  "1,200 payments over 4 partitions, unique keys, 5 accounts" ""
+
+step "not-kafka.json: an SQS event. EXPECTED TO FAIL: the function returns an invocation error"
+t0=$(now_ms)
+if out="$(invoke events/not-kafka.json 2>"$work/invoke.err")"; then
+  echo "UNEXPECTED: the function answered instead of failing:"
+  sed 's/^/  /' <<<"$out"
+  surprises=$((surprises + 1))
+else
+  echo "invocation error, as expected ($(($(now_ms) - t0)) ms):"
+  sed 's/^/  /' "$work/invoke.err"
+  if ! tr -s ' \n│' ' ' <"$work/invoke.err" | grep -q 'not a Kafka event'; then
+    echo "UNEXPECTED: the error does not say \"not a Kafka event\""
+    surprises=$((surprises + 1))
+  fi
+fi
+
+step "final balances against what the events imply"
+expect=(acc-1=3500 acc-2=1575 acc-3=500 acc-4=900 acc-5=1100 acc-6=4200
+  # 10200 when payments-1's copy of pay-conflict-1 (9900) wins the race.
+  "acc-7=1800|10200" acc-9=750 acc-10=0)
+while read -r line; do expect+=("${line%% *}"); done < <(python3 events/generate.py --balances)
+args=()
+for e in "${expect[@]}"; do args+=(--expect "$e"); done
+infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}" || surprises=$((surprises + 1))
+
+if ((surprises > 0)); then
+  if grep -q "deadline is within the safety margin" "$watch_log"; then
+    echo "note: the function reported records as not started because of the invocation's deadline."
+    echo "      cargo lambda watch sends the constant lambda-runtime-deadline-ms: 600000 (not epoch ms);"
+    echo "      the function must treat such a deadline as unknown."
+  fi
+  step "demo finished with $surprises unexpected result(s); function log: $watch_log"
+  exit 1
+fi
+step "demo finished: every response and balance as expected"

@@ -1,0 +1,13 @@
+# shellcheck shell=bash
+# Sourced by the infra scripts: dummy AWS settings for local tools
+# (DynamoDB Local, SAM CLI offline). Never real credentials.
+# DynamoDB Local accepts any key, but the access key id must be letters/digits.
+export AWS_ACCESS_KEY_ID=local
+export AWS_SECRET_ACCESS_KEY=local
+export AWS_REGION=us-east-1
+export AWS_DEFAULT_REGION=us-east-1
+# Without this the SDKs may ask the instance metadata service (refused here).
+export AWS_EC2_METADATA_DISABLED=true
+# Keep SAM CLI offline and quiet.
+export SAM_CLI_TELEMETRY=0
+unset AWS_PROFILE AWS_SESSION_TOKEN

