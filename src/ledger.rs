@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use serde::Deserialize;
 
 use crate::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+use crate::lambda::settings::{self, SettingsError};
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -63,6 +64,33 @@ impl LedgerMode {
     }
 }
 
+/// The environment variables the ledger reads.
+pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE"];
+
+/// Where the ledger is and how it applies payments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerSettings {
+    pub table: String,
+    pub mode: LedgerMode,
+}
+
+impl LedgerSettings {
+    /// `LEDGER_TABLE` (required) and `LEDGER_MODE` (transactional, the
+    /// default, or direct), read through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
+        let table = settings::required(var, "LEDGER_TABLE")?;
+        let mode = match var("LEDGER_MODE") {
+            None => LedgerMode::Transactional,
+            Some(text) => LedgerMode::parse(&text).map_err(|reason| SettingsError {
+                variable: "LEDGER_MODE",
+                reason,
+            })?,
+        };
+        Ok(Self { table, mode })
+    }
+}
+
 /// The balance update of one payment.
 const ADD_PAYMENT: &str = "ADD balance_cents :amount, payment_count :one";
 
@@ -81,6 +109,10 @@ impl LedgerHandler {
             table: table.into(),
             mode,
         }
+    }
+
+    pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
+        Self::new(client, settings.table, settings.mode)
     }
 
     fn values(payment: &Payment) -> HashMap<String, AttributeValue> {
@@ -134,6 +166,66 @@ impl RecordHandler for LedgerHandler {
                         ))
                     })?;
                 Ok(Completion::done(payment.summary()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_is_transactional_unless_told_otherwise() {
+        let settings = |mode: Option<&str>| {
+            LedgerSettings::from_lookup(|name| match name {
+                "LEDGER_TABLE" => Some("ledger".into()),
+                "LEDGER_MODE" => mode.map(str::to_owned),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            settings(None).map(|s| s.mode),
+            Ok(LedgerMode::Transactional)
+        );
+        assert_eq!(
+            settings(Some("direct")).map(|s| s.mode),
+            Ok(LedgerMode::Direct)
+        );
+        let err = settings(Some("eventually")).expect_err("unknown mode");
+        assert_eq!(err.variable, "LEDGER_MODE");
+        let err = LedgerSettings::from_lookup(|_| None).expect_err("no table");
+        assert_eq!(
+            err.to_string(),
+            "environment variable LEDGER_TABLE: is required and not set"
+        );
+    }
+
+    #[test]
+    fn payments_are_checked_with_clear_permanent_errors() {
+        let ok =
+            br#"{"payment_id":"p-1","account_id":"acc-1","amount_cents":1250,"currency":"EUR"}"#;
+        assert_eq!(Payment::parse(ok).map(|p| p.amount_cents), Ok(1250));
+        for (payload, expected) in [
+            (&b"{not json"[..], "not a payment: key must be a string"),
+            (
+                br#"{"payment_id":"p","account_id":"a","amount_cents":12.5,"currency":"EUR"}"#,
+                "not a payment: invalid type: floating point `12.5`, expected i64",
+            ),
+            (
+                br#"{"payment_id":"p","account_id":"a","currency":"EUR"}"#,
+                "not a payment: missing field `amount_cents`",
+            ),
+            (
+                br#"{"payment_id":"p","account_id":"","amount_cents":1,"currency":"EUR"}"#,
+                "account_id is empty",
+            ),
+        ] {
+            match Payment::parse(payload) {
+                Err(HandlerError::Permanent(message)) => {
+                    assert!(message.starts_with(expected), "{message}")
+                }
+                other => panic!("expected a permanent error, got {other:?}"),
             }
         }
     }

@@ -257,15 +257,12 @@ pub mod msk {
             .await
             .expect("read the ledger")
             .item;
-        let number =
-            |item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
-             name: &str|
-             -> i64 { item[name].as_n().expect("a number").parse().expect("whole") };
-        item.map_or((0, 0), |item| {
-            (
-                number(&item, "balance_cents"),
-                number(&item, "payment_count"),
-            )
-        })
+        // Absent attributes count as 0 (an effect may set only the balance).
+        let number = |name: &str| -> i64 {
+            item.as_ref()
+                .and_then(|item| item.get(name))
+                .map_or(0, |n| n.as_n().expect("a number").parse().expect("whole"))
+        };
+        (number("balance_cents"), number("payment_count"))
     }
 }

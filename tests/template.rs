@@ -1,0 +1,95 @@
+//! template.yaml and the code must agree: the table the code writes, its TTL
+//! attribute, and the environment variables the function reads.
+
+use std::collections::BTreeSet;
+
+use exactly_once::lambda::settings;
+use exactly_once::ledger;
+use exactly_once::store::attr;
+use serde_norway::Value;
+
+fn template() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
+    let text = std::fs::read_to_string(path).expect("read template.yaml");
+    serde_norway::from_str(&text).expect("template.yaml is YAML")
+}
+
+fn resource<'a>(template: &'a Value, name: &str) -> &'a Value {
+    &template["Resources"][name]["Properties"]
+}
+
+fn hash_key(table: &Value) -> (String, String) {
+    let key = table["KeySchema"]
+        .as_sequence()
+        .expect("a key schema")
+        .iter()
+        .find(|k| k["KeyType"] == "HASH")
+        .expect("a hash key")["AttributeName"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let kind = table["AttributeDefinitions"]
+        .as_sequence()
+        .expect("attribute definitions")
+        .iter()
+        .find(|a| a["AttributeName"].as_str() == Some(&key))
+        .expect("the key is defined")["AttributeType"]
+        .as_str()
+        .expect("a type")
+        .to_owned();
+    (key, kind)
+}
+
+#[test]
+fn the_idempotency_table_is_keyed_and_expired_as_the_code_expects() {
+    let template = template();
+    let table = resource(&template, "IdempotencyTable");
+    assert_eq!(hash_key(table), (attr::PK.to_owned(), "S".to_owned()));
+    assert_eq!(
+        table["KeySchema"].as_sequence().map(Vec::len),
+        Some(1),
+        "no sort key"
+    );
+    let ttl = &table["TimeToLiveSpecification"];
+    assert_eq!(ttl["AttributeName"].as_str(), Some(attr::EXPIRES_AT));
+    assert_eq!(ttl["Enabled"].as_bool(), Some(true));
+}
+
+#[test]
+fn the_ledger_table_is_keyed_by_account() {
+    let template = template();
+    let table = resource(&template, "LedgerTable");
+    assert_eq!(hash_key(table), ("account_id".to_owned(), "S".to_owned()));
+}
+
+#[test]
+fn the_function_sets_exactly_the_variables_the_code_reads() {
+    let template = template();
+    let variables: BTreeSet<&str> = resource(&template, "Function")["Environment"]["Variables"]
+        .as_mapping()
+        .expect("environment variables")
+        .keys()
+        .map(|k| k.as_str().expect("a name"))
+        .collect();
+    let read: BTreeSet<&str> = settings::ENV_VARS
+        .iter()
+        .chain(ledger::ENV_VARS)
+        .copied()
+        .collect();
+    assert_eq!(variables, read);
+}
+
+#[test]
+fn the_function_is_the_msk_handler_binary() {
+    let template = template();
+    let function = &template["Resources"]["Function"];
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_msk-handler"));
+    assert_eq!(
+        function["Metadata"]["BuildProperties"]["Binary"].as_str(),
+        binary.file_name().and_then(|name| name.to_str())
+    );
+    assert_eq!(
+        function["Properties"]["Handler"].as_str(),
+        Some("bootstrap")
+    );
+}
