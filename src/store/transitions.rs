@@ -129,15 +129,10 @@ impl IdempotencyStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Conditional::Written(lease)),
-            Err(err) => match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(conflict)) => {
-                    Ok(Conditional::Conflict(parse_old(conflict.item())?))
-                }
-                _ => Err(StoreError::from_sdk("claim (PutItem)", err)),
-            },
-        }
+        conditional(result, lease, "claim (PutItem)", |err| match err {
+            PutItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
+            _ => None,
+        })
     }
 
     /// Take over: become the owner of an abandoned STARTED item, version + 1.
@@ -180,15 +175,10 @@ impl IdempotencyStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Conditional::Written(lease)),
-            Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(conflict)) => {
-                    Ok(Conditional::Conflict(parse_old(conflict.item())?))
-                }
-                _ => Err(StoreError::from_sdk("take over (UpdateItem)", err)),
-            },
-        }
+        conditional(result, lease, "take over (UpdateItem)", |err| match err {
+            UpdateItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
+            _ => None,
+        })
     }
 
     /// Complete: the work is done; redeliveries become duplicates until the
@@ -367,6 +357,27 @@ impl IdempotencyStore {
 
     fn expires_at_s(&self, now_ms: u64) -> u64 {
         ms_to_s(now_ms) + self.config.retention.as_secs()
+    }
+}
+
+/// The lease of a write that returns the stored item when its condition
+/// fails (`conflict` picks that item out of the service error).
+fn conditional<O, E, R>(
+    result: Result<O, SdkError<E, R>>,
+    lease: Lease,
+    operation: &'static str,
+    conflict: fn(&E) -> Option<Option<&HashMap<String, AttributeValue>>>,
+) -> Result<Conditional<Lease>, StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(Conditional::Written(lease)),
+        Err(err) => match err.as_service_error().and_then(conflict) {
+            Some(item) => Ok(Conditional::Conflict(parse_old(item)?)),
+            None => Err(StoreError::from_sdk(operation, err)),
+        },
     }
 }
 
