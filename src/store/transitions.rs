@@ -43,6 +43,9 @@ const MAX_CLAIM_ROUNDS: usize = 4;
 /// whose lock was taken over (new version, new owner) is fenced out.
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
 
+/// An item as DynamoDB returns it.
+type RawItem = HashMap<String, AttributeValue>;
+
 /// Result of a conditional write that returns the stored item on conflict.
 enum Conditional<T> {
     Written(T),
@@ -366,7 +369,7 @@ fn conditional<O, E, R>(
     result: Result<O, SdkError<E, R>>,
     lease: Lease,
     operation: &'static str,
-    conflict: fn(&E) -> Option<Option<&HashMap<String, AttributeValue>>>,
+    conflict: fn(&E) -> Option<Option<&RawItem>>,
 ) -> Result<Conditional<Lease>, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
@@ -423,9 +426,7 @@ where
     StoreError::from_sdk("complete (TransactWriteItems)", err)
 }
 
-fn parse_old(
-    item: Option<&HashMap<String, AttributeValue>>,
-) -> Result<Option<Box<StoredItem>>, StoreError> {
+fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {
     item.map(|item| StoredItem::parse(item).map(Box::new))
         .transpose()
 }
