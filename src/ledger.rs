@@ -80,13 +80,12 @@ impl LedgerSettings {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let table = settings::required(var, "LEDGER_TABLE")?;
-        let mode = match var("LEDGER_MODE") {
-            None => LedgerMode::Transactional,
-            Some(text) => LedgerMode::parse(&text).map_err(|reason| SettingsError {
-                variable: "LEDGER_MODE",
-                reason,
-            })?,
-        };
+        let mode = settings::parsed(
+            var,
+            "LEDGER_MODE",
+            LedgerMode::Transactional,
+            LedgerMode::parse,
+        )?;
         Ok(Self { table, mode })
     }
 }

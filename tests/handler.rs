@@ -131,7 +131,15 @@ async fn after_a_failure_the_rest_of_its_partition_waits_and_is_reported() {
             .starts_with("not a payment:"),
         "{bad:?}"
     );
-    assert_eq!(store.get("p-3").await.expect("get"), None);
+    // Offsets 12 and 13 were claimed ahead, then released when 11 failed:
+    // their work never ran, and their redelivery may claim them at once.
+    for key in ["p-3", "p-4"] {
+        let item = store.get(key).await.expect("get").expect("claimed ahead");
+        assert_eq!(
+            (item.status, item.lock_expires_at_ms),
+            (Status::Started, Some(0))
+        );
+    }
 }
 
 fn function_store<H: RecordHandler>(
@@ -475,7 +483,8 @@ async fn a_retryable_failure_releases_the_key_and_the_redelivery_takes_it_over()
         [
             (format!("{p}p-1#v1"), 1),
             (format!("{p}p-1#v2"), 2),
-            (format!("{p}p-2#v1"), 1)
+            // p-2 was claimed ahead (v1) and released unrun when p-1 failed.
+            (format!("{p}p-2#v2"), 2)
         ]
     );
 }

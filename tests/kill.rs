@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use exactly_once::engine::{Completion, Engine, FencingToken, HandlerError, RecordHandler};
-use exactly_once::lambda::MskFunction;
-use exactly_once::lambda::settings::DEFAULT_SAFETY_MARGIN;
+use exactly_once::engine::{
+    Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+};
+use exactly_once::lambda::{FunctionSettings, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, Status, StoreConfig};
 use serde::{Deserialize, Serialize};
@@ -91,9 +92,8 @@ async fn worker_process() {
         pause: config.pause_in_handler,
     };
     let function = MskFunction::new(
-        Engine::new(store, handler),
-        header_keys(),
-        DEFAULT_SAFETY_MARGIN,
+        Engine::new(store, handler, EngineConfig::default()),
+        FunctionSettings::new(header_keys()),
     );
     for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
         // Like Lambda: the batch comes again until nothing is reported.
@@ -178,9 +178,12 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let orphan = store.get("k-1").await.expect("get").expect("item");
     assert_eq!((orphan.status, orphan.version), (Status::Started, 1));
     let function = MskFunction::new(
-        Engine::new(store.clone(), ledger(client, false)),
-        header_keys(),
-        DEFAULT_SAFETY_MARGIN,
+        Engine::new(
+            store.clone(),
+            ledger(client, false),
+            EngineConfig::default(),
+        ),
+        FunctionSettings::new(header_keys()),
     );
     // Until the dead worker's lock expires, the key is in progress.
     assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@0"]);

@@ -251,7 +251,7 @@ async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend() {
         Err(StoreError::LockLost { version: 1, .. }) => {}
         other => panic!("expected lock lost for version 1, got {other:?}"),
     };
-    lost(store.complete(&old, Some("late")).await);
+    lost(store.complete(&old, Some("late")).await.map(|_| ()));
     lost(store.fail(&old, "late").await);
     lost(store.release(&old).await);
     lost(store.extend(&old, now_ms() + 60_000).await.map(|_| ()));

@@ -15,10 +15,10 @@ async fn main() -> Result<(), Error> {
     let ledger = LedgerSettings::from_lookup(|name| std::env::var(name).ok())?;
     let client = dynamo::connect().await;
     let store = IdempotencyStore::new(client.clone(), settings.store);
+    let handler = LedgerHandler::from_settings(client, ledger);
     let function = MskFunction::new(
-        Engine::new(store, LedgerHandler::from_settings(client, ledger)),
-        settings.keys,
-        settings.safety_margin,
+        Engine::new(store, handler, settings.engine),
+        settings.function,
     );
     let function = &function;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

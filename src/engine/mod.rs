@@ -1,20 +1,28 @@
 //! Runs a batch of messages exactly once per idempotency key: claim, run the
 //! business logic, record the outcome. Knows nothing of Kafka or Lambda.
 //!
-//! A batch is a list of lanes (a Kafka partition at the edge). Lanes run
-//! concurrently; inside a lane messages run one after another, and after a
-//! message that did not finish, the rest of its lane is not started.
+//! A batch is a list of lanes (a Kafka partition, or one Kafka key of it, at
+//! the edge). Lanes run concurrently; inside a lane the business logic runs
+//! one message after another, in order, while the claims of the next few
+//! messages are already made ("claim ahead"). After a message that did not
+//! finish, the rest of its lane is not started and claims made ahead are
+//! released at once.
 
+mod cache;
 mod coalesce;
 mod deadline;
 mod handler;
+mod lane;
 mod lease;
 mod outcome;
+mod precheck;
 mod record;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use deadline::{Deadline, LEASE_GRACE, StopReason};
@@ -22,7 +30,8 @@ pub use handler::{Completion, ConditionFailure, FencingToken, HandlerError, Reco
 pub use outcome::Outcome;
 
 use crate::store::IdempotencyStore;
-use coalesce::{InFlight, Settled, Turn};
+use cache::CompletedCache;
+use coalesce::InFlight;
 use deadline::BatchGuard;
 
 /// One message ready to run.
@@ -45,6 +54,30 @@ pub fn payload_hash(payload: &[u8]) -> String {
 /// A message of a batch: ready to run, or unreadable (with the reason).
 pub type Item = Result<Work, String>;
 
+/// How much the engine does at once, and what it remembers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// At most this many claims and pieces of work at once across a batch:
+    /// the bound on in-flight DynamoDB requests. Default 64.
+    pub max_in_flight: usize,
+    /// Messages of a lane claimed ahead of the one whose work runs.
+    /// Default 16.
+    pub claim_ahead: usize,
+    /// Keys of the warm container's cache of COMPLETED keys; 0 disables it.
+    /// Default 10,000.
+    pub completed_cache: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 64,
+            claim_ahead: 16,
+            completed_cache: 10_000,
+        }
+    }
+}
+
 /// The outcomes of a batch, in the shape of its lanes.
 #[derive(Debug)]
 pub struct BatchResult {
@@ -57,17 +90,28 @@ pub struct BatchResult {
 struct Batch {
     in_flight: InFlight,
     guard: BatchGuard,
+    /// Keys known COMPLETED before the batch started, with their payload hash.
+    completed: HashMap<String, String>,
 }
 
-/// The idempotency engine: a store and the business logic.
+/// The idempotency engine: a store, the business logic, and a cache.
 pub struct Engine<H> {
     store: IdempotencyStore,
     handler: H,
+    config: EngineConfig,
+    cache: CompletedCache,
+    permits: Arc<Semaphore>,
 }
 
 impl<H: RecordHandler> Engine<H> {
-    pub fn new(store: IdempotencyStore, handler: H) -> Self {
-        Self { store, handler }
+    pub fn new(store: IdempotencyStore, handler: H, config: EngineConfig) -> Self {
+        Self {
+            cache: CompletedCache::new(config.completed_cache),
+            permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            store,
+            handler,
+            config,
+        }
     }
 
     pub fn store(&self) -> &IdempotencyStore {
@@ -86,6 +130,7 @@ impl<H: RecordHandler> Engine<H> {
         deadline: Deadline,
     ) -> BatchResult {
         let batch = Arc::new(Batch {
+            completed: self.known_completed(&lanes).await,
             in_flight: InFlight::default(),
             guard: BatchGuard::new(deadline),
         });
@@ -93,7 +138,7 @@ impl<H: RecordHandler> Engine<H> {
         let lane_count = lanes.len();
         for (index, lane) in lanes.into_iter().enumerate() {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
-            tasks.spawn(async move { (index, engine.run_lane(lane, &batch).await) });
+            tasks.spawn(async move { (index, engine.run_lane(lane, batch).await) });
         }
         let mut results: Vec<Vec<Outcome>> = (0..lane_count).map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {
@@ -107,56 +152,6 @@ impl<H: RecordHandler> Engine<H> {
         BatchResult {
             outcomes: results,
             store_unavailable: batch.guard.is_store_down(),
-        }
-    }
-
-    /// Runs a lane in order, stopping at the first message not finished.
-    async fn run_lane(&self, lane: Vec<Item>, batch: &Batch) -> Vec<Outcome> {
-        let mut outcomes = Vec::with_capacity(lane.len());
-        let mut stopped = None;
-        for item in lane {
-            if let Some(reason) = stopped.or_else(|| batch.guard.stop_reason()) {
-                stopped = Some(reason);
-                outcomes.push(Outcome::NotStarted(reason));
-                continue;
-            }
-            let outcome = match item {
-                Ok(work) => self.run_coalesced(&work, batch).await,
-                Err(reason) => Outcome::Invalid { reason },
-            };
-            if let Outcome::StoreFailed(err) = &outcome
-                && err.is_retryable()
-            {
-                tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
-                batch.guard.store_failed();
-            }
-            if !outcome.is_finished() {
-                stopped = Some(StopReason::EarlierRecordUnfinished);
-            }
-            outcomes.push(outcome);
-        }
-        outcomes
-    }
-
-    /// Runs the first copy of a key in this batch; later copies wait for it
-    /// and are duplicates if it finished with the same payload.
-    async fn run_coalesced(&self, work: &Work, batch: &Batch) -> Outcome {
-        let deadline = batch.guard.deadline();
-        match batch.in_flight.turn(&work.key) {
-            Turn::First(sender) => {
-                let outcome = self.run_once(work, deadline).await;
-                sender.send_replace(Some(Settled {
-                    payload_hash: work.payload_hash.clone(),
-                    finished: outcome.is_finished(),
-                }));
-                outcome
-            }
-            Turn::Later(receiver) => match coalesce::settled(receiver).await {
-                Some(first) if first.finished && first.payload_hash == work.payload_hash => {
-                    Outcome::Duplicate
-                }
-                _ => self.run_once(work, deadline).await,
-            },
         }
     }
 }

@@ -8,8 +8,19 @@ use super::lease::{Held, hold};
 use super::{Engine, Outcome, Work};
 
 impl<H: RecordHandler> Engine<H> {
-    /// Claim, run, record. `deadline` bounds the lease and cuts the work.
+    /// Claim, run, record, one after the other. `deadline` bounds the lease
+    /// and cuts the work.
     pub async fn run_once(&self, work: &Work, deadline: Deadline) -> Outcome {
+        match self.claim(work, deadline).await {
+            Ok(lease) => self.work(work, lease, deadline).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Claims the message's key: the lease to do its work, or the outcome
+    /// that makes the work unnecessary or impossible now.
+    pub(super) async fn claim(&self, work: &Work, deadline: Deadline) -> Result<Lease, Outcome> {
+        let _permit = self.permits.acquire().await;
         let claim = self
             .store
             .claim(ClaimRequest {
@@ -19,16 +30,25 @@ impl<H: RecordHandler> Engine<H> {
                 lease_cap_ms: deadline.lease_cap_ms(),
             })
             .await;
-        let lease = match claim {
-            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => lease,
-            Ok(ClaimOutcome::Duplicate(_)) => return Outcome::Duplicate,
-            Ok(ClaimOutcome::InProgress(_)) => return Outcome::InProgress,
-            Ok(ClaimOutcome::PayloadMismatch(_)) => return Outcome::PayloadMismatch,
-            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
-                return Outcome::PreviouslyFailed { error: item.error };
+        match claim {
+            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
+            Ok(ClaimOutcome::Duplicate(item)) => {
+                self.cache
+                    .insert(&work.key, &item.payload_hash, item.expires_at_s);
+                Err(Outcome::Duplicate)
             }
-            Err(err) => return store_failure(err),
-        };
+            Ok(ClaimOutcome::InProgress(_)) => Err(Outcome::InProgress),
+            Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
+            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
+                Err(Outcome::PreviouslyFailed { error: item.error })
+            }
+            Err(err) => Err(store_failure(err)),
+        }
+    }
+
+    /// Runs the business logic under `lease` and records its outcome.
+    pub(super) async fn work(&self, work: &Work, lease: Lease, deadline: Deadline) -> Outcome {
+        let _permit = self.permits.acquire().await;
         let token = FencingToken::from(&lease);
         let run = self.handler.handle(&token, &work.payload);
         let (completion, lease) = match hold(&self.store, lease, deadline, run).await {
@@ -61,9 +81,13 @@ impl<H: RecordHandler> Engine<H> {
                 .await
         };
         match recorded {
-            Ok(()) => Outcome::Processed {
-                version: lease.version,
-            },
+            Ok(expires_at_s) => {
+                self.cache
+                    .insert(&work.key, &work.payload_hash, expires_at_s);
+                Outcome::Processed {
+                    version: lease.version,
+                }
+            }
             // Nothing was written: the effect's own condition decides.
             Err(err @ StoreError::EffectConditionFailed { .. }) => {
                 let error = err.to_string();
@@ -97,7 +121,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// Makes the key claimable at once; if that fails the lease still ends
     /// by itself, and the record is reported either way.
-    async fn release(&self, lease: &Lease) {
+    pub(super) async fn release(&self, lease: &Lease) {
         if let Err(err) = self.store.release(lease).await {
             tracing::warn!(key = %lease.pk, error = %err, "could not release the key");
         }

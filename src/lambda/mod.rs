@@ -6,17 +6,17 @@ pub mod keys;
 pub mod response;
 pub mod settings;
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 use crate::engine::{Deadline, Engine, Item, Outcome, RecordHandler, StopReason, Work};
+use decode::Decoded;
 pub use decode::{Coordinates, EventError};
-use keys::KeySpec;
 pub use response::KafkaBatchResponse;
-pub use settings::Settings;
+pub use settings::{FunctionSettings, Settings};
 
 /// Why an invocation failed as a whole (Lambda then retries the batch).
 #[derive(Debug, thiserror::Error)]
@@ -44,20 +44,42 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
     }
 }
 
+/// How records of one partition may run relative to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ordering {
+    /// Strict offset order, one record at a time (the default).
+    Partition,
+    /// Records with the same Kafka record key in offset order; different
+    /// keys concurrently (records without a key form one group).
+    Key,
+    /// Every record on its own.
+    Unordered,
+}
+
+impl Ordering {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "partition" => Ok(Self::Partition),
+            "key" => Ok(Self::Key),
+            "none" => Ok(Self::Unordered),
+            other => Err(format!(
+                "unknown ordering mode {other:?}; expected partition, key or none"
+            )),
+        }
+    }
+}
+
 /// The MSK function: one per container, shared by every invocation.
 pub struct MskFunction<H> {
     engine: Arc<Engine<H>>,
-    keys: KeySpec,
-    safety_margin: Duration,
+    settings: FunctionSettings,
 }
 
 impl<H: RecordHandler> MskFunction<H> {
-    /// No record starts within `safety_margin` of the invocation's deadline.
-    pub fn new(engine: Engine<H>, keys: KeySpec, safety_margin: Duration) -> Self {
+    pub fn new(engine: Engine<H>, settings: FunctionSettings) -> Self {
         Self {
             engine: Arc::new(engine),
-            keys,
-            safety_margin,
+            settings,
         }
     }
 
@@ -72,23 +94,19 @@ impl<H: RecordHandler> MskFunction<H> {
         event: LambdaEvent<Value>,
     ) -> Result<KafkaBatchResponse, InvocationError> {
         let partitions = decode::decode_event(&event.payload)?;
-        let coordinates: Vec<Vec<Coordinates>> = partitions
-            .iter()
-            .map(|records| records.iter().map(|(at, _)| at.clone()).collect())
-            .collect();
-        let lanes = partitions
+        let (coordinates, lanes): (Vec<Vec<Coordinates>>, Vec<Vec<Item>>) = partitions
             .into_iter()
-            .map(|records| {
-                records
-                    .into_iter()
-                    .map(|(at, record)| self.item(at, record))
-                    .collect()
+            .flat_map(|records| self.lanes(records))
+            .map(|lane| {
+                lane.into_iter()
+                    .map(|(at, record)| (at.clone(), self.item(at, record)))
+                    .unzip()
             })
-            .collect();
-        let deadline = Deadline::new(event.context.deadline, self.safety_margin);
+            .unzip();
+        let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
         let batch = self.engine.run_batch(lanes, deadline).await;
 
-        let mut response = KafkaBatchResponse::default();
+        let mut failures = Vec::new();
         let (mut finished, mut reported) = (0usize, 0usize);
         for (records, outcomes) in coordinates.into_iter().zip(batch.outcomes) {
             let mut outcomes = outcomes.into_iter();
@@ -103,7 +121,7 @@ impl<H: RecordHandler> MskFunction<H> {
                     finished += 1;
                 } else {
                     reported += 1;
-                    response.batch_item_failures.push(at.into());
+                    failures.push(at);
                 }
             }
         }
@@ -118,13 +136,39 @@ impl<H: RecordHandler> MskFunction<H> {
             // Nothing could be done: an invocation error retries the batch.
             return Err(InvocationError::StoreUnavailable { reported });
         }
-        Ok(response)
+        failures.sort();
+        Ok(KafkaBatchResponse {
+            batch_item_failures: failures.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// Splits a partition's records (in offset order) into lanes that keep
+    /// the configured order.
+    fn lanes(&self, records: Vec<Decoded>) -> Vec<Vec<Decoded>> {
+        match self.settings.ordering {
+            Ordering::Partition => vec![records],
+            Ordering::Unordered => records.into_iter().map(|record| vec![record]).collect(),
+            Ordering::Key => {
+                let mut lanes: Vec<Vec<Decoded>> = Vec::new();
+                let mut lane_of: HashMap<Option<Vec<u8>>, usize> = HashMap::new();
+                for record in records {
+                    // An undecodable record has no key: it joins the keyless lane.
+                    let key = record.1.as_ref().ok().and_then(|r| r.key.clone());
+                    let lane = *lane_of.entry(key).or_insert_with(|| {
+                        lanes.push(Vec::new());
+                        lanes.len() - 1
+                    });
+                    lanes[lane].push(record);
+                }
+                lanes
+            }
+        }
     }
 
     fn item(&self, at: Coordinates, record: Result<decode::DecodedRecord, String>) -> Item {
         let record = record?;
         let payload_hash = crate::engine::payload_hash(&record.value);
-        let key = self.keys.key_for(&record, &at, &payload_hash)?;
+        let key = self.settings.keys.key_for(&record, &at, &payload_hash)?;
         Ok(Work {
             key,
             payload: record.value,

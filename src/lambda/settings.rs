@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use crate::config::StoreConfig;
+use crate::engine::EngineConfig;
 
+use super::Ordering;
 use super::keys::{KeySpec, MissingKeyPolicy};
 
-/// The environment variables this crate reads (the ledger's `LEDGER_TABLE`
-/// is read by the demo binary).
+/// The environment variables this crate reads (the ledger's are in
+/// [`crate::ledger::ENV_VARS`]).
 pub const ENV_VARS: &[&str] = &[
     "IDEMPOTENCY_TABLE",
     "IDEMPOTENCY_KEY_HEADER",
@@ -18,6 +20,10 @@ pub const ENV_VARS: &[&str] = &[
     "LOCK_TIMEOUT_SECONDS",
     "RECORD_RETENTION_SECONDS",
     "SAFETY_MARGIN_MS",
+    "ORDERING_MODE",
+    "MAX_IN_FLIGHT",
+    "CLAIM_AHEAD",
+    "COMPLETED_CACHE_SIZE",
 ];
 
 /// Default of `SAFETY_MARGIN_MS`: no record starts within 5 s of the
@@ -33,12 +39,32 @@ pub struct SettingsError {
     pub reason: String,
 }
 
+/// How the Kafka edge reads an event: keys, order, time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionSettings {
+    pub keys: KeySpec,
+    pub ordering: Ordering,
+    /// No record starts within this of the invocation's deadline.
+    pub safety_margin: Duration,
+}
+
+impl FunctionSettings {
+    /// `keys`, in partition order, with the default safety margin.
+    pub fn new(keys: KeySpec) -> Self {
+        Self {
+            keys,
+            ordering: Ordering::Partition,
+            safety_margin: DEFAULT_SAFETY_MARGIN,
+        }
+    }
+}
+
 /// Everything the MSK function needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub store: StoreConfig,
-    pub keys: KeySpec,
-    pub safety_margin: Duration,
+    pub engine: EngineConfig,
+    pub function: FunctionSettings,
 }
 
 impl Settings {
@@ -51,48 +77,72 @@ impl Settings {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let table_name = required(var, "IDEMPOTENCY_TABLE")?;
+        let positive_seconds = |text: &str| match text.parse::<u64>() {
+            Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+            _ => Err("expected a whole number of seconds above 0".to_owned()),
+        };
+        let count = |text: &str| match text.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("expected a whole number above 0".to_owned()),
+        };
         let store = StoreConfig {
             key_prefix: var("IDEMPOTENCY_KEY_PREFIX").unwrap_or_default(),
-            lock_timeout: seconds(
+            lock_timeout: parsed(
                 var,
                 "LOCK_TIMEOUT_SECONDS",
                 StoreConfig::DEFAULT_LOCK_TIMEOUT,
+                positive_seconds,
             )?,
-            retention: seconds(
+            retention: parsed(
                 var,
                 "RECORD_RETENTION_SECONDS",
                 StoreConfig::DEFAULT_RETENTION,
+                positive_seconds,
             )?,
             ..StoreConfig::new(table_name)
         };
-        let header = var("IDEMPOTENCY_KEY_HEADER").unwrap_or_else(|| "idempotency-key".into());
-        let source = var("IDEMPOTENCY_KEY_SOURCE").unwrap_or_else(|| "header".into());
-        let missing = match var("MISSING_KEY_POLICY") {
-            None => MissingKeyPolicy::Reject,
-            Some(text) => MissingKeyPolicy::parse(&text).map_err(|reason| SettingsError {
-                variable: "MISSING_KEY_POLICY",
-                reason,
-            })?,
+        let defaults = EngineConfig::default();
+        let engine = EngineConfig {
+            max_in_flight: parsed(var, "MAX_IN_FLIGHT", defaults.max_in_flight, count)?,
+            claim_ahead: parsed(var, "CLAIM_AHEAD", defaults.claim_ahead, count)?,
+            completed_cache: parsed(
+                var,
+                "COMPLETED_CACHE_SIZE",
+                defaults.completed_cache,
+                |text| {
+                    text.parse::<usize>()
+                        .map_err(|_| "expected a whole number (0 disables the cache)".to_owned())
+                },
+            )?,
         };
-        let keys = KeySpec::parse(&source, header, missing).map_err(|reason| SettingsError {
+        let header = var("IDEMPOTENCY_KEY_HEADER").unwrap_or_else(|| "idempotency-key".into());
+        let missing = parsed(
+            var,
+            "MISSING_KEY_POLICY",
+            MissingKeyPolicy::Reject,
+            MissingKeyPolicy::parse,
+        )?;
+        let keys = parsed(var, "IDEMPOTENCY_KEY_SOURCE", None, |source| {
+            KeySpec::parse(source, header.clone(), missing).map(Some)
+        })?
+        .map_or_else(|| KeySpec::parse("header", header.clone(), missing), Ok)
+        .map_err(|reason| SettingsError {
             variable: "IDEMPOTENCY_KEY_SOURCE",
             reason,
         })?;
-        let safety_margin = match var("SAFETY_MARGIN_MS") {
-            None => DEFAULT_SAFETY_MARGIN,
-            Some(text) => text
-                .trim()
-                .parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| SettingsError {
-                    variable: "SAFETY_MARGIN_MS",
-                    reason: format!("expected a whole number of milliseconds, got {text:?}"),
-                })?,
+        let function = FunctionSettings {
+            keys,
+            ordering: parsed(var, "ORDERING_MODE", Ordering::Partition, Ordering::parse)?,
+            safety_margin: parsed(var, "SAFETY_MARGIN_MS", DEFAULT_SAFETY_MARGIN, |text| {
+                text.parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| "expected a whole number of milliseconds".to_owned())
+            })?,
         };
         Ok(Self {
             store,
-            keys,
-            safety_margin,
+            engine,
+            function,
         })
     }
 }
@@ -108,19 +158,18 @@ pub fn required(
     })
 }
 
-fn seconds(
+/// An optional variable read with `parse`, or `default` when unset.
+pub fn parsed<T>(
     var: impl Fn(&str) -> Option<String>,
     variable: &'static str,
-    default: Duration,
-) -> Result<Duration, SettingsError> {
-    let Some(text) = var(variable) else {
-        return Ok(default);
-    };
-    match text.trim().parse::<u64>() {
-        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
-        _ => Err(SettingsError {
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, SettingsError> {
+    match var(variable) {
+        None => Ok(default),
+        Some(text) => parse(text.trim()).map_err(|reason| SettingsError {
             variable,
-            reason: format!("expected a whole number of seconds above 0, got {text:?}"),
+            reason: format!("{reason}, got {text:?}"),
         }),
     }
 }
@@ -145,12 +194,11 @@ mod tests {
         assert_eq!(settings.store, StoreConfig::new("t"));
         assert_eq!(settings.store.lock_timeout, Duration::from_secs(30));
         assert_eq!(settings.store.retention, Duration::from_secs(691_200));
-        assert_eq!(settings.safety_margin, Duration::from_secs(5));
-        assert_eq!(
-            settings.keys,
-            KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
-                .expect("valid")
-        );
+        assert_eq!(settings.engine, EngineConfig::default());
+        let keys = KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
+            .expect("valid");
+        assert_eq!(settings.function, FunctionSettings::new(keys));
+        assert_eq!(settings.function.safety_margin, Duration::from_secs(5));
     }
 
     #[test]
@@ -164,20 +212,34 @@ mod tests {
             ("LOCK_TIMEOUT_SECONDS", "12"),
             ("RECORD_RETENTION_SECONDS", "3600"),
             ("SAFETY_MARGIN_MS", "750"),
+            ("ORDERING_MODE", "key"),
+            ("MAX_IN_FLIGHT", "8"),
+            ("CLAIM_AHEAD", "4"),
+            ("COMPLETED_CACHE_SIZE", "0"),
         ])
         .expect("valid");
         assert_eq!(settings.store.key_prefix, "payments#");
         assert_eq!(settings.store.lock_timeout, Duration::from_secs(12));
         assert_eq!(settings.store.retention, Duration::from_secs(3600));
-        assert_eq!(settings.safety_margin, Duration::from_millis(750));
+        let function = &settings.function;
+        assert_eq!(function.safety_margin, Duration::from_millis(750));
+        assert_eq!(function.ordering, Ordering::Key);
         assert_eq!(
-            settings.keys.parts(),
+            function.keys.parts(),
             [
                 KeyPart::RecordKey,
                 KeyPart::JsonPointer("/payment_id".into())
             ]
         );
-        assert_eq!(settings.keys.missing(), MissingKeyPolicy::PayloadHash);
+        assert_eq!(function.keys.missing(), MissingKeyPolicy::PayloadHash);
+        assert_eq!(
+            settings.engine,
+            EngineConfig {
+                max_in_flight: 8,
+                claim_ahead: 4,
+                completed_cache: 0
+            }
+        );
     }
 
     #[test]
@@ -195,6 +257,10 @@ mod tests {
             ),
             (vec![("MISSING_KEY_POLICY", "ignore")], "MISSING_KEY_POLICY"),
             (vec![("SAFETY_MARGIN_MS", "5s")], "SAFETY_MARGIN_MS"),
+            (vec![("ORDERING_MODE", "offset")], "ORDERING_MODE"),
+            (vec![("MAX_IN_FLIGHT", "0")], "MAX_IN_FLIGHT"),
+            (vec![("CLAIM_AHEAD", "many")], "CLAIM_AHEAD"),
+            (vec![("COMPLETED_CACHE_SIZE", "-1")], "COMPLETED_CACHE_SIZE"),
             (
                 vec![("IDEMPOTENCY_KEY_SOURCE", "json:payment_id")],
                 "IDEMPOTENCY_KEY_SOURCE",

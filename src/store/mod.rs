@@ -5,6 +5,7 @@
 
 mod error;
 mod item;
+mod read;
 mod transitions;
 
 use aws_sdk_dynamodb::Client;

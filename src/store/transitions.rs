@@ -44,7 +44,7 @@ const MAX_CLAIM_ROUNDS: usize = 4;
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
 
 /// An item as DynamoDB returns it.
-type RawItem = HashMap<String, AttributeValue>;
+pub(super) type RawItem = HashMap<String, AttributeValue>;
 
 /// Result of a conditional write that returns the stored item on conflict.
 enum Conditional<T> {
@@ -185,11 +185,13 @@ impl IdempotencyStore {
     }
 
     /// Complete: the work is done; redeliveries become duplicates until the
-    /// retention ends. `result` is cut to [`super::MAX_TEXT_BYTES`].
-    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), StoreError> {
-        let (update, values) = self.completion(result);
+    /// retention ends. `result` is cut to [`super::MAX_TEXT_BYTES`]. Returns
+    /// the item's new `expires_at` (epoch seconds).
+    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<u64, StoreError> {
+        let (update, values, expires_at_s) = self.completion(result);
         self.fenced_update(lease, "complete (UpdateItem)", update, values)
-            .await
+            .await?;
+        Ok(expires_at_s)
     }
 
     /// Complete together with the work's own DynamoDB writes, in ONE
@@ -201,13 +203,13 @@ impl IdempotencyStore {
         lease: &Lease,
         result: Option<&str>,
         writes: Vec<TransactWriteItem>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         if writes.len() > MAX_EFFECT_WRITES {
             return Err(StoreError::TooManyWrites {
                 count: writes.len(),
             });
         }
-        let (update, values) = self.completion(result);
+        let (update, values, expires_at_s) = self.completion(result);
         let completion = Update::builder()
             .table_name(&self.config.table_name)
             .key("pk", s(&lease.pk))
@@ -229,7 +231,9 @@ impl IdempotencyStore {
             .set_transact_items(Some(actions))
             .send()
             .await;
-        let Err(err) = result else { return Ok(()) };
+        let Err(err) = result else {
+            return Ok(expires_at_s);
+        };
         let reasons = match err.as_service_error() {
             Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
                 cancelled.cancellation_reasons().to_vec()
@@ -239,15 +243,16 @@ impl IdempotencyStore {
         Err(failed_transaction(lease, &reasons, err))
     }
 
-    /// The update that marks an item COMPLETED, and its values.
+    /// The update that marks an item COMPLETED, its values and its expiry.
     fn completion(
         &self,
         result: Option<&str>,
-    ) -> (&'static str, Vec<(&'static str, AttributeValue)>) {
+    ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
         let now = now_ms();
+        let expires_at_s = self.expires_at_s(now);
         let mut values = vec![
             (":completed", Status::Completed.value()),
-            (":exp", n(self.expires_at_s(now))),
+            (":exp", n(expires_at_s)),
             (":now_ms", n(now)),
         ];
         let update = match result {
@@ -261,7 +266,7 @@ impl IdempotencyStore {
                  REMOVE #lock_expires_at"
             }
         };
-        (update, values)
+        (update, values, expires_at_s)
     }
 
     /// Fail permanently: redeliveries are refused without running the work.
@@ -331,25 +336,6 @@ impl IdempotencyStore {
                 _ => Err(StoreError::from_sdk(operation, err)),
             },
         }
-    }
-
-    /// The stored item of `key`, read consistently; `None` when absent or
-    /// past its TTL (DynamoDB deletes expired items lazily).
-    pub async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let pk = self.pk(key)?;
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(pk))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
-        let now = now_ms();
-        Ok(parse_old(output.item())?
-            .map(|item| *item)
-            .filter(|item| !item.is_expired(now)))
     }
 
     /// A new lease's end: one lock timeout from now, but not past `cap_ms`.
@@ -426,7 +412,7 @@ where
     StoreError::from_sdk("complete (TransactWriteItems)", err)
 }
 
-fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {
+pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {
     item.map(|item| StoredItem::parse(item).map(Box::new))
         .transpose()
 }

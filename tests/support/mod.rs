@@ -105,10 +105,10 @@ pub fn sha256_hex(payload: &[u8]) -> String {
 pub mod msk {
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
+    use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-    use exactly_once::lambda::settings::DEFAULT_SAFETY_MARGIN;
-    use exactly_once::lambda::{KafkaBatchResponse, MskFunction};
+    use exactly_once::lambda::{FunctionSettings, KafkaBatchResponse, MskFunction};
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
     use serde_json::{Value, json};
@@ -197,7 +197,10 @@ pub mod msk {
             super::store_config(std::time::Duration::from_secs(30)),
         );
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
-        MskFunction::new(Engine::new(store, ledger), keys, DEFAULT_SAFETY_MARGIN)
+        MskFunction::new(
+            Engine::new(store, ledger, EngineConfig::default()),
+            FunctionSettings::new(keys),
+        )
     }
 
     pub fn function_with<H: RecordHandler>(
@@ -205,7 +208,10 @@ pub mod msk {
         handler: H,
         keys: KeySpec,
     ) -> MskFunction<H> {
-        MskFunction::new(Engine::new(store, handler), keys, DEFAULT_SAFETY_MARGIN)
+        MskFunction::new(
+            Engine::new(store, handler, EngineConfig::default()),
+            FunctionSettings::new(keys),
+        )
     }
 
     pub async fn invoke<H: RecordHandler>(

@@ -1,0 +1,135 @@
+//! One lane: messages whose work must run in order. The work runs one message
+//! at a time; the claims of up to `claim_ahead` following messages are made
+//! meanwhile, so a message's claim does not wait for the previous effect.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::{Lease, StoreError};
+
+use super::coalesce::{self, Settled, Turn};
+use super::{Batch, Engine, Item, Outcome, RecordHandler, StopReason, Work};
+
+/// What is prepared for a message before its turn.
+enum Step {
+    /// Settled without a claim: unreadable, or known COMPLETED.
+    Done(Outcome),
+    /// The first copy of its key in the batch: its claim, running ahead.
+    Claiming(
+        JoinHandle<Result<Lease, Outcome>>,
+        watch::Sender<Option<Settled>>,
+    ),
+    /// A later copy of a key in flight: waits for the first copy's outcome.
+    Waiting(watch::Receiver<Option<Settled>>),
+}
+
+impl<H: RecordHandler> Engine<H> {
+    /// Runs a lane in order, stopping at the first message not finished.
+    pub(super) async fn run_lane(
+        self: Arc<Self>,
+        lane: Vec<Item>,
+        batch: Arc<Batch>,
+    ) -> Vec<Outcome> {
+        let mut outcomes = Vec::with_capacity(lane.len());
+        let mut pending = lane.into_iter();
+        let mut prepared: VecDeque<(Option<Work>, Step)> = VecDeque::new();
+        let mut stop: Option<StopReason> = None;
+        loop {
+            while stop.is_none() && prepared.len() < self.config.claim_ahead.max(1) {
+                let Some(item) = pending.next() else { break };
+                prepared.push_back(self.prepare(item, &batch));
+            }
+            let Some((work, step)) = prepared.pop_front() else {
+                break;
+            };
+            stop = stop.or_else(|| batch.guard.stop_reason());
+            let outcome = match (stop, work) {
+                (Some(reason), _) => {
+                    self.abandon(step).await;
+                    Outcome::NotStarted(reason)
+                }
+                (None, work) => self.finish(work, step, &batch).await,
+            };
+            if let Outcome::StoreFailed(err) = &outcome
+                && err.is_retryable()
+            {
+                tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
+                batch.guard.store_failed();
+            }
+            if !outcome.is_finished() {
+                stop = stop.or(Some(StopReason::EarlierRecordUnfinished));
+            }
+            outcomes.push(outcome);
+        }
+        let reason = stop.unwrap_or(StopReason::EarlierRecordUnfinished);
+        outcomes.extend(pending.map(|_| Outcome::NotStarted(reason)));
+        outcomes
+    }
+
+    /// Settles what can be settled without a claim, or starts the claim.
+    fn prepare(self: &Arc<Self>, item: Item, batch: &Batch) -> (Option<Work>, Step) {
+        let work = match item {
+            Ok(work) => work,
+            Err(reason) => return (None, Step::Done(Outcome::Invalid { reason })),
+        };
+        if batch.completed.get(&work.key) == Some(&work.payload_hash) {
+            return (Some(work), Step::Done(Outcome::Duplicate));
+        }
+        let step = match batch.in_flight.turn(&work.key) {
+            Turn::Later(receiver) => Step::Waiting(receiver),
+            Turn::First(sender) => {
+                let (engine, claimed, deadline) =
+                    (Arc::clone(self), work.clone(), batch.guard.deadline());
+                Step::Claiming(
+                    tokio::spawn(async move { engine.claim(&claimed, deadline).await }),
+                    sender,
+                )
+            }
+        };
+        (Some(work), step)
+    }
+
+    /// The message's turn: its work runs (or its first copy's outcome counts).
+    async fn finish(&self, work: Option<Work>, step: Step, batch: &Batch) -> Outcome {
+        let deadline = batch.guard.deadline();
+        match (step, work) {
+            (Step::Done(outcome), _) => outcome,
+            (Step::Claiming(claim, sender), Some(work)) => {
+                let outcome = match claim.await {
+                    Ok(Ok(lease)) => self.work(&work, lease, deadline).await,
+                    Ok(Err(outcome)) => outcome,
+                    Err(err) => Outcome::StoreFailed(StoreError::Unavailable {
+                        operation: "claim",
+                        message: format!("the claim's task failed: {err}"),
+                    }),
+                };
+                sender.send_replace(Some(Settled {
+                    payload_hash: work.payload_hash.clone(),
+                    finished: outcome.is_finished(),
+                }));
+                outcome
+            }
+            (Step::Waiting(receiver), Some(work)) => match coalesce::settled(receiver).await {
+                Some(first) if first.finished && first.payload_hash == work.payload_hash => {
+                    Outcome::Duplicate
+                }
+                _ => self.run_once(&work, deadline).await,
+            },
+            // A step other than Done always carries its message.
+            (_, None) => Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+        }
+    }
+
+    /// A message that will not run: a claim made ahead for it is released at
+    /// once, so that its redelivery need not wait for the lease to end.
+    async fn abandon(&self, step: Step) {
+        if let Step::Claiming(claim, _) = step
+            && let Ok(Ok(lease)) = claim.await
+        {
+            self.release(&lease).await;
+        }
+    }
+}

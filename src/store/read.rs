@@ -1,0 +1,119 @@
+//! Reads of the idempotency table. Every read treats an item past its
+//! `expires_at` as absent: DynamoDB deletes expired items lazily.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::KeysAndAttributes;
+use tokio::task::JoinSet;
+
+use super::item::s;
+use super::transitions::{RawItem, parse_old};
+use super::{IdempotencyStore, StoreError, StoredItem};
+use crate::clock::now_ms;
+
+/// BatchGetItem reads at most this many keys a call.
+const KEYS_PER_BATCH_GET: usize = 100;
+/// Rounds of retrying UnprocessedKeys before giving up on the rest.
+const UNPROCESSED_RETRIES: u32 = 5;
+
+impl IdempotencyStore {
+    /// The stored item of `key`, read consistently; `None` when absent or
+    /// past its TTL.
+    pub async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        let pk = self.pk(key)?;
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(pk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
+        let now = now_ms();
+        Ok(parse_old(output.item())?
+            .map(|item| *item)
+            .filter(|item| !item.is_expired(now)))
+    }
+
+    /// The stored items of `keys` (without prefix; invalid keys are skipped),
+    /// by key, read with BatchGetItem: 100 keys a call, calls concurrently,
+    /// UnprocessedKeys retried with backoff. Eventually consistent: a hint,
+    /// never a reason to skip a conditional write except for a COMPLETED item
+    /// (COMPLETED never goes back).
+    pub async fn batch_get(
+        &self,
+        keys: &[&str],
+    ) -> Result<HashMap<String, StoredItem>, StoreError> {
+        let mut pks: Vec<String> = keys.iter().filter_map(|key| self.pk(key).ok()).collect();
+        pks.sort();
+        pks.dedup();
+        let mut calls = JoinSet::new();
+        for chunk in pks.chunks(KEYS_PER_BATCH_GET) {
+            let (store, chunk) = (self.clone(), chunk.to_vec());
+            calls.spawn(async move { store.batch_get_chunk(chunk).await });
+        }
+        let now = now_ms();
+        let prefix_len = self.config.key_prefix.len();
+        let mut found = HashMap::new();
+        while let Some(joined) = calls.join_next().await {
+            let items = joined.map_err(|err| StoreError::Unavailable {
+                operation: "read (BatchGetItem)",
+                message: err.to_string(),
+            })??;
+            for raw in items {
+                let item = StoredItem::parse(&raw)?;
+                if !item.is_expired(now) {
+                    found.insert(item.pk[prefix_len..].to_owned(), item);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn batch_get_chunk(&self, pks: Vec<String>) -> Result<Vec<RawItem>, StoreError> {
+        let keys = pks
+            .into_iter()
+            .map(|pk| HashMap::from([("pk".to_owned(), s(pk))]))
+            .collect();
+        let mut request = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "read (BatchGetItem)",
+                message: err.to_string(),
+            })?;
+        let mut items = Vec::new();
+        for round in 0..=UNPROCESSED_RETRIES {
+            if round > 0 {
+                tokio::time::sleep(Duration::from_millis(10 << round)).await;
+            }
+            let mut output = self
+                .client
+                .batch_get_item()
+                .request_items(&self.config.table_name, request)
+                .send()
+                .await
+                .map_err(|err| StoreError::from_sdk("read (BatchGetItem)", err))?;
+            if let Some(found) = output
+                .responses
+                .as_mut()
+                .and_then(|r| r.remove(&self.config.table_name))
+            {
+                items.extend(found);
+            }
+            match output
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.config.table_name))
+            {
+                Some(rest) if !rest.keys().is_empty() => request = rest,
+                _ => return Ok(items),
+            }
+        }
+        Err(StoreError::Unavailable {
+            operation: "read (BatchGetItem)",
+            message: "keys stayed unprocessed after retries".into(),
+        })
+    }
+}
