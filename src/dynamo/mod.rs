@@ -1,5 +1,9 @@
 //! The DynamoDB client: built once per container and shared.
 
+mod requests;
+
+pub use requests::RequestCounter;
+
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
