@@ -1,0 +1,222 @@
+//! What a batch costs in DynamoDB requests (counted by an SDK interceptor),
+//! and the batch rules in every ordering mode.
+
+mod support;
+
+use std::time::Duration;
+
+use exactly_once::dynamo::RequestCounter;
+use exactly_once::engine::{Engine, EngineConfig};
+use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
+use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use exactly_once::{IdempotencyStore, StoreConfig};
+use serde_json::Value;
+use support::msk::{Rec, account, balance, event, header_keys, invoke, payment, reported};
+
+/// The transactional ledger function on `config`'s keys, counting requests.
+async fn counted(
+    config: &StoreConfig,
+    ordering: Ordering,
+    counter: &RequestCounter,
+) -> MskFunction<LedgerHandler> {
+    let client = counter.attach(&support::client().await);
+    let store = IdempotencyStore::new(client.clone(), config.clone());
+    let ledger = LedgerHandler::new(
+        client,
+        support::env("LEDGER_TABLE"),
+        LedgerMode::Transactional,
+    );
+    let settings = FunctionSettings {
+        ordering,
+        ..FunctionSettings::new(header_keys())
+    };
+    MskFunction::new(
+        Engine::new(store, ledger, EngineConfig::default()),
+        settings,
+    )
+}
+
+/// `n` payments over 4 partitions into `accounts`, each with its own key.
+fn payments(n: usize, accounts: &[String]) -> Value {
+    let partitions = ["payments-0", "payments-1", "payments-2", "payments-3"];
+    event(
+        partitions
+            .iter()
+            .enumerate()
+            .map(|(p, name)| {
+                let records = (0..n / 4)
+                    .map(|i| {
+                        let n = i * 4 + p;
+                        payment(
+                            i as i64,
+                            &format!("pay-{n}"),
+                            &accounts[n % accounts.len()],
+                            1,
+                        )
+                    })
+                    .collect();
+                (*name, records)
+            })
+            .collect(),
+    )
+}
+
+fn per_record(counter: &RequestCounter, records: usize) -> f64 {
+    counter.total() as f64 / records as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_record_costs_one_claim_and_one_transaction() {
+    let config = support::store_config(Duration::from_secs(30));
+    let counter = RequestCounter::default();
+    let function = counted(&config, Ordering::Partition, &counter).await;
+    let accounts: Vec<String> = (0..5).map(|_| account()).collect();
+    let batch = payments(1000, &accounts);
+
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    let counts = counter.counts();
+    assert_eq!(counts.get("PutItem"), Some(&1000), "{counts:?}");
+    assert_eq!(counts.get("TransactWriteItems"), Some(&1000), "{counts:?}");
+    // One sampling read: it found nothing COMPLETED, so no more were made.
+    assert_eq!(counts.get("BatchGetItem"), Some(&1), "{counts:?}");
+    assert_eq!(counter.total(), 2001, "{counts:?}");
+    for account in &accounts {
+        assert_eq!(balance(account).await, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_batch_costs_one_read_per_100_records_and_nothing_when_warm() {
+    let config = support::store_config(Duration::from_secs(30));
+    let accounts: Vec<String> = (0..5).map(|_| account()).collect();
+    let batch = payments(1000, &accounts);
+    let first = RequestCounter::default();
+    let warm = counted(&config, Ordering::Partition, &first).await;
+    assert_eq!(reported(&invoke(&warm, &batch).await), Vec::<String>::new());
+
+    // Another container (cold cache): one BatchGetItem per 100 keys.
+    let cold_counter = RequestCounter::default();
+    let cold = counted(&config, Ordering::Partition, &cold_counter).await;
+    assert_eq!(reported(&invoke(&cold, &batch).await), Vec::<String>::new());
+    let counts = cold_counter.counts();
+    assert_eq!(counts.get("BatchGetItem"), Some(&10), "{counts:?}");
+    assert_eq!(cold_counter.total(), 10, "no conditional write: {counts:?}");
+    assert!(per_record(&cold_counter, 1000) <= 0.02);
+
+    // The container that processed it: its cache answers, no request at all.
+    first.reset();
+    assert_eq!(reported(&invoke(&warm, &batch).await), Vec::<String>::new());
+    assert_eq!(first.total(), 0, "{:?}", first.counts());
+    for account in &accounts {
+        assert_eq!(balance(account).await, 200);
+    }
+}
+
+/// One partition: key A's second record is poison, key B's are fine.
+fn keyed_partition(a: &str, b: &str) -> Value {
+    let with_key = |rec: Rec, kafka_key: &str| {
+        let mut json = support::msk::record_json("payments-0", &rec);
+        json["key"] = Value::String(base64_of(kafka_key));
+        json
+    };
+    let poison = Rec {
+        offset: 1,
+        key: Some("a-2".into()),
+        value: b"{not json".to_vec(),
+    };
+    support::msk::event_of(vec![(
+        "payments-0",
+        vec![
+            with_key(payment(0, "a-1", a, 1), "A"),
+            with_key(poison, "A"),
+            with_key(payment(2, "b-1", b, 10), "B"),
+            with_key(payment(3, "a-3", a, 100), "A"),
+            with_key(payment(4, "b-2", b, 1000), "B"),
+        ],
+    )])
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test]
+async fn in_key_mode_a_failure_stops_only_its_own_key() {
+    let config = support::store_config(Duration::from_secs(30));
+    let function = counted(&config, Ordering::Key, &RequestCounter::default()).await;
+    let (a, b) = (account(), account());
+    let response = invoke(&function, &keyed_partition(&a, &b)).await;
+    // Key A stops at its poison record; key B finishes past it.
+    assert_eq!(reported(&response), ["payments-0@1", "payments-0@3"]);
+    assert_eq!((balance(&a).await, balance(&b).await), (1, 1010));
+}
+
+#[tokio::test]
+async fn in_partition_mode_a_failure_stops_the_whole_partition() {
+    let config = support::store_config(Duration::from_secs(30));
+    let function = counted(&config, Ordering::Partition, &RequestCounter::default()).await;
+    let (a, b) = (account(), account());
+    let response = invoke(&function, &keyed_partition(&a, &b)).await;
+    assert_eq!(
+        reported(&response),
+        [
+            "payments-0@1",
+            "payments-0@2",
+            "payments-0@3",
+            "payments-0@4"
+        ]
+    );
+    assert_eq!((balance(&a).await, balance(&b).await), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_ordering_mode_applies_each_payment_once_under_concurrent_replays() {
+    for ordering in [Ordering::Partition, Ordering::Key, Ordering::Unordered] {
+        let config = support::store_config(Duration::from_secs(30));
+        let accounts: Vec<String> = (0..3).map(|_| account()).collect();
+        let mut batch = payments(200, &accounts);
+        // In-batch duplicates across partitions, too.
+        let mut copy = batch["records"]["payments-0"][0].clone();
+        copy["offset"] = Value::from(10_000);
+        batch["records"]["payments-3"]
+            .as_array_mut()
+            .expect("list")
+            .push(copy);
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (config, batch) = (config.clone(), batch.clone());
+                tokio::spawn(async move {
+                    let function = counted(&config, ordering, &RequestCounter::default()).await;
+                    for _ in 0..100 {
+                        if invoke(&function, &batch)
+                            .await
+                            .batch_item_failures
+                            .is_empty()
+                        {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    panic!("{ordering:?}: the batch never finished");
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("invocation task");
+        }
+        let total: i64 = total_balance(&accounts).await;
+        assert_eq!(total, 200, "{ordering:?}");
+    }
+}
+
+async fn total_balance(accounts: &[String]) -> i64 {
+    let mut total = 0;
+    for account in accounts {
+        total += balance(account).await;
+    }
+    total
+}
