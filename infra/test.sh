@@ -36,6 +36,11 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test --all-targets"
 cargo test --all-targets
 
+# The batch tests again with records of different Kafka keys free to run
+# concurrently (ORDERING_MODE=key); tests/throughput.rs covers none.
+step "batch tests in key ordering mode"
+TEST_ORDERING_MODE=key cargo test --test handler --test transactional --test lifecycle --test kill
+
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh
 

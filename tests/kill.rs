@@ -14,7 +14,7 @@ use std::time::Duration;
 use exactly_once::engine::{
     Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{FunctionSettings, MskFunction};
+use exactly_once::lambda::MskFunction;
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, Status, StoreConfig};
 use serde::{Deserialize, Serialize};
@@ -93,7 +93,7 @@ async fn worker_process() {
     };
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
-        FunctionSettings::new(header_keys()),
+        support::msk::settings(header_keys()),
     );
     for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
         // Like Lambda: the batch comes again until nothing is reported.
@@ -183,7 +183,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
             ledger(client, false),
             EngineConfig::default(),
         ),
-        FunctionSettings::new(header_keys()),
+        support::msk::settings(header_keys()),
     );
     // Until the dead worker's lock expires, the key is in progress.
     assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@0"]);

@@ -67,7 +67,7 @@ impl RecordHandler for Paced {
 fn function(store: IdempotencyStore, handler: Paced, margin: Duration) -> MskFunction<Paced> {
     let settings = FunctionSettings {
         safety_margin: margin,
-        ..FunctionSettings::new(header_keys())
+        ..support::msk::settings(header_keys())
     };
     MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),

@@ -108,7 +108,7 @@ pub mod msk {
     use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-    use exactly_once::lambda::{FunctionSettings, KafkaBatchResponse, MskFunction};
+    use exactly_once::lambda::{FunctionSettings, KafkaBatchResponse, MskFunction, Ordering};
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
     use serde_json::{Value, json};
@@ -180,6 +180,18 @@ pub mod msk {
         )
     }
 
+    /// `keys` in the ordering mode `TEST_ORDERING_MODE` names (`partition`
+    /// when unset): `infra/test.sh` runs the batch tests in `key` mode too.
+    pub fn settings(keys: KeySpec) -> FunctionSettings {
+        let ordering = std::env::var("TEST_ORDERING_MODE").map_or(Ordering::Partition, |mode| {
+            Ordering::parse(&mode).expect("TEST_ORDERING_MODE: partition, key or none")
+        });
+        FunctionSettings {
+            ordering,
+            ..FunctionSettings::new(keys)
+        }
+    }
+
     pub fn header_keys() -> KeySpec {
         KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
             .expect("valid key spec")
@@ -199,7 +211,7 @@ pub mod msk {
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
         MskFunction::new(
             Engine::new(store, ledger, EngineConfig::default()),
-            FunctionSettings::new(keys),
+            settings(keys),
         )
     }
 
@@ -210,7 +222,7 @@ pub mod msk {
     ) -> MskFunction<H> {
         MskFunction::new(
             Engine::new(store, handler, EngineConfig::default()),
-            FunctionSettings::new(keys),
+            settings(keys),
         )
     }
 
