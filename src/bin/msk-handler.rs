@@ -1,10 +1,11 @@
 //! The Lambda function: MSK events in, payments applied to the ledger exactly
 //! once, a partial batch response out.
 
+use exactly_once::IdempotencyStore;
+use exactly_once::dynamo::{self, RequestCounter};
 use exactly_once::engine::Engine;
 use exactly_once::lambda::{MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerSettings};
-use exactly_once::{IdempotencyStore, dynamo};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -13,13 +14,15 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
     let ledger = LedgerSettings::from_lookup(|name| std::env::var(name).ok())?;
-    let client = dynamo::connect().await;
+    let requests = RequestCounter::default();
+    let client = requests.attach(&dynamo::connect().await);
     let store = IdempotencyStore::new(client.clone(), settings.store);
     let handler = LedgerHandler::from_settings(client, ledger);
     let function = MskFunction::new(
         Engine::new(store, handler, settings.engine),
         settings.function,
-    );
+    )
+    .with_request_counter(requests);
     let function = &function;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         function.handle(event).await

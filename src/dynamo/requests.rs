@@ -1,19 +1,40 @@
-//! Counting DynamoDB requests by operation, with an SDK interceptor: every
-//! HTTP request the client sends (retries included) is counted.
+//! Counting and timing DynamoDB requests by operation, with an SDK
+//! interceptor: every HTTP request the client sends (retries included).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+
+/// Requests of one operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestStats {
+    pub count: u64,
+    /// Sum of the requests' round trips, milliseconds.
+    pub total_ms: f64,
+    pub max_ms: f64,
+}
 
 /// Requests sent, by operation name (`PutItem`, `BatchGetItem`, ...).
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
-    counts: Arc<Mutex<BTreeMap<String, u64>>>,
+    stats: Arc<Mutex<BTreeMap<String, RequestStats>>>,
+}
+
+/// When the current attempt was handed to the HTTP client.
+#[derive(Debug, Clone)]
+struct AttemptStart(Instant);
+
+impl Storable for AttemptStart {
+    type Storer = StoreReplace<Self>;
 }
 
 impl RequestCounter {
@@ -30,12 +51,20 @@ impl RequestCounter {
 
     /// Requests per operation so far.
     pub fn counts(&self) -> BTreeMap<String, u64> {
+        self.lock()
+            .iter()
+            .map(|(operation, stats)| (operation.clone(), stats.count))
+            .collect()
+    }
+
+    /// Counts and round trips per operation so far.
+    pub fn stats(&self) -> BTreeMap<String, RequestStats> {
         self.lock().clone()
     }
 
     /// Requests so far, all operations.
     pub fn total(&self) -> u64 {
-        self.lock().values().sum()
+        self.lock().values().map(|stats| stats.count).sum()
     }
 
     /// Starts counting from zero.
@@ -43,8 +72,8 @@ impl RequestCounter {
         self.lock().clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RequestStats>> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -59,11 +88,31 @@ impl Intercept for RequestCounter {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        cfg.interceptor_state()
+            .store_put(AttemptStart(Instant::now()));
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        _context: &FinalizerInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // An attempt that never reached the HTTP client sent nothing.
+        let Some(AttemptStart(started)) = cfg.load::<AttemptStart>().cloned() else {
+            return Ok(());
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
         let operation = cfg
             .load::<Metadata>()
             .map_or("unknown", |metadata| metadata.name())
             .to_owned();
-        *self.lock().entry(operation).or_default() += 1;
+        let mut stats = self.lock();
+        let entry = stats.entry(operation).or_default();
+        entry.count += 1;
+        entry.total_ms += ms;
+        entry.max_ms = entry.max_ms.max(ms);
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -11,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::store::{Lease, StoreError};
 
 use super::coalesce::{self, Settled, Turn};
-use super::{Batch, Engine, Item, Outcome, RecordHandler, StopReason, Work};
+use super::{Batch, Engine, Item, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
 
 /// What is prepared for a message before its turn.
 enum Step {
@@ -32,7 +33,7 @@ impl<H: RecordHandler> Engine<H> {
         self: Arc<Self>,
         lane: Vec<Item>,
         batch: Arc<Batch>,
-    ) -> Vec<Outcome> {
+    ) -> Vec<RecordOutcome> {
         let mut outcomes = Vec::with_capacity(lane.len());
         let mut pending = lane.into_iter();
         let mut prepared: VecDeque<(Option<Work>, Step)> = VecDeque::new();
@@ -46,6 +47,7 @@ impl<H: RecordHandler> Engine<H> {
                 break;
             };
             stop = stop.or_else(|| batch.guard.stop_reason());
+            let started = Instant::now();
             let outcome = match (stop, work) {
                 (Some(reason), _) => {
                     self.abandon(step).await;
@@ -62,10 +64,16 @@ impl<H: RecordHandler> Engine<H> {
             if !outcome.is_finished() {
                 stop = stop.or(Some(StopReason::EarlierRecordUnfinished));
             }
-            outcomes.push(outcome);
+            outcomes.push(RecordOutcome {
+                outcome,
+                elapsed: started.elapsed(),
+            });
         }
         let reason = stop.unwrap_or(StopReason::EarlierRecordUnfinished);
-        outcomes.extend(pending.map(|_| Outcome::NotStarted(reason)));
+        outcomes.extend(pending.map(|_| RecordOutcome {
+            outcome: Outcome::NotStarted(reason),
+            elapsed: Duration::ZERO,
+        }));
         outcomes
     }
 

@@ -78,10 +78,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// How one message of a batch ended, and how long its turn took.
+#[derive(Debug)]
+pub struct RecordOutcome {
+    pub outcome: Outcome,
+    pub elapsed: std::time::Duration,
+}
+
 /// The outcomes of a batch, in the shape of its lanes.
 #[derive(Debug)]
 pub struct BatchResult {
-    pub outcomes: Vec<Vec<Outcome>>,
+    pub outcomes: Vec<Vec<RecordOutcome>>,
     /// DynamoDB failed during the batch, so records were not started.
     pub store_unavailable: bool,
 }
@@ -140,7 +147,7 @@ impl<H: RecordHandler> Engine<H> {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
             tasks.spawn(async move { (index, engine.run_lane(lane, batch).await) });
         }
-        let mut results: Vec<Vec<Outcome>> = (0..lane_count).map(|_| Vec::new()).collect();
+        let mut results: Vec<Vec<RecordOutcome>> = (0..lane_count).map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((index, outcomes)) => results[index] = outcomes,

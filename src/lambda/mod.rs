@@ -3,18 +3,26 @@
 
 pub mod decode;
 pub mod keys;
+pub mod report;
 pub mod response;
 pub mod settings;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-use crate::engine::{Deadline, Engine, Item, Outcome, RecordHandler, StopReason, Work};
+use crate::clock::now_ms;
+use crate::dynamo::{RequestCounter, RequestStats};
+use crate::engine::{
+    Deadline, Engine, Item, Outcome, RecordHandler, RecordOutcome, StopReason, Work,
+};
 use decode::Decoded;
 pub use decode::{Coordinates, EventError};
+use report::InvocationReport;
+pub use report::KeyLogging;
 pub use response::KafkaBatchResponse;
 pub use settings::{FunctionSettings, Settings};
 
@@ -69,10 +77,14 @@ impl Ordering {
     }
 }
 
+/// A record's coordinates and, if it has one, its idempotency key.
+type Label = (Coordinates, Option<String>);
+
 /// The MSK function: one per container, shared by every invocation.
 pub struct MskFunction<H> {
     engine: Arc<Engine<H>>,
     settings: FunctionSettings,
+    requests: Option<RequestCounter>,
 }
 
 impl<H: RecordHandler> MskFunction<H> {
@@ -80,7 +92,15 @@ impl<H: RecordHandler> MskFunction<H> {
         Self {
             engine: Arc::new(engine),
             settings,
+            requests: None,
         }
+    }
+
+    /// Reports the requests `counter` sees (attached to the engine's
+    /// client) in each invocation's metrics.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
+        self.requests = Some(counter);
+        self
     }
 
     pub fn engine(&self) -> &Engine<H> {
@@ -93,13 +113,21 @@ impl<H: RecordHandler> MskFunction<H> {
         &self,
         event: LambdaEvent<Value>,
     ) -> Result<KafkaBatchResponse, InvocationError> {
+        let mut report = InvocationReport::new();
+        let requests_before = self.requests.as_ref().map(RequestCounter::stats);
         let partitions = decode::decode_event(&event.payload)?;
-        let (coordinates, lanes): (Vec<Vec<Coordinates>>, Vec<Vec<Item>>) = partitions
+        // Per lane: each record's coordinates and key (for the log), and the
+        // items the engine runs.
+        let (labels, lanes): (Vec<Vec<Label>>, Vec<Vec<Item>>) = partitions
             .into_iter()
             .flat_map(|records| self.lanes(records))
             .map(|lane| {
                 lane.into_iter()
-                    .map(|(at, record)| (at.clone(), self.item(at, record)))
+                    .map(|(at, record)| {
+                        let item = self.item(at.clone(), record);
+                        let key = item.as_ref().ok().map(|work| work.key.clone());
+                        ((at, key), item)
+                    })
                     .unzip()
             })
             .unzip();
@@ -107,34 +135,40 @@ impl<H: RecordHandler> MskFunction<H> {
         let batch = self.engine.run_batch(lanes, deadline).await;
 
         let mut failures = Vec::new();
-        let (mut finished, mut reported) = (0usize, 0usize);
-        for (records, outcomes) in coordinates.into_iter().zip(batch.outcomes) {
+        for (records, outcomes) in labels.into_iter().zip(batch.outcomes) {
             let mut outcomes = outcomes.into_iter();
-            for at in records {
+            for (at, key) in records {
                 // A lane without an outcome for a record (its task failed) is
                 // reported: nothing is lost.
-                let outcome = outcomes
-                    .next()
-                    .unwrap_or(Outcome::NotStarted(StopReason::EarlierRecordUnfinished));
-                log_outcome(&at, &outcome);
-                if outcome.is_finished() {
-                    finished += 1;
-                } else {
-                    reported += 1;
+                let result = outcomes.next().unwrap_or(RecordOutcome {
+                    outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+                    elapsed: Duration::ZERO,
+                });
+                report.record(&at, key.as_deref(), &result, self.settings.log_keys);
+                if !result.outcome.is_finished() {
                     failures.push(at);
                 }
             }
         }
         tracing::info!(
             request_id = %event.context.request_id,
-            finished,
-            reported,
+            records = report.records,
+            finished = report.finished,
+            reported = report.reported,
             store_unavailable = batch.store_unavailable,
+            elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,
             "batch done"
         );
-        if batch.store_unavailable && finished == 0 && reported > 0 {
+        self.emit_metrics(
+            &report,
+            requests_before,
+            &event.context.env_config.function_name,
+        );
+        if batch.store_unavailable && report.finished == 0 && report.reported > 0 {
             // Nothing could be done: an invocation error retries the batch.
-            return Err(InvocationError::StoreUnavailable { reported });
+            return Err(InvocationError::StoreUnavailable {
+                reported: report.reported as usize,
+            });
         }
         failures.sort();
         Ok(KafkaBatchResponse {
@@ -165,6 +199,33 @@ impl<H: RecordHandler> MskFunction<H> {
         }
     }
 
+    /// Prints the invocation's EMF document on stdout, where Lambda's log
+    /// agent turns it into CloudWatch metrics.
+    fn emit_metrics(
+        &self,
+        report: &InvocationReport,
+        before: Option<BTreeMap<String, RequestStats>>,
+        function_name: &str,
+    ) {
+        let requests = match (&self.requests, before) {
+            (Some(counter), Some(before)) => counter
+                .stats()
+                .into_iter()
+                .map(|(operation, now)| {
+                    let then = before.get(&operation).copied().unwrap_or_default();
+                    let delta = RequestStats {
+                        count: now.count - then.count,
+                        total_ms: now.total_ms - then.total_ms,
+                        max_ms: now.max_ms,
+                    };
+                    (operation, delta)
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        println!("{}", report.metrics(function_name, &requests, now_ms()));
+    }
+
     fn item(&self, at: Coordinates, record: Result<decode::DecodedRecord, String>) -> Item {
         let record = record?;
         let payload_hash = crate::engine::payload_hash(&record.value);
@@ -175,14 +236,5 @@ impl<H: RecordHandler> MskFunction<H> {
             payload_hash,
             origin: at.to_string(),
         })
-    }
-}
-
-fn log_outcome(at: &Coordinates, outcome: &Outcome) {
-    let detail = outcome.detail().unwrap_or_default();
-    if outcome.is_finished() {
-        tracing::info!(partition = %at.partition, offset = at.offset, outcome = outcome.name(), "record");
-    } else {
-        tracing::warn!(partition = %at.partition, offset = at.offset, outcome = outcome.name(), %detail, "record not finished, reported");
     }
 }

@@ -8,6 +8,7 @@ use crate::engine::EngineConfig;
 
 use super::Ordering;
 use super::keys::{KeySpec, MissingKeyPolicy};
+use super::report::KeyLogging;
 
 /// The environment variables this crate reads (the ledger's are in
 /// [`crate::ledger::ENV_VARS`]).
@@ -24,6 +25,7 @@ pub const ENV_VARS: &[&str] = &[
     "MAX_IN_FLIGHT",
     "CLAIM_AHEAD",
     "COMPLETED_CACHE_SIZE",
+    "LOG_KEYS",
 ];
 
 /// Default of `SAFETY_MARGIN_MS`: no record starts within 5 s of the
@@ -46,6 +48,8 @@ pub struct FunctionSettings {
     pub ordering: Ordering,
     /// No record starts within this of the invocation's deadline.
     pub safety_margin: Duration,
+    /// How keys appear in the logs.
+    pub log_keys: KeyLogging,
 }
 
 impl FunctionSettings {
@@ -55,6 +59,7 @@ impl FunctionSettings {
             keys,
             ordering: Ordering::Partition,
             safety_margin: DEFAULT_SAFETY_MARGIN,
+            log_keys: KeyLogging::Plain,
         }
     }
 }
@@ -138,6 +143,7 @@ impl Settings {
                     .map(Duration::from_millis)
                     .map_err(|_| "expected a whole number of milliseconds".to_owned())
             })?,
+            log_keys: parsed(var, "LOG_KEYS", KeyLogging::Plain, KeyLogging::parse)?,
         };
         Ok(Self {
             store,
@@ -216,6 +222,7 @@ mod tests {
             ("MAX_IN_FLIGHT", "8"),
             ("CLAIM_AHEAD", "4"),
             ("COMPLETED_CACHE_SIZE", "0"),
+            ("LOG_KEYS", "hash"),
         ])
         .expect("valid");
         assert_eq!(settings.store.key_prefix, "payments#");
@@ -224,6 +231,7 @@ mod tests {
         let function = &settings.function;
         assert_eq!(function.safety_margin, Duration::from_millis(750));
         assert_eq!(function.ordering, Ordering::Key);
+        assert_eq!(function.log_keys, KeyLogging::Hash);
         assert_eq!(
             function.keys.parts(),
             [

@@ -1,0 +1,339 @@
+//! What an invocation tells operators: one JSON log line per record (its
+//! coordinates, key, outcome, time spent; never its payload), one summary
+//! line, and one CloudWatch Embedded Metric Format document on stdout.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::dynamo::RequestStats;
+use crate::engine::RecordOutcome;
+
+use super::Coordinates;
+
+/// The CloudWatch namespace of the function's metrics.
+pub const METRICS_NAMESPACE: &str = "MskExactlyOnce";
+
+/// How keys appear in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLogging {
+    /// As they are.
+    Plain,
+    /// As the first 16 hex digits of their SHA-256, for sensitive keys.
+    Hash,
+}
+
+impl KeyLogging {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "plain" => Ok(Self::Plain),
+            "hash" => Ok(Self::Hash),
+            other => Err(format!(
+                "unknown key logging {other:?}; expected plain or hash"
+            )),
+        }
+    }
+
+    fn show(self, key: &str) -> String {
+        match self {
+            Self::Plain => key.to_owned(),
+            Self::Hash => format!("sha256:{}", &hex::encode(Sha256::digest(key))[..16]),
+        }
+    }
+}
+
+/// Counts of one invocation.
+#[derive(Debug)]
+pub struct InvocationReport {
+    started: Instant,
+    outcomes: BTreeMap<&'static str, u64>,
+    pub records: u64,
+    pub finished: u64,
+    pub reported: u64,
+}
+
+impl InvocationReport {
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            outcomes: BTreeMap::new(),
+            records: 0,
+            finished: 0,
+            reported: 0,
+        }
+    }
+
+    /// Logs one record's outcome and counts it.
+    pub fn record(
+        &mut self,
+        at: &Coordinates,
+        key: Option<&str>,
+        result: &RecordOutcome,
+        keys: KeyLogging,
+    ) {
+        let outcome = &result.outcome;
+        let name = outcome.name();
+        let key = key.map(|k| keys.show(k)).unwrap_or_default();
+        let elapsed_ms = result.elapsed.as_secs_f64() * 1000.0;
+        if outcome.is_finished() {
+            tracing::info!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, "record finished");
+            self.finished += 1;
+        } else {
+            let detail = outcome.detail().unwrap_or_default();
+            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record not finished, reported");
+            self.reported += 1;
+        }
+        self.records += 1;
+        *self.outcomes.entry(name).or_default() += 1;
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The invocation's EMF document: counts per outcome (`Processed`,
+    /// `TakenOver`, `LockLost`, ...), batch size, records reported, DynamoDB
+    /// requests and their mean round trip.
+    pub fn metrics(
+        &self,
+        function_name: &str,
+        requests: &BTreeMap<String, RequestStats>,
+        timestamp_ms: u64,
+    ) -> Value {
+        let mut metrics: Vec<(String, f64, &str)> = vec![
+            ("Records".into(), self.records as f64, "Count"),
+            ("Reported".into(), self.reported as f64, "Count"),
+            (
+                "BatchDuration".into(),
+                self.elapsed().as_secs_f64() * 1000.0,
+                "Milliseconds",
+            ),
+        ];
+        for name in ALL_OUTCOMES {
+            let count = self.outcomes.get(name).copied().unwrap_or(0);
+            metrics.push((camel(name), count as f64, "Count"));
+        }
+        let count: u64 = requests.values().map(|s| s.count).sum();
+        let total_ms: f64 = requests.values().map(|s| s.total_ms).sum();
+        metrics.push(("DynamoDbRequests".into(), count as f64, "Count"));
+        let mean = if count == 0 {
+            0.0
+        } else {
+            total_ms / count as f64
+        };
+        metrics.push(("DynamoDbLatency".into(), mean, "Milliseconds"));
+        emf(
+            METRICS_NAMESPACE,
+            &[("FunctionName", function_name)],
+            &metrics,
+            timestamp_ms,
+        )
+    }
+}
+
+impl Default for InvocationReport {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Every outcome name (see `Outcome::name`), so that every metric is
+/// emitted, zeros included (alarms then see data, not gaps).
+const ALL_OUTCOMES: &[&str] = &[
+    "processed",
+    "taken-over",
+    "duplicate",
+    "in-progress",
+    "rejected",
+    "previously-failed",
+    "failed",
+    "retrying",
+    "lock-lost",
+    "store-error",
+    "invalid",
+    "timed-out",
+    "not-started",
+];
+
+/// `lock-lost` -> `LockLost`.
+fn camel(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// An Embedded Metric Format document: one metric directive, the dimension
+/// values and metric values at the root.
+pub fn emf(
+    namespace: &str,
+    dimensions: &[(&str, &str)],
+    metrics: &[(String, f64, &str)],
+    timestamp_ms: u64,
+) -> Value {
+    let mut root = Map::new();
+    for (name, value) in dimensions {
+        root.insert((*name).to_owned(), Value::String((*value).to_owned()));
+    }
+    for (name, value, _) in metrics {
+        root.insert(name.clone(), json!(value));
+    }
+    let definitions: Vec<Value> = metrics
+        .iter()
+        .map(|(name, _, unit)| json!({ "Name": name, "Unit": unit }))
+        .collect();
+    let dimension_set: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
+    root.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": namespace,
+                "Dimensions": [dimension_set],
+                "Metrics": definitions,
+            }],
+        }),
+    );
+    Value::Object(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Outcome;
+
+    /// The rules of the EMF specification a document must follow.
+    fn assert_valid_emf(doc: &Value) {
+        let aws = &doc["_aws"];
+        assert!(aws["Timestamp"].is_u64(), "Timestamp: epoch ms");
+        let directives = aws["CloudWatchMetrics"]
+            .as_array()
+            .expect("CloudWatchMetrics: array");
+        assert_eq!(directives.len(), 1);
+        for directive in directives {
+            let namespace = directive["Namespace"].as_str().expect("Namespace: string");
+            assert!(!namespace.is_empty() && namespace.len() <= 1024);
+            let sets = directive["Dimensions"]
+                .as_array()
+                .expect("Dimensions: array of arrays");
+            for set in sets {
+                let names = set.as_array().expect("a dimension set is an array");
+                assert!(names.len() <= 30, "at most 30 dimensions a set");
+                for name in names {
+                    let name = name.as_str().expect("dimension name: string");
+                    assert!(
+                        doc[name].is_string(),
+                        "dimension {name} has a string value at the root"
+                    );
+                }
+            }
+            let metrics = directive["Metrics"].as_array().expect("Metrics: array");
+            assert!(
+                !metrics.is_empty() && metrics.len() <= 100,
+                "1 to 100 metrics"
+            );
+            let mut names: Vec<&str> = Vec::new();
+            for metric in metrics {
+                let name = metric["Name"].as_str().expect("Name: string");
+                assert!(!name.is_empty() && name.len() <= 1024);
+                assert!(
+                    doc[name].is_number(),
+                    "metric {name} has a number at the root"
+                );
+                let unit = metric["Unit"].as_str().expect("Unit: string");
+                assert!(["Count", "Milliseconds"].contains(&unit), "{unit}");
+                names.push(name);
+            }
+            let count = names.len();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), count, "metric names are unique");
+        }
+    }
+
+    #[test]
+    fn an_invocation_report_is_a_valid_emf_document_with_every_outcome() {
+        let mut report = InvocationReport::new();
+        let at = |offset| Coordinates {
+            partition: "payments-0".into(),
+            offset,
+        };
+        let record = |outcome| RecordOutcome {
+            outcome,
+            elapsed: Duration::from_millis(3),
+        };
+        report.record(
+            &at(1),
+            Some("p-1"),
+            &record(Outcome::Processed { version: 1 }),
+            KeyLogging::Hash,
+        );
+        report.record(
+            &at(2),
+            Some("p-2"),
+            &record(Outcome::Processed { version: 2 }),
+            KeyLogging::Plain,
+        );
+        report.record(&at(3), None, &record(Outcome::LockLost), KeyLogging::Plain);
+        let requests = BTreeMap::from([
+            (
+                "PutItem".to_owned(),
+                RequestStats {
+                    count: 2,
+                    total_ms: 8.0,
+                    max_ms: 5.0,
+                },
+            ),
+            (
+                "TransactWriteItems".to_owned(),
+                RequestStats {
+                    count: 2,
+                    total_ms: 12.0,
+                    max_ms: 7.0,
+                },
+            ),
+        ]);
+        let doc = report.metrics("msk-handler", &requests, 1_700_000_000_000);
+        assert_valid_emf(&doc);
+        assert_eq!(doc["FunctionName"], "msk-handler");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            METRICS_NAMESPACE
+        );
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["FunctionName"]])
+        );
+        for (metric, value) in [
+            ("Records", 3.0),
+            ("Reported", 1.0),
+            ("Processed", 1.0),
+            ("TakenOver", 1.0),
+            ("LockLost", 1.0),
+            ("Duplicate", 0.0),
+            ("NotStarted", 0.0),
+            ("DynamoDbRequests", 4.0),
+            ("DynamoDbLatency", 5.0),
+        ] {
+            assert_eq!(doc[metric].as_f64(), Some(value), "{metric}");
+        }
+    }
+
+    #[test]
+    fn sensitive_keys_are_logged_as_a_hash_prefix() {
+        assert_eq!(KeyLogging::Plain.show("p-1"), "p-1");
+        let hashed = KeyLogging::Hash.show("p-1");
+        assert!(
+            hashed.starts_with("sha256:") && hashed.len() == 7 + 16,
+            "{hashed}"
+        );
+        assert!(!hashed.contains("p-1"));
+    }
+}
