@@ -303,3 +303,35 @@ async fn work_still_running_at_the_deadline_is_cut_and_its_key_released() {
     );
     assert_eq!(balance(&a).await, 0);
 }
+
+#[tokio::test]
+async fn records_claimed_ahead_keep_their_claims_while_earlier_work_runs_long() {
+    // Each record's work takes 2/3 of the lock: the last ones were claimed
+    // ahead long before their turn, and are renewed when it comes.
+    let store = support::store(Duration::from_millis(600)).await;
+    let slow = Paced::new(support::client().await, Duration::from_millis(400));
+    let function = function(store.clone(), slow, Duration::from_secs(5));
+    let a = account();
+    let records = (0..4)
+        .map(|i| payment(i, &format!("ahead-{i}"), &a, 1))
+        .collect();
+    let batch = event(vec![("payments-0", records)]);
+
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    for i in 0..4 {
+        let item = store
+            .get(&format!("ahead-{i}"))
+            .await
+            .expect("get")
+            .expect("item");
+        assert_eq!(
+            (item.status, item.version),
+            (Status::Completed, 1),
+            "ahead-{i}"
+        );
+    }
+    assert_eq!(balance(&a).await, 4);
+}

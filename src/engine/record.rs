@@ -1,5 +1,6 @@
 //! The life of one message: claim, run under a renewed lease, record.
 
+use crate::clock::{duration_ms, now_ms};
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError};
 
 use super::deadline::Deadline;
@@ -49,6 +50,10 @@ impl<H: RecordHandler> Engine<H> {
     /// Runs the business logic under `lease` and records its outcome.
     pub(super) async fn work(&self, work: &Work, lease: Lease, deadline: Deadline) -> Outcome {
         let _permit = self.permits.acquire().await;
+        let lease = match self.refresh(lease, deadline).await {
+            Ok(lease) => lease,
+            Err(outcome) => return outcome,
+        };
         let token = FencingToken::from(&lease);
         let run = self.handler.handle(&token, &work.payload);
         let (completion, lease) = match hold(&self.store, lease, deadline, run).await {
@@ -103,6 +108,24 @@ impl<H: RecordHandler> Engine<H> {
             }
             Err(err) => store_failure(err),
         }
+    }
+
+    /// A lease claimed ahead may have waited for its turn: with less than
+    /// half a lock timeout left, it is renewed (fenced) before the work starts.
+    async fn refresh(&self, lease: Lease, deadline: Deadline) -> Result<Lease, Outcome> {
+        let lock_timeout = duration_ms(self.store.config().lock_timeout);
+        let now = now_ms();
+        if lease.lock_expires_at_ms >= now + lock_timeout / 2 {
+            return Ok(lease);
+        }
+        let wanted = now + lock_timeout;
+        let until = deadline
+            .lease_cap_ms()
+            .map_or(wanted, |cap| wanted.min(cap));
+        self.store
+            .extend(&lease, until)
+            .await
+            .map_err(store_failure)
     }
 
     /// Records a failed attempt: FAILED for good, or released for a retry.
