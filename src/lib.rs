@@ -15,6 +15,7 @@ pub mod dynamo;
 pub mod engine;
 pub mod lambda;
 pub mod ledger;
+pub mod ops;
 pub mod store;
 
 pub use config::StoreConfig;

@@ -51,6 +51,16 @@ pub enum StoreError {
     /// Retryable.
     #[error("claim of key {key:?} kept racing with other workers")]
     Contention { key: String },
+    /// An operator's write (release, retry-failed) found the key not in the
+    /// status and version the operator named: absent, in another status, or
+    /// at another version (someone took it over). Nothing was written.
+    #[error("key {key:?} is not {expected} at version {version} (found: {found}); nothing written")]
+    NotInState {
+        key: String,
+        expected: &'static str,
+        version: u64,
+        found: String,
+    },
 }
 
 impl StoreError {

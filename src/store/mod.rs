@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::Client;
 pub use error::StoreError;
 pub use item::{Status, StoredItem, attr};
 pub use transitions::MAX_EFFECT_WRITES;
+pub(crate) use transitions::names_in;
 
 use crate::config::StoreConfig;
 

@@ -9,6 +9,8 @@
 //! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
 //! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
 //! STARTED ──extend──▶ STARTED, lock later  ┘
+//! STARTED v ──operator release──▶ STARTED v, lock ended  ┐ fenced: status
+//! FAILED v ──operator retry──▶ STARTED v, lock ended     ┘ AND version
 //! ```
 //!
 //! Expression placeholders are the attribute names with `#` in front
@@ -418,7 +420,7 @@ pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>
 }
 
 /// The expression attribute names used in `expressions`: `#name` -> `name`.
-fn names_in(expressions: &[&str]) -> HashMap<String, String> {
+pub(crate) fn names_in(expressions: &[&str]) -> HashMap<String, String> {
     let mut names = HashMap::new();
     for expression in expressions {
         for (start, _) in expression.match_indices('#') {
@@ -430,6 +432,128 @@ fn names_in(expressions: &[&str]) -> HashMap<String, String> {
         }
     }
     names
+}
+
+// Operator transitions (the `exactly-once-ops` CLI). An operator holds no
+// lease, so these are fenced on the status and the version the operator saw:
+// a takeover or a finish in between makes them fail without writing.
+
+impl IdempotencyStore {
+    /// Operator release: a STARTED key becomes claimable at once (the same
+    /// write as [`Self::release`]), so the next delivery takes it over as
+    /// version + 1. Fails with [`StoreError::NotInState`] if the key is not
+    /// STARTED at `version`.
+    pub async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        let pk = self.pk(key)?;
+        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+        // Invariant: only the STARTED item at the version the operator saw is
+        // released; one taken over since (newer version) or finished is not.
+        let condition = "#status = :started AND #version = :version";
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&pk))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_in(&[update, condition])))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":zero".to_owned(), n(0)),
+                (":now_ms".to_owned(), n(now_ms())),
+                (":started".to_owned(), Status::Started.value()),
+                (":version".to_owned(), n(version)),
+            ])))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        operator_outcome(
+            result,
+            pk,
+            Status::Started,
+            version,
+            "operator release (UpdateItem)",
+        )
+    }
+
+    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
+    /// with its lock ended, so the next delivery takes it over as version + 1
+    /// and runs the work again. The error text moves to `last_error` (so a
+    /// later COMPLETED item carries no `error`). Fails with
+    /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
+    pub async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        let pk = self.pk(key)?;
+        let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
+                      #last_error = if_not_exists(#error, :no_error) REMOVE #error";
+        // Invariant: only the FAILED item at the version the operator saw goes
+        // back to STARTED; it keeps its version, owner and payload_hash, so the
+        // next claim with the same payload takes it over as version + 1.
+        let condition = "#status = :failed AND #version = :version";
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&pk))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_in(&[update, condition])))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":started".to_owned(), Status::Started.value()),
+                (":zero".to_owned(), n(0)),
+                (":now_ms".to_owned(), n(now_ms())),
+                (":no_error".to_owned(), s("(no error text)")),
+                (":failed".to_owned(), Status::Failed.value()),
+                (":version".to_owned(), n(version)),
+            ])))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        operator_outcome(
+            result,
+            pk,
+            Status::Failed,
+            version,
+            "operator retry (UpdateItem)",
+        )
+    }
+}
+
+/// The result of an operator write; a failed condition becomes
+/// [`StoreError::NotInState`] saying what the key holds instead.
+fn operator_outcome<O, R>(
+    result: Result<O, SdkError<UpdateItemError, R>>,
+    pk: String,
+    expected: Status,
+    version: u64,
+    operation: &'static str,
+) -> Result<(), StoreError>
+where
+    R: std::fmt::Debug,
+{
+    let err = match result {
+        Ok(_) => return Ok(()),
+        Err(err) => err,
+    };
+    let Some(UpdateItemError::ConditionalCheckFailedException(conflict)) = err.as_service_error()
+    else {
+        return Err(StoreError::from_sdk(operation, err));
+    };
+    let found = match parse_old(conflict.item())? {
+        None => "absent".to_owned(),
+        Some(item) => {
+            let ttl = if item.is_expired(now_ms()) {
+                ", past its TTL: counts as absent"
+            } else {
+                ""
+            };
+            format!("{} at version {}{ttl}", item.status.as_str(), item.version)
+        }
+    };
+    Err(StoreError::NotInState {
+        key: pk,
+        expected: expected.as_str(),
+        version,
+        found,
+    })
 }
 
 #[cfg(test)]

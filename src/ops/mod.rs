@@ -1,0 +1,419 @@
+//! The operator CLI `exactly-once-ops`: look at a key, find stuck keys, and
+//! move a key on by hand with the fenced operator transitions of the store.
+//!
+//! The binary (`src/bin/exactly-once-ops.rs`) only parses [`Cli`] and calls
+//! [`run`]. Exit codes: 0 done / found; 1 the key is absent (inspect) or a
+//! fenced write was refused (release, retry-failed); 2 usage or
+//! configuration error; 3 DynamoDB failed.
+
+pub mod inspect;
+pub mod stuck;
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::types::AttributeValue;
+use clap::{Parser, Subcommand};
+
+use crate::clock::now_ms;
+use crate::store::{IdempotencyStore, Status, StoreError, StoredItem};
+use crate::{StoreConfig, dynamo};
+
+/// Variable naming the table when `--table` is not given.
+pub const TABLE_ENV: &str = "IDEMPOTENCY_TABLE";
+/// Variable holding the key prefix when `--key-prefix` is not given.
+pub const KEY_PREFIX_ENV: &str = "IDEMPOTENCY_KEY_PREFIX";
+
+/// Operator tool for the idempotency table of msk-exactly-once.
+///
+/// Talks to DynamoDB through the standard AWS environment (credentials,
+/// AWS_REGION; AWS_ENDPOINT_URL_DYNAMODB for DynamoDB Local). Keys are given
+/// without the table's key prefix. Times are printed in UTC (RFC 3339).
+/// Exit codes: 0 done, 1 absent or refused, 2 usage, 3 DynamoDB error.
+#[derive(Debug, Parser)]
+#[command(name = "exactly-once-ops")]
+pub struct Cli {
+    /// The idempotency table [default: $IDEMPOTENCY_TABLE].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub table: Option<String>,
+    /// The function's key prefix [default: $IDEMPOTENCY_KEY_PREFIX, or empty].
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub key_prefix: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show a key's item (every attribute) and what its next delivery will do.
+    ///
+    /// One strongly consistent GetItem (1 RCU per 4 KB). Exit code 0 when a
+    /// live item exists, 1 when the key is absent or past its TTL (an expired
+    /// item is still printed: it counts as absent).
+    Inspect {
+        /// The idempotency key, without the prefix.
+        key: String,
+    },
+    /// List STARTED keys whose lock expired or that were created too long ago.
+    ///
+    /// COST: this is a Scan. It reads EVERY item of the table, whatever the
+    /// filter and the projection (they only shrink the response): about 0.5
+    /// RCU per 4 KB read, eventually consistent (the sizes of a page's items
+    /// are summed, then rounded up to 4 KB). 1 million items of 1 KB (1 GB)
+    /// cost about 122,000 RCU, billed as read request units on demand; with
+    /// provisioned capacity a Scan competes with the function for the
+    /// table's reads (use --page-size, run it off-peak). Parallel segments
+    /// cost the same in total, only faster. The summary prints the capacity
+    /// consumed (ReturnConsumedCapacity TOTAL).
+    ///
+    /// Only keys under the key prefix are listed; items past their TTL are
+    /// skipped (they count as absent).
+    Stuck {
+        /// Also list STARTED keys created longer ago than this (e.g. 5m, 1h
+        /// 30m), even with a live lock.
+        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Parallel scan segments (1 to 1000).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        segments: u32,
+        /// Items DynamoDB evaluates per page (its `Limit`); default: 1 MB pages.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        page_size: Option<u32>,
+    },
+    /// Make a STARTED key claimable at once (its lock ends now).
+    ///
+    /// The next delivery takes it over as version + 1. Fenced: written only
+    /// if the key is STARTED at exactly --version (see `inspect`); otherwise
+    /// nothing is written and the exit code is 1. Use it for a key whose
+    /// worker is known dead, instead of waiting for its lease to run out.
+    Release {
+        /// The idempotency key, without the prefix.
+        key: String,
+        /// The version the key must still have (from `inspect` or `stuck`).
+        #[arg(long)]
+        version: u64,
+    },
+    /// Let a FAILED key run again: it becomes STARTED with its lock ended.
+    ///
+    /// The next delivery of the same payload takes it over as version + 1
+    /// and runs the work again (a FAILED key is otherwise refused until its
+    /// TTL). The error text is kept as `last_error`. Fenced: written only if
+    /// the key is FAILED at --version (default: the version read just
+    /// before); otherwise nothing is written and the exit code is 1. The
+    /// record itself must still be delivered again (redrive it from the
+    /// dead-letter queue or replay the topic).
+    RetryFailed {
+        /// The idempotency key, without the prefix.
+        key: String,
+        /// The version the key must still have [default: read it now].
+        #[arg(long)]
+        version: Option<u64>,
+    },
+}
+
+/// Exit code: the key is absent, or a fenced write was refused.
+const EXIT_REFUSED: u8 = 1;
+/// Exit code: bad usage or configuration (also clap's).
+const EXIT_USAGE: u8 = 2;
+/// Exit code: DynamoDB failed or refused the request.
+const EXIT_ERROR: u8 = 3;
+
+/// Runs one command; prints to stdout, problems to stderr.
+pub async fn run(cli: Cli) -> ExitCode {
+    let config = match store_config(&cli, |name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let client = ops_client(dynamo::connect().await);
+    let ops = Ops {
+        store: IdempotencyStore::new(client.clone(), config),
+        client,
+    };
+    let result = match cli.command {
+        Command::Inspect { key } => ops.inspect(&key).await,
+        Command::Stuck {
+            older_than,
+            segments,
+            page_size,
+        } => ops.stuck(older_than, segments, page_size).await,
+        Command::Release { key, version } => ops.release(&key, version).await,
+        Command::RetryFailed { key, version } => ops.retry_failed(&key, version).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(err @ StoreError::NotInState { .. }) => {
+            eprintln!("refused: {err}");
+            eprintln!(
+                "the key changed since you looked (or is not in that state): inspect it again"
+            );
+            ExitCode::from(EXIT_REFUSED)
+        }
+        Err(err @ StoreError::InvalidKey(_)) => {
+            eprintln!("error: {err}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Writes to stdout; false when it is closed (e.g. piped into `head`), so
+/// the output ends quietly instead of with a panic.
+fn emit(text: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+/// The store configuration from the flags, else the environment.
+pub fn store_config(
+    cli: &Cli,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<StoreConfig, String> {
+    let table = cli
+        .table
+        .clone()
+        .or_else(|| env(TABLE_ENV))
+        .filter(|table| !table.is_empty())
+        .ok_or_else(|| format!("no table: pass --table or set {TABLE_ENV}"))?;
+    let key_prefix = cli
+        .key_prefix
+        .clone()
+        .or_else(|| env(KEY_PREFIX_ENV))
+        .unwrap_or_default();
+    Ok(StoreConfig {
+        key_prefix,
+        ..StoreConfig::new(table)
+    })
+}
+
+/// The function's client with an operator's patience: a Scan page may take
+/// longer than the 2 s the function allows a request.
+fn ops_client(client: Client) -> Client {
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(20))
+        .operation_timeout(Duration::from_secs(60))
+        .build();
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .timeout_config(timeouts)
+            .build(),
+    )
+}
+
+struct Ops {
+    client: Client,
+    store: IdempotencyStore,
+}
+
+impl Ops {
+    fn table(&self) -> &str {
+        &self.store.config().table_name
+    }
+
+    async fn inspect(&self, key: &str) -> Result<ExitCode, StoreError> {
+        let pk = self.store.pk(key)?;
+        let raw = self.raw_item(&pk).await?;
+        let now = now_ms();
+        let Some(raw) = raw else {
+            emit(&inspect::render_absent(key, &pk));
+            return Ok(ExitCode::from(EXIT_REFUSED));
+        };
+        let item = match StoredItem::parse(&raw) {
+            Ok(item) => item,
+            Err(err) => {
+                emit(&inspect::render_malformed(key, &raw, &err.to_string()));
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        emit(&inspect::render(key, &item, &inspect::others(&raw), now));
+        Ok(if item.is_expired(now) {
+            ExitCode::from(EXIT_REFUSED)
+        } else {
+            ExitCode::SUCCESS
+        })
+    }
+
+    async fn stuck(
+        &self,
+        older_than: Duration,
+        segments: u32,
+        page_size: Option<u32>,
+    ) -> Result<ExitCode, StoreError> {
+        let now = now_ms();
+        let query = stuck::Query {
+            table: self.table().to_owned(),
+            key_prefix: self.store.config().key_prefix.clone(),
+            now_ms: now,
+            older_than,
+            segments,
+            page_size,
+        };
+        let (mut found, stats) = stuck::scan(&self.client, &query).await?;
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        for key in &found {
+            if !emit(&format!("{}\n", stuck::line(key, &query))) {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        emit(&format!(
+            "{}\n",
+            stuck::summary(found.len(), &stats, &query)
+        ));
+        Ok(ExitCode::SUCCESS)
+    }
+
+    async fn release(&self, key: &str, version: u64) -> Result<ExitCode, StoreError> {
+        self.store.release_version(key, version).await?;
+        emit(&format!(
+            "released {key:?} at version {version}: its lock ended now; the next delivery \
+             takes it over as version {}\n",
+            version + 1
+        ));
+        Ok(ExitCode::SUCCESS)
+    }
+
+    async fn retry_failed(&self, key: &str, version: Option<u64>) -> Result<ExitCode, StoreError> {
+        let version = match version {
+            Some(version) => version,
+            None => match self.store.get(key).await? {
+                None => {
+                    eprintln!(
+                        "refused: {key:?} is absent (or past its TTL): nothing to retry; \
+                         its next delivery claims it fresh as version 1"
+                    );
+                    return Ok(ExitCode::from(EXIT_REFUSED));
+                }
+                Some(item) if item.status != Status::Failed => {
+                    eprintln!(
+                        "refused: {key:?} is {} at version {}, not FAILED: nothing written",
+                        item.status.as_str(),
+                        item.version
+                    );
+                    return Ok(ExitCode::from(EXIT_REFUSED));
+                }
+                Some(item) => item.version,
+            },
+        };
+        self.store.retry_failed(key, version).await?;
+        emit(&format!(
+            "{key:?} (FAILED at version {version}) is STARTED with its lock ended: the next \
+             delivery of the same payload takes it over as version {} and runs the work again \
+             (the error text is kept as last_error)\n",
+            version + 1
+        ));
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// The item as stored, TTL not applied (inspect shows expired items too).
+    async fn raw_item(
+        &self,
+        pk: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(self.table())
+            .key("pk", AttributeValue::S(pk.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::from_sdk("inspect (GetItem)", err))?;
+        Ok(output.item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_and_prefix_come_from_flags_then_the_environment() {
+        let env = |name: &str| match name {
+            TABLE_ENV => Some("from-env".to_owned()),
+            KEY_PREFIX_ENV => Some("env#".to_owned()),
+            _ => None,
+        };
+        let cli = Cli::parse_from(["exactly-once-ops", "inspect", "k"]);
+        let config = store_config(&cli, env).unwrap();
+        assert_eq!(
+            (config.table_name.as_str(), config.key_prefix.as_str()),
+            ("from-env", "env#")
+        );
+        let cli = Cli::parse_from([
+            "exactly-once-ops",
+            "inspect",
+            "k",
+            "--table",
+            "t",
+            "--key-prefix",
+            "",
+        ]);
+        let config = store_config(&cli, env).unwrap();
+        assert_eq!(
+            (config.table_name.as_str(), config.key_prefix.as_str()),
+            ("t", "")
+        );
+        assert!(store_config(&cli_without_table(), |_| None).is_err());
+    }
+
+    fn cli_without_table() -> Cli {
+        Cli::parse_from(["exactly-once-ops", "release", "k", "--version", "3"])
+    }
+
+    #[test]
+    fn durations_are_human() {
+        let cli = Cli::parse_from([
+            "exactly-once-ops",
+            "stuck",
+            "--older-than",
+            "1h 5m",
+            "--segments",
+            "4",
+        ]);
+        match cli.command {
+            Command::Stuck {
+                older_than,
+                segments,
+                ..
+            } => {
+                assert_eq!(older_than, Duration::from_secs(3900));
+                assert_eq!(segments, 4);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["exactly-once-ops", "stuck", "--older-than", "soon"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "exactly-once-ops",
+                "stuck",
+                "--older-than",
+                "5m",
+                "--segments",
+                "0"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
