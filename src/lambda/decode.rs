@@ -108,10 +108,30 @@ fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError>
         partition: partition.to_owned(),
         offset,
     };
-    let bytes = serde_json::from_value::<KafkaRecord>(record.clone())
-        .map_err(|err| format!("malformed record: {err}"))
+    let bytes = fractional_timestamp(record)
+        .and_then(|()| {
+            serde_json::from_value::<KafkaRecord>(record.clone())
+                .map_err(|err| format!("malformed record: {err}"))
+        })
         .and_then(|record| decode_bytes(&record));
     Ok((at, bytes))
+}
+
+/// `aws_lambda_events` panics (an `assert_eq!`) on a timestamp with a
+/// fractional part (`1.5`, `"1.5"`): refuse it before, as a malformed record.
+fn fractional_timestamp(record: &Value) -> Result<(), String> {
+    let number = match record.get("timestamp") {
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::String(s)) => s.parse::<f64>().ok(),
+        _ => None,
+    };
+    match number {
+        Some(n) if n.fract() != 0.0 => Err(format!(
+            "malformed record: timestamp {} is not a whole number of milliseconds",
+            record["timestamp"]
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn decode_bytes(record: &KafkaRecord) -> Result<DecodedRecord, String> {

@@ -89,12 +89,18 @@ impl KeySpec {
         at: &Coordinates,
         payload_hash: &str,
     ) -> Result<String, String> {
+        // Every part is read first: a part that cannot be read fails the
+        // record whatever the order of the parts and the missing-key policy.
         let mut values = Vec::with_capacity(self.parts.len());
+        let mut missing = None;
         for part in &self.parts {
             match self.part(part, record)? {
                 Some(value) => values.push(value),
-                None => return self.when_missing(part, at, payload_hash),
+                None => missing = missing.or(Some(part)),
             }
+        }
+        if let Some(part) = missing {
+            return self.when_missing(part, at, payload_hash);
         }
         Ok(match values.as_slice() {
             [single] => single.clone(),
