@@ -24,6 +24,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
@@ -60,12 +63,38 @@ const RTT_SWEEP_MS: [u64; 5] = [0, 1, 2, 5, 10];
 // ---------------------------------------------------------------------------
 // Simulated network round trip: a wrapper around the client's HTTP client.
 
-/// An HTTP client whose every request first waits `delay`.
+/// An HTTP client whose every request first waits `delay`, and which times
+/// the real request (DynamoDB Local's answer, without the simulated delay).
 #[derive(Debug, Clone)]
 struct DelayedHttpClient {
     inner: SharedHttpClient,
     delay: Duration,
+    served: ServiceTime,
 }
+
+/// Requests sent to DynamoDB Local and the time they took there (from the
+/// hand-over to the real HTTP client to the response: loopback, queueing in
+/// the server and its work), excluding the simulated round trip.
+#[derive(Debug, Clone, Default)]
+struct ServiceTime {
+    requests: Arc<AtomicU64>,
+    micros: Arc<AtomicU64>,
+}
+
+impl ServiceTime {
+    fn reset(&self) {
+        self.requests.store(0, Relaxed);
+        self.micros.store(0, Relaxed);
+    }
+
+    fn read(&self) -> (u64, u64) {
+        (self.requests.load(Relaxed), self.micros.load(Relaxed))
+    }
+}
+
+/// Tokio's timer has millisecond ticks and rounds a sleep up to the next
+/// tick: sleeping half a tick less makes the mean delay the one asked for.
+const TIMER_ROUNDING: Duration = Duration::from_micros(500);
 
 impl HttpClient for DelayedHttpClient {
     fn http_connector(
@@ -76,6 +105,7 @@ impl HttpClient for DelayedHttpClient {
         SharedHttpConnector::new(DelayedConnector {
             inner: self.inner.http_connector(settings, components),
             delay: self.delay,
+            served: self.served.clone(),
         })
     }
 }
@@ -84,22 +114,35 @@ impl HttpClient for DelayedHttpClient {
 struct DelayedConnector {
     inner: SharedHttpConnector,
     delay: Duration,
+    served: ServiceTime,
 }
 
 impl HttpConnector for DelayedConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        let (inner, delay) = (self.inner.clone(), self.delay);
+        let (inner, delay, served) = (self.inner.clone(), self.delay, self.served.clone());
         HttpConnectorFuture::new(async move {
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep(delay.saturating_sub(TIMER_ROUNDING)).await;
             }
-            inner.call(request).await
+            let started = Instant::now();
+            let response = inner.call(request).await;
+            served.requests.fetch_add(1, Relaxed);
+            served
+                .micros
+                .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+            response
         })
     }
 }
 
-/// `base` with `rtt` added to every request and `counter` attached.
-fn client_with(base: &Client, rtt_ms: u64, counter: &RequestCounter) -> Client {
+/// `base` with `rtt` added to every request, timed by `served`, and
+/// `counter` attached.
+fn client_with(
+    base: &Client,
+    rtt_ms: u64,
+    counter: &RequestCounter,
+    served: &ServiceTime,
+) -> Client {
     let inner = base
         .config()
         .http_client()
@@ -107,6 +150,7 @@ fn client_with(base: &Client, rtt_ms: u64, counter: &RequestCounter) -> Client {
     let delayed = DelayedHttpClient {
         inner,
         delay: Duration::from_millis(rtt_ms),
+        served: served.clone(),
     };
     counter.attach(&Client::from_conf(
         base.config().to_builder().http_client(delayed).build(),
@@ -384,6 +428,8 @@ struct Row {
     records: usize,
     batch_ms: Vec<f64>,
     requests: BTreeMap<String, u64>,
+    /// Requests that reached DynamoDB Local, and their time there (µs).
+    served: (u64, u64),
     failures: usize,
 }
 
@@ -393,6 +439,11 @@ impl Row {
         sorted.sort_by(f64::total_cmp);
         let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
         sorted[rank - 1]
+    }
+
+    /// Mean time of a request in DynamoDB Local (without the simulated RTT).
+    fn service_ms(&self) -> f64 {
+        self.served.1 as f64 / 1000.0 / self.served.0.max(1) as f64
     }
 
     fn records_per_s(&self) -> f64 {
@@ -421,15 +472,75 @@ impl Row {
 }
 
 /// What a scenario measures for a batch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Measure {
     /// New records, a fresh instance and key prefix per repetition.
     New,
     /// The batch processed once (not measured), then replayed to a fresh
-    /// instance: cold cache.
-    ReplayCold,
-    /// ... replayed to the instance that processed it: warm cache.
-    ReplayWarm,
+    /// instance (cold cache), then to the instance that processed it (warm
+    /// cache): two rows.
+    Replay,
+}
+
+/// Counters of one row while it is measured.
+struct Meter {
+    counter: RequestCounter,
+    served: ServiceTime,
+    row: Row,
+}
+
+impl Meter {
+    fn new(scenario: &'static str, mode: Mode, rtt_ms: u64) -> Self {
+        Self {
+            counter: RequestCounter::default(),
+            served: ServiceTime::default(),
+            row: Row {
+                scenario,
+                mode,
+                rtt_ms,
+                records: 0,
+                batch_ms: Vec::new(),
+                requests: BTreeMap::new(),
+                served: (0, 0),
+                failures: 0,
+            },
+        }
+    }
+
+    async fn time(&mut self, processor: &Processor, batch: &Batch, event: &Value, works: &[Work]) {
+        self.counter.reset();
+        self.served.reset();
+        let started = Instant::now();
+        let unfinished = processor.process(batch, event, works).await;
+        let row = &mut self.row;
+        row.batch_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        row.records = batch.len();
+        for (op, n) in self.counter.counts() {
+            *row.requests.entry(op).or_default() += n;
+        }
+        let (requests, micros) = self.served.read();
+        row.served = (row.served.0 + requests, row.served.1 + micros);
+        row.failures += unfinished;
+    }
+
+    fn done(self) -> Row {
+        let row = self.row;
+        eprintln!(
+            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  DynamoDB Local {:>5.1} ms/request{}",
+            row.scenario,
+            row.mode.name(),
+            row.rtt_ms,
+            row.p(0.5),
+            row.per_record(None),
+            row.service_ms(),
+            if row.failures > 0 {
+                format!("  ({} records NOT finished)", row.failures)
+            } else {
+                String::new()
+            }
+        );
+        row
+    }
 }
 
 async fn measure(
@@ -440,64 +551,53 @@ async fn measure(
     mode: Mode,
     rtt_ms: u64,
     reps: usize,
-) -> Row {
-    let counter = RequestCounter::default();
-    let client = client_with(&env.base, rtt_ms, &counter);
-    let mut row = Row {
-        scenario,
-        mode,
-        rtt_ms,
-        records: 0,
-        batch_ms: Vec::new(),
-        requests: BTreeMap::new(),
-        failures: 0,
+) -> Vec<Row> {
+    let (cold_name, warm_name) = match measure {
+        Measure::New => (scenario, scenario),
+        Measure::Replay => (
+            leak(format!("replay-cold-{scenario}")),
+            leak(format!("replay-warm-{scenario}")),
+        ),
     };
+    let mut cold = Meter::new(cold_name, mode, rtt_ms);
+    let mut warm = Meter::new(warm_name, mode, rtt_ms);
+    let cold_client = client_with(&env.base, rtt_ms, &cold.counter, &cold.served);
+    let warm_client = client_with(&env.base, rtt_ms, &warm.counter, &warm.served);
     for _ in 0..reps {
         let tag = env.fresh_tag();
         let prefix = format!("bench/{tag}/");
         let batch = make(&tag);
         let (event, works) = (batch.event(), batch.works());
-        row.records = batch.len();
-        let first = Processor::new(env, &client, mode, &prefix);
-        let processor = match measure {
-            Measure::New => first,
-            Measure::ReplayCold | Measure::ReplayWarm => {
+        match measure {
+            Measure::New => {
+                let processor = Processor::new(env, &cold_client, mode, &prefix);
+                cold.time(&processor, &batch, &event, &works).await;
+            }
+            Measure::Replay => {
+                let first = Processor::new(env, &warm_client, mode, &prefix);
                 let unfinished = first.process(&batch, &event, &works).await;
                 assert_eq!(unfinished, 0, "{scenario}: the first delivery must finish");
-                match measure {
-                    Measure::ReplayWarm => first,
-                    _ => Processor::new(env, &client, mode, &prefix),
-                }
+                let fresh = Processor::new(env, &cold_client, mode, &prefix);
+                cold.time(&fresh, &batch, &event, &works).await;
+                warm.time(&first, &batch, &event, &works).await;
             }
-        };
-        counter.reset();
-        let started = Instant::now();
-        let unfinished = processor.process(&batch, &event, &works).await;
-        row.batch_ms.push(started.elapsed().as_secs_f64() * 1000.0);
-        for (op, n) in counter.counts() {
-            *row.requests.entry(op).or_default() += n;
         }
-        row.failures += unfinished;
     }
-    eprintln!(
-        "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>5.2} req/record{}",
-        scenario,
-        mode.name(),
-        rtt_ms,
-        row.p(0.5),
-        row.per_record(None),
-        if row.failures > 0 {
-            format!("  ({} records NOT finished)", row.failures)
-        } else {
-            String::new()
-        }
-    );
-    row
+    match measure {
+        Measure::New => vec![cold.done()],
+        Measure::Replay => vec![cold.done(), warm.done()],
+    }
 }
 
-/// Mean time of `n` sequential GetItem calls at a simulated round trip.
-async fn get_item_ms(env: &Env, rtt_ms: u64, n: u32) -> f64 {
-    let client = client_with(&env.base, rtt_ms, &RequestCounter::default());
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// Mean time of `n` sequential GetItem calls at a simulated round trip, and
+/// the mean part of it spent in DynamoDB Local.
+async fn get_item_ms(env: &Env, rtt_ms: u64, n: u32) -> (f64, f64) {
+    let served = ServiceTime::default();
+    let client = client_with(&env.base, rtt_ms, &RequestCounter::default(), &served);
     let started = Instant::now();
     for i in 0..n {
         client
@@ -508,7 +608,11 @@ async fn get_item_ms(env: &Env, rtt_ms: u64, n: u32) -> f64 {
             .await
             .expect("GetItem");
     }
-    started.elapsed().as_secs_f64() * 1000.0 / f64::from(n)
+    let (requests, micros) = served.read();
+    (
+        started.elapsed().as_secs_f64() * 1000.0 / f64::from(n),
+        micros as f64 / 1000.0 / requests.max(1) as f64,
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -518,7 +622,7 @@ fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<22} {:<9} {:>3} {:>6} {:>3} {:>10} {:>10} {:>9} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}",
+        "{:<22} {:<9} {:>3} {:>6} {:>3} {:>10} {:>10} {:>9} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>8} {:>5}",
         "scenario",
         "mode",
         "rtt",
@@ -534,6 +638,7 @@ fn table(rows: &[Row]) -> String {
         "Txn",
         "BGet",
         "other",
+        "ddb ms",
         "speedup",
         "fail"
     );
@@ -548,7 +653,7 @@ fn table(rows: &[Row]) -> String {
         let other = row.per_record(Some("GetItem")) + row.per_record(Some("other"));
         let _ = writeln!(
             out,
-            "{:<22} {:<9} {:>3} {:>6} {:>3} {:>10.1} {:>10.1} {:>9.0} {:>8.3} {:>7.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>8} {:>5}",
+            "{:<22} {:<9} {:>3} {:>6} {:>3} {:>10.1} {:>10.1} {:>9.0} {:>8.3} {:>7.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.2} {:>8} {:>5}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
@@ -564,6 +669,7 @@ fn table(rows: &[Row]) -> String {
             row.per_record(Some("TransactWriteItems")),
             row.per_record(Some("BatchGetItem")),
             other,
+            row.service_ms(),
             speedup,
             row.failures,
         );
@@ -576,12 +682,12 @@ fn csv(rows: &[Row]) -> String {
         "scenario,mode,rtt_ms,records,repetitions,batch_ms_p50,batch_ms_p99,records_per_s,\
          ms_per_record,requests_per_record,put_item_per_record,update_item_per_record,\
          transact_write_items_per_record,batch_get_item_per_record,get_item_per_record,\
-         other_per_record,unfinished_records\n",
+         other_per_record,dynamodb_local_ms_per_request,unfinished_records\n",
     );
     for row in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{:.2},{:.2},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{}",
+            "{},{},{},{},{},{:.2},{:.2},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
@@ -598,6 +704,7 @@ fn csv(rows: &[Row]) -> String {
             row.per_record(Some("BatchGetItem")),
             row.per_record(Some("GetItem")),
             row.per_record(Some("other")),
+            row.service_ms(),
             row.failures,
         );
     }
@@ -804,15 +911,24 @@ async fn run() {
     // The simulated round trip really applies.
     eprintln!("simulated round trip check (100 sequential GetItem each):");
     for rtt in [0, 5] {
-        let ms = get_item_ms(&env, rtt, 100).await;
-        eprintln!("  rtt {rtt} ms: {ms:.2} ms per GetItem");
-        assert!(ms >= rtt as f64, "the delay is not applied");
+        let (ms, served) = get_item_ms(&env, rtt, 100).await;
+        eprintln!(
+            "  rtt {rtt} ms: {ms:.2} ms per GetItem, of which {served:.2} ms in DynamoDB Local: {:.2} ms added",
+            ms - served
+        );
+        assert!(ms - served >= rtt as f64 * 0.9, "the delay is not applied");
     }
 
     // Warm-up (DynamoDB Local is a JVM): not recorded.
     eprintln!("warm-up...");
     let new_1000 = |tag: &str| Batch::new_payments(tag, 1000, 4);
-    for mode in [Mode::Key, Mode::Partition, Mode::Baseline] {
+    for mode in [
+        Mode::Key,
+        Mode::None,
+        Mode::Partition,
+        Mode::Baseline,
+        Mode::Key,
+    ] {
         measure(&env, "warm-up", &new_1000, Measure::New, mode, 0, 1).await;
     }
 
@@ -830,7 +946,7 @@ async fn run() {
                 (Mode::Baseline, _) => env.reps(1),
                 _ => env.reps(5),
             };
-            rows.push(
+            rows.extend(
                 measure(
                     &env,
                     "new-1000x4p",
@@ -847,17 +963,14 @@ async fn run() {
     eprintln!("(2) the same batch replayed:");
     for rtt in RTT_MAIN_MS {
         for mode in Mode::ALL {
-            for (scenario, m) in [
-                ("replay-cold-1000x4p", Measure::ReplayCold),
-                ("replay-warm-1000x4p", Measure::ReplayWarm),
-            ] {
-                let reps = if mode == Mode::Baseline && rtt > 0 {
-                    1
-                } else {
-                    env.reps(3)
-                };
-                rows.push(measure(&env, scenario, &new_1000, m, mode, rtt, reps).await);
-            }
+            let reps = if mode == Mode::Baseline && rtt > 0 {
+                1
+            } else {
+                env.reps(3)
+            };
+            rows.extend(
+                measure(&env, "1000x4p", &new_1000, Measure::Replay, mode, rtt, reps).await,
+            );
         }
     }
     eprintln!("(3) 1,000 records with 10% in-batch duplicates:");
@@ -868,7 +981,7 @@ async fn run() {
             } else {
                 env.reps(3)
             };
-            rows.push(measure(&env, "dup10-1000x4p", &dup, Measure::New, mode, rtt, reps).await);
+            rows.extend(measure(&env, "dup10-1000x4p", &dup, Measure::New, mode, rtt, reps).await);
         }
     }
     eprintln!("(4) 10,000 new records over 4 partitions (baseline only without RTT):");
@@ -877,7 +990,7 @@ async fn run() {
             if mode == Mode::Baseline && rtt > 0 {
                 continue;
             }
-            rows.push(measure(&env, "new-10000x4p", &big, Measure::New, mode, rtt, 1).await);
+            rows.extend(measure(&env, "new-10000x4p", &big, Measure::New, mode, rtt, 1).await);
         }
     }
     eprintln!("(5) a long chain: 1,000 records in one partition:");
@@ -888,13 +1001,15 @@ async fn run() {
             } else {
                 env.reps(3)
             };
-            rows.push(measure(&env, "chain-1000x1p", &chain, Measure::New, mode, rtt, reps).await);
+            rows.extend(
+                measure(&env, "chain-1000x1p", &chain, Measure::New, mode, rtt, reps).await,
+            );
         }
     }
     eprintln!("(6) 100 new records over 4 partitions (time per record vs batch size):");
     for rtt in RTT_MAIN_MS {
         for mode in Mode::ALL {
-            rows.push(
+            rows.extend(
                 measure(
                     &env,
                     "new-100x4p",
@@ -923,6 +1038,9 @@ async fn run() {
         "batch time p50/p99 over n repetitions (nearest rank: with few repetitions p99 is the slowest); rec/s = records / p50."
     );
     println!("speedup = baseline p50 / p50 for the same scenario and RTT.");
+    println!(
+        "ddb ms = mean time a request spent in DynamoDB Local (loopback, queueing, work), without the simulated RTT."
+    );
     println!();
     print!("{}", table(&rows));
     println!();
