@@ -13,8 +13,8 @@ use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 use support::msk::{
-    Rec, account, balance, event, event_of, header_keys, invoke, ledger_function, payment,
-    payment_json, record_json, reported,
+    Rec, account, balance, event, event_of, header_keys, invoke, invoke_until_done,
+    ledger_function, payment, payment_json, record_json, reported,
 };
 
 #[tokio::test]
@@ -64,19 +64,7 @@ async fn the_same_batch_from_8_concurrent_invocations_applies_each_payment_once(
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let (function, batch) = (function.clone(), batch.clone());
-            tokio::spawn(async move {
-                for _ in 0..200 {
-                    if invoke(&function, &batch)
-                        .await
-                        .batch_item_failures
-                        .is_empty()
-                    {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                panic!("the batch never finished");
-            })
+            tokio::spawn(async move { invoke_until_done(&function, &batch).await })
         })
         .collect();
     for task in tasks {

@@ -11,7 +11,9 @@ use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, StoreConfig};
 use serde_json::Value;
-use support::msk::{Rec, account, balance, event, header_keys, invoke, payment, reported};
+use support::msk::{
+    Rec, account, balance, event, header_keys, invoke, invoke_until_done, payment, reported,
+};
 
 /// The transactional ledger function on `config`'s keys, counting requests.
 async fn counted(
@@ -191,17 +193,7 @@ async fn every_ordering_mode_applies_each_payment_once_under_concurrent_replays(
                 let (config, batch) = (config.clone(), batch.clone());
                 tokio::spawn(async move {
                     let function = counted(&config, ordering, &RequestCounter::default()).await;
-                    for _ in 0..100 {
-                        if invoke(&function, &batch)
-                            .await
-                            .batch_item_failures
-                            .is_empty()
-                        {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    panic!("{ordering:?}: the batch never finished");
+                    invoke_until_done(&function, &batch).await;
                 })
             })
             .collect();

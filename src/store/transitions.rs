@@ -444,35 +444,17 @@ impl IdempotencyStore {
     /// version + 1. Fails with [`StoreError::NotInState`] if the key is not
     /// STARTED at `version`.
     pub async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let pk = self.pk(key)?;
         let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
         // Invariant: only the STARTED item at the version the operator saw is
         // released; one taken over since (newer version) or finished is not.
         let condition = "#status = :started AND #version = :version";
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&pk))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_in(&[update, condition])))
-            .set_expression_attribute_values(Some(HashMap::from([
-                (":zero".to_owned(), n(0)),
-                (":now_ms".to_owned(), n(now_ms())),
-                (":started".to_owned(), Status::Started.value()),
-                (":version".to_owned(), n(version)),
-            ])))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        operator_outcome(
-            result,
-            pk,
-            Status::Started,
-            version,
-            "operator release (UpdateItem)",
-        )
+        let values = vec![
+            (":zero", n(0)),
+            (":now_ms", n(now_ms())),
+            (":started", Status::Started.value()),
+        ];
+        self.operator_write(key, version, Status::Started, update, condition, values)
+            .await
     }
 
     /// Operator retry of a permanent failure: a FAILED key becomes STARTED
@@ -481,13 +463,39 @@ impl IdempotencyStore {
     /// later COMPLETED item carries no `error`). Fails with
     /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
     pub async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let pk = self.pk(key)?;
         let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
                       #last_error = if_not_exists(#error, :no_error) REMOVE #error";
         // Invariant: only the FAILED item at the version the operator saw goes
         // back to STARTED; it keeps its version, owner and payload_hash, so the
         // next claim with the same payload takes it over as version + 1.
         let condition = "#status = :failed AND #version = :version";
+        let values = vec![
+            (":started", Status::Started.value()),
+            (":zero", n(0)),
+            (":now_ms", n(now_ms())),
+            (":no_error", s("(no error text)")),
+            (":failed", Status::Failed.value()),
+        ];
+        self.operator_write(key, version, Status::Failed, update, condition, values)
+            .await
+    }
+
+    /// An operator's UpdateItem on `key`, its `condition` reading `:version`.
+    async fn operator_write(
+        &self,
+        key: &str,
+        version: u64,
+        expected: Status,
+        update: &str,
+        condition: &str,
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<(), StoreError> {
+        let pk = self.pk(key)?;
+        let mut values: HashMap<String, AttributeValue> = values
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        values.insert(":version".into(), n(version));
         let result = self
             .client
             .update_item()
@@ -496,24 +504,15 @@ impl IdempotencyStore {
             .update_expression(update)
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names_in(&[update, condition])))
-            .set_expression_attribute_values(Some(HashMap::from([
-                (":started".to_owned(), Status::Started.value()),
-                (":zero".to_owned(), n(0)),
-                (":now_ms".to_owned(), n(now_ms())),
-                (":no_error".to_owned(), s("(no error text)")),
-                (":failed".to_owned(), Status::Failed.value()),
-                (":version".to_owned(), n(version)),
-            ])))
+            .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        operator_outcome(
-            result,
-            pk,
-            Status::Failed,
-            version,
-            "operator retry (UpdateItem)",
-        )
+        let operation = match expected {
+            Status::Failed => "operator retry (UpdateItem)",
+            _ => "operator release (UpdateItem)",
+        };
+        operator_outcome(result, pk, expected, version, operation)
     }
 }
 

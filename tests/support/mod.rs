@@ -236,6 +236,18 @@ pub mod msk {
             .expect("a Kafka event is never an invocation error")
     }
 
+    /// Delivers `event` again and again, as Lambda does with what a
+    /// response reports, until nothing is reported.
+    pub async fn invoke_until_done<H: RecordHandler>(function: &MskFunction<H>, event: &Value) {
+        for _ in 0..200 {
+            if invoke(function, event).await.batch_item_failures.is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("the batch never finished");
+    }
+
     /// The reported records as `partition@offset`.
     pub fn reported(response: &KafkaBatchResponse) -> Vec<String> {
         response
