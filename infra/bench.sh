@@ -12,25 +12,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-step() { printf '\n==> %s\n' "$*"; }
-
-step "tools (infra/tools.sh)"
-infra/tools.sh
-
-# shellcheck source=infra/local-env.sh
-source infra/local-env.sh
-# The venv's python3 with boto3 + PyYAML (infra/local_tables.py).
-export PATH="$root/.cache/venv/bin:$PATH"
-
-step "DynamoDB Local"
-eval "$(infra/dynamodb-local.sh start)"
-# Stops exactly the server started above (DYNAMODB_LOCAL_PID).
-trap 'infra/dynamodb-local.sh stop' EXIT
-echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
-
-step "tables from template.yaml"
-infra/local_tables.py --table IdempotencyTable=idempotency-bench --table LedgerTable=ledger-bench
-export IDEMPOTENCY_TABLE=idempotency-bench LEDGER_TABLE=ledger-bench
+# shellcheck source=infra/local-stack.sh
+source infra/local-stack.sh
+local_stack idempotency-bench ledger-bench
 
 step "cargo bench --bench throughput"
 cargo bench --bench throughput

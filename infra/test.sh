@@ -7,25 +7,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-step() { printf '\n==> %s\n' "$*"; }
-
-step "tools (infra/tools.sh)"
-infra/tools.sh
-
-# shellcheck source=infra/local-env.sh
-source infra/local-env.sh
-# cargo-lambda (used by tests) and the venv's python3 with boto3 + PyYAML.
-export PATH="$root/.cache/venv/bin:$PATH"
-
-step "DynamoDB Local"
-eval "$(infra/dynamodb-local.sh start)"
-# Stops exactly the server started above (DYNAMODB_LOCAL_PID).
-trap 'infra/dynamodb-local.sh stop' EXIT
-echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
-
-step "tables from template.yaml"
-infra/local_tables.py --table IdempotencyTable=idempotency-test --table LedgerTable=ledger-test
-export IDEMPOTENCY_TABLE=idempotency-test LEDGER_TABLE=ledger-test
+# shellcheck source=infra/local-stack.sh
+source infra/local-stack.sh
+local_stack idempotency-test ledger-test
 
 step "cargo fmt --check"
 cargo fmt --check

@@ -1,0 +1,33 @@
+# shellcheck shell=bash
+# Sourced by infra/test.sh and infra/bench.sh (bash): the project's tools, the
+# dummy AWS environment, and a DynamoDB Local of the caller's own with the
+# tables of template.yaml, stopped when the caller exits.
+#
+#   source infra/local-stack.sh
+#   local_stack IDEMPOTENCY_TABLE_NAME LEDGER_TABLE_NAME
+#
+# Exports AWS_ENDPOINT_URL_DYNAMODB, IDEMPOTENCY_TABLE and LEDGER_TABLE, and
+# puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
+
+step() { printf '\n==> %s\n' "$*"; }
+
+local_stack() {
+  local root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  step "tools (infra/tools.sh)"
+  "$root/infra/tools.sh"
+  # shellcheck source=infra/local-env.sh
+  source "$root/infra/local-env.sh"
+  export PATH="$root/.cache/venv/bin:$PATH"
+
+  step "DynamoDB Local"
+  eval "$("$root/infra/dynamodb-local.sh" start)"
+  # Stops exactly the server started above (DYNAMODB_LOCAL_PID).
+  # shellcheck disable=SC2064 # expand $root now
+  trap "'$root/infra/dynamodb-local.sh' stop" EXIT
+  echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+
+  step "tables from template.yaml"
+  "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"
+  export IDEMPOTENCY_TABLE="$1" LEDGER_TABLE="$2"
+}
