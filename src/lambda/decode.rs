@@ -64,10 +64,10 @@ pub type Decoded = (Coordinates, Result<DecodedRecord, String>);
 /// in offset order. A record that cannot be decoded is an error of that
 /// record only; an event that is not a Kafka event is an [`EventError`].
 pub fn decode_event(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
-    let source = event.get("eventSource").and_then(Value::as_str);
-    match source {
-        Some(source) if KAFKA_SOURCES.contains(&source) => {}
-        Some(other) => return Err(EventError::NotKafka(format!("{other:?}"))),
+    match event.get("eventSource") {
+        Some(Value::String(source)) if KAFKA_SOURCES.contains(&source.as_str()) => {}
+        // A string shows quoted, anything else as JSON (42, null, {...}).
+        Some(other) => return Err(EventError::NotKafka(other.to_string())),
         None => return Err(EventError::NotKafka("missing".into())),
     }
     let partitions: BTreeMap<&str, &Vec<Value>> = match event.get("records") {
