@@ -434,6 +434,27 @@ struct Row {
 }
 
 impl Row {
+    /// The measured columns of the table and the CSV, in order: p50 and p99
+    /// batch ms, records/s, ms/record, requests/record in all and for
+    /// PutItem, UpdateItem, TransactWriteItems, BatchGetItem, GetItem and
+    /// other operations, DynamoDB Local's own ms per request.
+    fn measures(&self) -> [f64; 12] {
+        [
+            self.p(0.5),
+            self.p(0.99),
+            self.records_per_s(),
+            self.ms_per_record(),
+            self.per_record(None),
+            self.per_record(Some("PutItem")),
+            self.per_record(Some("UpdateItem")),
+            self.per_record(Some("TransactWriteItems")),
+            self.per_record(Some("BatchGetItem")),
+            self.per_record(Some("GetItem")),
+            self.per_record(Some("other")),
+            self.service_ms(),
+        ]
+    }
+
     fn p(&self, q: f64) -> f64 {
         let mut sorted = self.batch_ms.clone();
         sorted.sort_by(f64::total_cmp);
@@ -650,29 +671,47 @@ fn table(rows: &[Row]) -> String {
             || "-".to_owned(),
             |b| format!("{:.1}x", b.p(0.5) / row.p(0.5)),
         );
-        let other = row.per_record(Some("GetItem")) + row.per_record(Some("other"));
-        let _ = writeln!(
+        let m = row.measures();
+        // GetItem and other operations share one column in the table.
+        let shown = [
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[5],
+            m[6],
+            m[7],
+            m[8],
+            m[9] + m[10],
+            m[11],
+        ];
+        let widths = [
+            (10, 1),
+            (10, 1),
+            (9, 0),
+            (8, 3),
+            (7, 3),
+            (6, 3),
+            (6, 3),
+            (6, 3),
+            (6, 3),
+            (6, 3),
+            (7, 2),
+        ];
+        let _ = write!(
             out,
-            "{:<22} {:<9} {:>3} {:>6} {:>3} {:>10.1} {:>10.1} {:>9.0} {:>8.3} {:>7.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.2} {:>8} {:>5}",
+            "{:<22} {:<9} {:>3} {:>6} {:>3}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
             row.records,
-            row.batch_ms.len(),
-            row.p(0.5),
-            row.p(0.99),
-            row.records_per_s(),
-            row.ms_per_record(),
-            row.per_record(None),
-            row.per_record(Some("PutItem")),
-            row.per_record(Some("UpdateItem")),
-            row.per_record(Some("TransactWriteItems")),
-            row.per_record(Some("BatchGetItem")),
-            other,
-            row.service_ms(),
-            speedup,
-            row.failures,
+            row.batch_ms.len()
         );
+        for (value, (width, precision)) in shown.iter().zip(widths) {
+            let _ = write!(out, " {value:>width$.precision$}");
+        }
+        let _ = writeln!(out, " {speedup:>8} {:>5}", row.failures);
     }
     out
 }
@@ -684,27 +723,23 @@ fn csv(rows: &[Row]) -> String {
          transact_write_items_per_record,batch_get_item_per_record,get_item_per_record,\
          other_per_record,dynamodb_local_ms_per_request,unfinished_records\n",
     );
+    let precisions = [2, 2, 1, 4, 4, 4, 4, 4, 4, 4, 4, 3];
     for row in rows {
+        let measures: Vec<String> = row
+            .measures()
+            .iter()
+            .zip(precisions)
+            .map(|(value, precision)| format!("{value:.precision$}"))
+            .collect();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{:.2},{:.2},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{}",
+            "{},{},{},{},{},{},{}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
             row.records,
             row.batch_ms.len(),
-            row.p(0.5),
-            row.p(0.99),
-            row.records_per_s(),
-            row.ms_per_record(),
-            row.per_record(None),
-            row.per_record(Some("PutItem")),
-            row.per_record(Some("UpdateItem")),
-            row.per_record(Some("TransactWriteItems")),
-            row.per_record(Some("BatchGetItem")),
-            row.per_record(Some("GetItem")),
-            row.per_record(Some("other")),
-            row.service_ms(),
+            measures.join(","),
             row.failures,
         );
     }
