@@ -639,6 +639,16 @@ async fn get_item_ms(env: &Env, rtt_ms: u64, n: u32) -> (f64, f64) {
 // ---------------------------------------------------------------------------
 // Output.
 
+/// Repetitions of a scenario: 3 (scaled by BENCH_REPS), but one for the
+/// baseline under a simulated round trip, which takes many seconds a run.
+fn slow_once(env: &Env, mode: Mode, rtt: u64) -> usize {
+    if mode == Mode::Baseline && rtt > 0 {
+        1
+    } else {
+        env.reps(3)
+    }
+}
+
 fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -998,11 +1008,7 @@ async fn run() {
     eprintln!("(2) the same batch replayed:");
     for rtt in RTT_MAIN_MS {
         for mode in Mode::ALL {
-            let reps = if mode == Mode::Baseline && rtt > 0 {
-                1
-            } else {
-                env.reps(3)
-            };
+            let reps = slow_once(&env, mode, rtt);
             rows.extend(
                 measure(&env, "1000x4p", &new_1000, Measure::Replay, mode, rtt, reps).await,
             );
@@ -1011,11 +1017,7 @@ async fn run() {
     eprintln!("(3) 1,000 records with 10% in-batch duplicates:");
     for rtt in RTT_MAIN_MS {
         for mode in Mode::ALL {
-            let reps = if mode == Mode::Baseline && rtt > 0 {
-                1
-            } else {
-                env.reps(3)
-            };
+            let reps = slow_once(&env, mode, rtt);
             rows.extend(measure(&env, "dup10-1000x4p", &dup, Measure::New, mode, rtt, reps).await);
         }
     }
@@ -1031,11 +1033,7 @@ async fn run() {
     eprintln!("(5) a long chain: 1,000 records in one partition:");
     for rtt in RTT_MAIN_MS {
         for mode in Mode::ALL {
-            let reps = if mode == Mode::Baseline && rtt > 0 {
-                1
-            } else {
-                env.reps(3)
-            };
+            let reps = slow_once(&env, mode, rtt);
             rows.extend(
                 measure(&env, "chain-1000x1p", &chain, Measure::New, mode, rtt, reps).await,
             );
