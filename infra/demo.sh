@@ -5,10 +5,9 @@
 #
 #   infra/demo.sh
 #
-# Installs the tools first (infra/tools.sh), starts DynamoDB Local (unless it
-# is already running for this checkout, then it is reused), recreates the
-# tables idempotency-demo and ledger-demo, and stops everything it started
-# when it ends, however it ends. Checks every response and the final balances
+# Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
+# own, recreates the tables idempotency-demo and ledger-demo, and stops
+# everything it started when it ends, however it ends. Checks every response and the final balances
 # against what the events imply; exits 1 when one differs.
 # The function's log: .cache/demo/watch.log.
 set -euo pipefail
@@ -59,11 +58,9 @@ python3 events/generate.py --check
 echo "events/: up to date"
 
 step "DynamoDB Local"
-if [[ -f .cache/dynamodb-local/server.pid ]] && kill -0 "$(cat .cache/dynamodb-local/server.pid)" 2>/dev/null; then
-  echo "demo: DynamoDB Local is already running for this checkout; reusing it (it is left running)"
-else
-  started_ddb=true
-fi
+# Always a server of the demo's own (infra/dynamodb-local.sh start never
+# reuses one), stopped by cleanup.
+started_ddb=true
 eval "$(infra/dynamodb-local.sh start)"
 export AWS_ENDPOINT_URL_DYNAMODB
 echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
