@@ -389,3 +389,55 @@ async fn a_missing_table_is_a_permanent_rejection() {
         other => panic!("expected a rejection, got {other:?}"),
     }
 }
+
+/// The old owner completes just as 8 workers try to take its expired lock
+/// over: either the completion wins (every taker then sees a duplicate) or
+/// one taker wins (the completion is refused as lock lost), never both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_completion_and_concurrent_takers_never_both_win() {
+    for round in 0..5 {
+        let store = store(SHORT_LOCK).await;
+        let key = format!("late-{round}");
+        let old = acquire(&store, &key, "h1").await;
+        wait_for_lock_expiry().await;
+
+        let barrier = Arc::new(Barrier::new(9));
+        let completion = {
+            let (store, barrier, old) = (store.clone(), barrier.clone(), old.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.complete(&old, None).await
+            })
+        };
+        let takers: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, barrier, key) = (store.clone(), barrier.clone(), key.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(request(&key, "h1")).await
+                })
+            })
+            .collect();
+        let completed = completion.await.expect("completion task");
+        let mut taken = 0;
+        for taker in takers {
+            match taker.await.expect("taker task").expect("claim") {
+                ClaimOutcome::TakenOver(_) => taken += 1,
+                ClaimOutcome::Duplicate(_) | ClaimOutcome::InProgress(_) => {}
+                other => panic!("unexpected claim outcome {other:?}"),
+            }
+        }
+        let item = store.get(&key).await.expect("get").expect("item");
+        match completed {
+            Ok(_) => {
+                assert_eq!(taken, 0, "a COMPLETED key was taken over");
+                assert_eq!((item.status, item.version), (Status::Completed, 1));
+            }
+            Err(StoreError::LockLost { .. }) => {
+                assert_eq!(taken, 1, "exactly one taker wins");
+                assert_eq!((item.status, item.version), (Status::Started, 2));
+            }
+            Err(other) => panic!("unexpected completion error {other}"),
+        }
+    }
+}

@@ -89,10 +89,14 @@ impl<H: RecordHandler> Engine<H> {
         let step = match batch.in_flight.turn(&work.key) {
             Turn::Later(receiver) => Step::Waiting(receiver),
             Turn::First(sender) => {
-                let (engine, claimed, deadline) =
-                    (Arc::clone(self), work.clone(), batch.guard.deadline());
+                let (engine, deadline) = (Arc::clone(self), batch.guard.deadline());
+                let (key, hash, origin) = (
+                    work.key.clone(),
+                    work.payload_hash.clone(),
+                    work.origin.clone(),
+                );
                 Step::Claiming(
-                    tokio::spawn(async move { engine.claim(&claimed, deadline).await }),
+                    tokio::spawn(async move { engine.claim(&key, &hash, &origin, deadline).await }),
                     sender,
                 )
             }

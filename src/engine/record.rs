@@ -12,22 +12,32 @@ impl<H: RecordHandler> Engine<H> {
     /// Claim, run, record, one after the other. `deadline` bounds the lease
     /// and cuts the work.
     pub async fn run_once(&self, work: &Work, deadline: Deadline) -> Outcome {
-        match self.claim(work, deadline).await {
+        match self
+            .claim(&work.key, &work.payload_hash, &work.origin, deadline)
+            .await
+        {
             Ok(lease) => self.work(work, lease, deadline).await,
             Err(outcome) => outcome,
         }
     }
 
-    /// Claims the message's key: the lease to do its work, or the outcome
-    /// that makes the work unnecessary or impossible now.
-    pub(super) async fn claim(&self, work: &Work, deadline: Deadline) -> Result<Lease, Outcome> {
+    /// Claims a message's key: the lease to do its work, or the outcome
+    /// that makes the work unnecessary or impossible now. (The payload itself
+    /// is not needed: claims made ahead do not copy it.)
+    pub(super) async fn claim(
+        &self,
+        key: &str,
+        payload_hash: &str,
+        origin: &str,
+        deadline: Deadline,
+    ) -> Result<Lease, Outcome> {
         let _permit = self.permits.acquire().await;
         let claim = self
             .store
             .claim(ClaimRequest {
-                key: &work.key,
-                payload_hash: &work.payload_hash,
-                origin: Some(&work.origin),
+                key,
+                payload_hash,
+                origin: Some(origin),
                 lease_cap_ms: deadline.lease_cap_ms(),
             })
             .await;
@@ -35,7 +45,7 @@ impl<H: RecordHandler> Engine<H> {
             Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
             Ok(ClaimOutcome::Duplicate(item)) => {
                 self.cache
-                    .insert(&work.key, &item.payload_hash, item.expires_at_s);
+                    .insert(key, &item.payload_hash, item.expires_at_s);
                 Err(Outcome::Duplicate)
             }
             Ok(ClaimOutcome::InProgress(_)) => Err(Outcome::InProgress),

@@ -55,7 +55,6 @@ impl IdempotencyStore {
             calls.spawn(async move { store.batch_get_chunk(chunk).await });
         }
         let now = now_ms();
-        let prefix_len = self.config.key_prefix.len();
         let mut found = HashMap::new();
         while let Some(joined) = calls.join_next().await {
             let items = joined.map_err(|err| StoreError::Unavailable {
@@ -64,8 +63,10 @@ impl IdempotencyStore {
             })??;
             for raw in items {
                 let item = StoredItem::parse(&raw)?;
-                if !item.is_expired(now) {
-                    found.insert(item.pk[prefix_len..].to_owned(), item);
+                // Every key asked for carries the prefix; anything else is ignored.
+                let key = item.pk.strip_prefix(self.config.key_prefix.as_str());
+                if let Some(key) = key.filter(|_| !item.is_expired(now)) {
+                    found.insert(key.to_owned(), item);
                 }
             }
         }
