@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use serde::Deserialize;
 
-use crate::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+use crate::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use crate::lambda::settings::{self, SettingsError};
 
 /// A payment message, as producers write it.
@@ -43,8 +43,14 @@ impl Payment {
 /// How the ledger applies a payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LedgerMode {
-    /// The balance update commits in one transaction with the completion:
-    /// exactly once, even if the process dies at any point.
+    /// The lock-free path: the balance update commits in ONE transaction
+    /// with the COMPLETED item, which succeeds only if the key is new. No
+    /// claim, no lock: one request per payment (or less, grouped). Exactly
+    /// once, even if the process dies at any point. The default.
+    LockFree,
+    /// The locking path: claim, then the balance update commits in one
+    /// transaction with the fenced completion. Exactly once as well; two
+    /// requests per payment.
     Transactional,
     /// The balance is updated first, the completion written after: a crash
     /// between the two applies the payment again on redelivery. Kept to show
@@ -55,10 +61,11 @@ pub enum LedgerMode {
 impl LedgerMode {
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim() {
+            "lock-free" => Ok(Self::LockFree),
             "transactional" => Ok(Self::Transactional),
             "direct" => Ok(Self::Direct),
             other => Err(format!(
-                "unknown ledger mode {other:?}; expected transactional or direct"
+                "unknown ledger mode {other:?}; expected lock-free, transactional or direct"
             )),
         }
     }
@@ -75,17 +82,12 @@ pub struct LedgerSettings {
 }
 
 impl LedgerSettings {
-    /// `LEDGER_TABLE` (required) and `LEDGER_MODE` (transactional, the
-    /// default, or direct), read through `lookup`.
+    /// `LEDGER_TABLE` (required) and `LEDGER_MODE` (lock-free, the default,
+    /// transactional or direct), read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let table = settings::required(var, "LEDGER_TABLE")?;
-        let mode = settings::parsed(
-            var,
-            "LEDGER_MODE",
-            LedgerMode::Transactional,
-            LedgerMode::parse,
-        )?;
+        let mode = settings::parsed(var, "LEDGER_MODE", LedgerMode::LockFree, LedgerMode::parse)?;
         Ok(Self { table, mode })
     }
 }
@@ -133,10 +135,18 @@ impl LedgerHandler {
 }
 
 impl RecordHandler for LedgerHandler {
+    fn commit_path(&self) -> CommitPath {
+        match self.mode {
+            LedgerMode::LockFree => CommitPath::LockFree,
+            LedgerMode::Transactional | LedgerMode::Direct => CommitPath::Locking,
+        }
+    }
+
     async fn handle(&self, _: &FencingToken, payload: &[u8]) -> Result<Completion, HandlerError> {
         let payment = Payment::parse(payload)?;
         match self.mode {
-            LedgerMode::Transactional => {
+            // The effect as a write, committed by the engine (no side effect).
+            LedgerMode::LockFree | LedgerMode::Transactional => {
                 let update = Update::builder()
                     .table_name(&self.table)
                     .set_key(Some(HashMap::from([Self::key(&payment)])))
@@ -175,7 +185,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ledger_is_transactional_unless_told_otherwise() {
+    fn the_ledger_is_lock_free_unless_told_otherwise() {
         let settings = |mode: Option<&str>| {
             LedgerSettings::from_lookup(|name| match name {
                 "LEDGER_TABLE" => Some("ledger".into()),
@@ -183,8 +193,9 @@ mod tests {
                 _ => None,
             })
         };
+        assert_eq!(settings(None).map(|s| s.mode), Ok(LedgerMode::LockFree));
         assert_eq!(
-            settings(None).map(|s| s.mode),
+            settings(Some("transactional")).map(|s| s.mode),
             Ok(LedgerMode::Transactional)
         );
         assert_eq!(

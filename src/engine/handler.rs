@@ -98,8 +98,32 @@ impl Completion {
     }
 }
 
+/// How the engine commits a handler's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CommitPath {
+    /// Claim the key (a lock), run the work under a renewed lease, record
+    /// the outcome with fenced writes: for work with effects outside
+    /// DynamoDB. Two requests per new message.
+    #[default]
+    Locking,
+    /// No claim, no lock: the work's whole effect is the DynamoDB writes it
+    /// returns in [`Completion::writes`], computed WITHOUT side effects (the
+    /// engine may compute them ahead, and drop them). They commit in ONE
+    /// transaction with the COMPLETED item, which succeeds only if the key is
+    /// new. One request per new message, or less: consecutive messages of a
+    /// lane whose writes touch distinct items share a transaction.
+    LockFree,
+}
+
 /// The business logic run once per idempotency key.
 pub trait RecordHandler: Send + Sync + 'static {
+    /// How this handler's work is committed (default: [`CommitPath::Locking`]).
+    /// Answer [`CommitPath::LockFree`] only if `handle` performs no side
+    /// effect and derives its writes from the payload alone.
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::Locking
+    }
+
     /// Does the work for `payload`, or returns it as writes to commit (see
     /// [`Completion`]).
     fn handle(

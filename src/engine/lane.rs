@@ -14,6 +14,56 @@ use crate::store::{Lease, StoreError};
 use super::coalesce::{self, Settled, Turn};
 use super::{Batch, Engine, Item, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
 
+/// The outcomes of a lane so far, and why it stopped starting messages.
+pub(super) struct LaneLog {
+    outcomes: Vec<RecordOutcome>,
+    pub stop: Option<StopReason>,
+}
+
+impl LaneLog {
+    pub fn new(len: usize) -> Self {
+        Self {
+            outcomes: Vec::with_capacity(len),
+            stop: None,
+        }
+    }
+
+    /// Why the next message must not start, if so: the lane's own stop, or
+    /// the batch's (deadline near, DynamoDB down).
+    pub fn stop_reason(&mut self, batch: &Batch) -> Option<StopReason> {
+        self.stop = self.stop.or_else(|| batch.guard.stop_reason());
+        self.stop
+    }
+
+    /// Records the next message's outcome. One not finished stops the lane;
+    /// DynamoDB unavailable stops the whole batch (fail closed).
+    pub fn push(&mut self, outcome: Outcome, started: Instant, batch: &Batch) {
+        if let Outcome::StoreFailed(err) = &outcome
+            && err.is_retryable()
+        {
+            tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
+            batch.guard.store_failed();
+        }
+        if !outcome.is_finished() {
+            self.stop = self.stop.or(Some(StopReason::EarlierRecordUnfinished));
+        }
+        self.outcomes.push(RecordOutcome {
+            outcome,
+            elapsed: started.elapsed(),
+        });
+    }
+
+    /// The outcomes, the messages never looked at reported as not started.
+    pub fn finish(mut self, rest: impl Iterator<Item = Item>) -> Vec<RecordOutcome> {
+        let reason = self.stop.unwrap_or(StopReason::EarlierRecordUnfinished);
+        self.outcomes.extend(rest.map(|_| RecordOutcome {
+            outcome: Outcome::NotStarted(reason),
+            elapsed: Duration::ZERO,
+        }));
+        self.outcomes
+    }
+}
+
 /// What is prepared for a message before its turn.
 enum Step {
     /// Settled without a claim: unreadable, or known COMPLETED.
@@ -34,47 +84,28 @@ impl<H: RecordHandler> Engine<H> {
         lane: Vec<Item>,
         batch: Arc<Batch>,
     ) -> Vec<RecordOutcome> {
-        let mut outcomes = Vec::with_capacity(lane.len());
+        let mut log = LaneLog::new(lane.len());
         let mut pending = lane.into_iter();
         let mut prepared: VecDeque<(Option<Work>, Step)> = VecDeque::new();
-        let mut stop: Option<StopReason> = None;
         loop {
-            while stop.is_none() && prepared.len() < self.config.claim_ahead.max(1) {
+            while log.stop.is_none() && prepared.len() < self.config.claim_ahead.max(1) {
                 let Some(item) = pending.next() else { break };
                 prepared.push_back(self.prepare(item, &batch));
             }
             let Some((work, step)) = prepared.pop_front() else {
                 break;
             };
-            stop = stop.or_else(|| batch.guard.stop_reason());
             let started = Instant::now();
-            let outcome = match (stop, work) {
+            let outcome = match (log.stop_reason(&batch), work) {
                 (Some(reason), _) => {
                     self.abandon(step).await;
                     Outcome::NotStarted(reason)
                 }
                 (None, work) => self.finish(work, step, &batch).await,
             };
-            if let Outcome::StoreFailed(err) = &outcome
-                && err.is_retryable()
-            {
-                tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
-                batch.guard.store_failed();
-            }
-            if !outcome.is_finished() {
-                stop = stop.or(Some(StopReason::EarlierRecordUnfinished));
-            }
-            outcomes.push(RecordOutcome {
-                outcome,
-                elapsed: started.elapsed(),
-            });
+            log.push(outcome, started, &batch);
         }
-        let reason = stop.unwrap_or(StopReason::EarlierRecordUnfinished);
-        outcomes.extend(pending.map(|_| RecordOutcome {
-            outcome: Outcome::NotStarted(reason),
-            elapsed: Duration::ZERO,
-        }));
-        outcomes
+        log.finish(pending)
     }
 
     /// Settles what can be settled without a claim, or starts the claim.

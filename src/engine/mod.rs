@@ -2,11 +2,15 @@
 //! business logic, record the outcome. Knows nothing of Kafka or Lambda.
 //!
 //! A batch is a list of lanes (a Kafka partition, or one Kafka key of it, at
-//! the edge). Lanes run concurrently; inside a lane the business logic runs
-//! one message after another, in order, while the claims of the next few
-//! messages are already made ("claim ahead"). After a message that did not
-//! finish, the rest of its lane is not started and claims made ahead are
-//! released at once.
+//! the edge). Lanes run concurrently; inside a lane messages finish in order,
+//! and after a message that did not finish the rest of its lane is not
+//! started. The handler chooses the path ([`CommitPath`]):
+//! - locking (`lane.rs`, `record.rs`): the business logic runs one message
+//!   after another while the claims of the next few messages are already made
+//!   ("claim ahead"); claims made ahead of a message that did not finish are
+//!   released at once;
+//! - lock-free (`lock_free.rs`): the handler's writes commit with the
+//!   COMPLETED item in one transaction, consecutive messages together.
 
 mod cache;
 mod coalesce;
@@ -14,6 +18,7 @@ mod deadline;
 mod handler;
 mod lane;
 mod lease;
+mod lock_free;
 mod outcome;
 mod precheck;
 mod record;
@@ -26,7 +31,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use deadline::{Deadline, LEASE_GRACE, StopReason};
-pub use handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
+pub use handler::{
+    CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
+};
 pub use outcome::Outcome;
 
 use crate::store::IdempotencyStore;
@@ -66,6 +73,9 @@ pub struct EngineConfig {
     /// Keys of the warm container's cache of COMPLETED keys; 0 disables it.
     /// Default 10,000.
     pub completed_cache: usize,
+    /// On the lock-free path, at most this many consecutive messages of a
+    /// lane commit in one transaction (1: each alone). Default 10.
+    pub max_records_per_transaction: usize,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +84,7 @@ impl Default for EngineConfig {
             max_in_flight: 64,
             claim_ahead: 16,
             completed_cache: 10_000,
+            max_records_per_transaction: 10,
         }
     }
 }
@@ -145,7 +156,13 @@ impl<H: RecordHandler> Engine<H> {
         let lane_count = lanes.len();
         for (index, lane) in lanes.into_iter().enumerate() {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
-            tasks.spawn(async move { (index, engine.run_lane(lane, batch).await) });
+            tasks.spawn(async move {
+                let outcomes = match engine.handler.commit_path() {
+                    CommitPath::Locking => engine.run_lane(lane, batch).await,
+                    CommitPath::LockFree => engine.run_lane_lock_free(lane, batch).await,
+                };
+                (index, outcomes)
+            });
         }
         let mut results: Vec<Vec<RecordOutcome>> = (0..lane_count).map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {

@@ -161,7 +161,7 @@ impl<H: RecordHandler> Engine<H> {
     }
 }
 
-fn store_failure(err: StoreError) -> Outcome {
+pub(super) fn store_failure(err: StoreError) -> Outcome {
     match err {
         StoreError::LockLost { .. } => Outcome::LockLost,
         err => Outcome::StoreFailed(err),

@@ -25,6 +25,7 @@ pub const ENV_VARS: &[&str] = &[
     "MAX_IN_FLIGHT",
     "CLAIM_AHEAD",
     "COMPLETED_CACHE_SIZE",
+    "MAX_RECORDS_PER_TRANSACTION",
     "LOG_KEYS",
 ];
 
@@ -117,6 +118,15 @@ impl Settings {
                 |text| {
                     text.parse::<usize>()
                         .map_err(|_| "expected a whole number (0 disables the cache)".to_owned())
+                },
+            )?,
+            max_records_per_transaction: parsed(
+                var,
+                "MAX_RECORDS_PER_TRANSACTION",
+                defaults.max_records_per_transaction,
+                |text| match text.parse::<usize>() {
+                    Ok(n) if (1..=50).contains(&n) => Ok(n),
+                    _ => Err("expected a whole number from 1 to 50".to_owned()),
                 },
             )?,
         };
@@ -222,6 +232,7 @@ mod tests {
             ("MAX_IN_FLIGHT", "8"),
             ("CLAIM_AHEAD", "4"),
             ("COMPLETED_CACHE_SIZE", "0"),
+            ("MAX_RECORDS_PER_TRANSACTION", "1"),
             ("LOG_KEYS", "hash"),
         ])
         .expect("valid");
@@ -245,7 +256,8 @@ mod tests {
             EngineConfig {
                 max_in_flight: 8,
                 claim_ahead: 4,
-                completed_cache: 0
+                completed_cache: 0,
+                max_records_per_transaction: 1,
             }
         );
     }
@@ -268,6 +280,10 @@ mod tests {
             (vec![("ORDERING_MODE", "offset")], "ORDERING_MODE"),
             (vec![("MAX_IN_FLIGHT", "0")], "MAX_IN_FLIGHT"),
             (vec![("CLAIM_AHEAD", "many")], "CLAIM_AHEAD"),
+            (
+                vec![("MAX_RECORDS_PER_TRANSACTION", "51")],
+                "MAX_RECORDS_PER_TRANSACTION",
+            ),
             (vec![("COMPLETED_CACHE_SIZE", "-1")], "COMPLETED_CACHE_SIZE"),
             (
                 vec![("IDEMPOTENCY_KEY_SOURCE", "json:payment_id")],

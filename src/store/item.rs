@@ -68,6 +68,23 @@ impl Status {
     }
 }
 
+/// What a found item means for a new message of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Past its TTL: counts as absent (DynamoDB deletes lazily).
+    Expired,
+    /// The key was used with another payload: the work never runs.
+    OtherPayload,
+    /// Done for this payload: a duplicate.
+    Completed,
+    /// Failed permanently for this payload: refused again.
+    Failed,
+    /// STARTED under a live lease: in progress elsewhere.
+    Locked,
+    /// STARTED with its lease ended: may be taken over.
+    Abandoned,
+}
+
 /// An idempotency item as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredItem {
@@ -97,6 +114,23 @@ impl StoredItem {
     /// `lock_expires_at < :now_ms`.
     pub fn lock_expired(&self, now_ms: u64) -> bool {
         self.lock_expires_at_ms.unwrap_or(0) < now_ms
+    }
+
+    /// What this item means for a message with `payload_hash` at `now_ms`:
+    /// the one place where a found item is judged (claims, lock-free commits).
+    pub fn standing(&self, payload_hash: &str, now_ms: u64) -> Standing {
+        if self.is_expired(now_ms) {
+            Standing::Expired
+        } else if self.payload_hash != payload_hash {
+            Standing::OtherPayload
+        } else {
+            match self.status {
+                Status::Completed => Standing::Completed,
+                Status::Failed => Standing::Failed,
+                Status::Started if self.lock_expired(now_ms) => Standing::Abandoned,
+                Status::Started => Standing::Locked,
+            }
+        }
     }
 
     pub(crate) fn parse(item: &HashMap<String, AttributeValue>) -> Result<Self, StoreError> {

@@ -5,15 +5,16 @@
 
 mod error;
 mod item;
+mod operator;
 mod read;
 mod transitions;
 
 use aws_sdk_dynamodb::Client;
 
 pub use error::StoreError;
-pub use item::{Status, StoredItem, attr};
-pub use transitions::MAX_EFFECT_WRITES;
+pub use item::{Standing, Status, StoredItem, attr};
 pub(crate) use transitions::names_in;
+pub use transitions::{MAX_EFFECT_WRITES, NewCommit, Refused};
 
 use crate::config::StoreConfig;
 

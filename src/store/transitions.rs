@@ -17,19 +17,21 @@
 //! (`#status` is `status`); [`names_in`] derives the name map from them.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-    Update,
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 
 use super::item::{n, s};
 use super::{
-    ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError, StoredItem, bounded,
+    ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Standing, Status, StoreError, StoredItem,
+    bounded,
 };
 use crate::clock::{duration_ms, ms_to_s, now_ms};
 
@@ -44,6 +46,12 @@ const MAX_CLAIM_ROUNDS: usize = 4;
 /// Invariant: only the current owner of a STARTED item writes to it; a worker
 /// whose lock was taken over (new version, new owner) is fenced out.
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
+
+/// The condition of every write that creates an item (claim, lock-free
+/// commit, lock-free failure).
+/// Invariant: one live item per key; a write never replaces an item that has
+/// not passed its TTL.
+const NEW_KEY: &str = "attribute_not_exists(#pk) OR #expires_at < :now_s";
 
 /// An item as DynamoDB returns it.
 pub(super) type RawItem = HashMap<String, AttributeValue>;
@@ -64,9 +72,7 @@ impl IdempotencyStore {
             Conditional::Conflict(item) => item,
         };
         for _ in 0..MAX_CLAIM_ROUNDS {
-            let now = now_ms();
-            // An item past its TTL counts as absent even if DynamoDB still has it.
-            let Some(item) = observed.filter(|item| !item.is_expired(now)) else {
+            let Some(item) = observed else {
                 observed = match self.put_started(&pk, request).await? {
                     Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
                     Conditional::Conflict(item) => item,
@@ -74,16 +80,14 @@ impl IdempotencyStore {
                 continue;
             };
             let item = *item;
-            if item.payload_hash != request.payload_hash {
-                return Ok(ClaimOutcome::PayloadMismatch(item));
-            }
-            match item.status {
-                Status::Completed => return Ok(ClaimOutcome::Duplicate(item)),
-                Status::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
-                Status::Started if !item.lock_expired(now) => {
-                    return Ok(ClaimOutcome::InProgress(item));
-                }
-                Status::Started => match self.take_over(&item, request.lease_cap_ms).await? {
+            match item.standing(request.payload_hash, now_ms()) {
+                // Past its TTL: absent, even if DynamoDB still has it.
+                Standing::Expired => observed = None,
+                Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
+                Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
+                Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
+                Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
+                Standing::Abandoned => match self.take_over(&item, request.lease_cap_ms).await? {
                     Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
                     Conditional::Conflict(item) => observed = item,
                 },
@@ -105,31 +109,17 @@ impl IdempotencyStore {
             owner: uuid::Uuid::new_v4().to_string(),
             lock_expires_at_ms: self.lease_end(now, request.lease_cap_ms),
         };
-        let mut item = HashMap::from([
-            ("pk".to_owned(), s(pk)),
-            ("status".to_owned(), Status::Started.value()),
-            ("version".to_owned(), n(lease.version)),
-            ("owner".to_owned(), s(&lease.owner)),
-            ("payload_hash".to_owned(), s(request.payload_hash)),
-            ("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms)),
-            ("expires_at".to_owned(), n(self.expires_at_s(now))),
-            ("created_at".to_owned(), n(now)),
-            ("updated_at".to_owned(), n(now)),
-            ("attempts".to_owned(), n(1)),
-        ]);
-        if let Some(origin) = request.origin {
-            item.insert("origin".to_owned(), s(bounded(origin)));
-        }
-        // Invariant: one live item per key; a claim never replaces an item
-        // that has not passed its TTL.
-        let condition = "attribute_not_exists(#pk) OR #expires_at < :now_s";
+        let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
+        item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
+        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
+        // Invariant: one live item per key (see NEW_KEY).
         let result = self
             .client
             .put_item()
             .table_name(&self.config.table_name)
             .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_in(&[condition])))
+            .condition_expression(NEW_KEY)
+            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
             .expression_attribute_values(":now_s", n(ms_to_s(now)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -236,12 +226,7 @@ impl IdempotencyStore {
         let Err(err) = result else {
             return Ok(expires_at_s);
         };
-        let reasons = match err.as_service_error() {
-            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
-                cancelled.cancellation_reasons().to_vec()
-            }
-            _ => Vec::new(),
-        };
+        let reasons = cancellation_reasons(&err);
         Err(failed_transaction(lease, &reasons, err))
     }
 
@@ -351,20 +336,238 @@ impl IdempotencyStore {
     }
 }
 
-/// The lease of a write that returns the stored item when its condition
-/// fails (`conflict` picks that item out of the service error).
-fn conditional<O, E, R>(
+// The lock-free path, for work whose whole effect is DynamoDB writes: no
+// claim and no lock. The effect and the COMPLETED item commit in ONE
+// transaction that succeeds only if the key is new; a concurrent duplicate
+// loses that condition and is, by construction, a duplicate.
+
+/// One message for [`IdempotencyStore::commit_new`].
+#[derive(Debug)]
+pub struct NewCommit<'a> {
+    pub request: ClaimRequest<'a>,
+    /// Unique to this attempt (the handler's fencing token).
+    pub owner: &'a str,
+    /// Kept on the COMPLETED item (cut to [`super::MAX_TEXT_BYTES`]).
+    pub result: Option<&'a str>,
+    /// The work's effect.
+    pub writes: Vec<TransactWriteItem>,
+}
+
+/// Why a lock-free write created nothing.
+#[derive(Debug)]
+pub enum Refused {
+    /// The key of message `index` is not new; the item found (None if
+    /// DynamoDB returned none).
+    KeyTaken {
+        index: usize,
+        item: Option<Box<StoredItem>>,
+    },
+    /// A condition of write `write` of message `index` failed.
+    EffectRefused {
+        index: usize,
+        write: usize,
+        message: String,
+    },
+}
+
+/// Attempts of a lock-free commit cancelled only by transaction conflicts or
+/// throttling (the SDK does not retry a cancelled transaction).
+const COMMIT_ATTEMPTS: u32 = 4;
+
+impl IdempotencyStore {
+    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
+    /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
+    /// returned on failure) and its writes, all in ONE transaction. Several
+    /// messages commit together only if all can (the caller makes sure their
+    /// writes touch distinct items); at most 100 actions in all.
+    /// Returns the items' `expires_at`, or why nothing was written.
+    pub async fn commit_new(
+        &self,
+        commits: Vec<NewCommit<'_>>,
+    ) -> Result<Result<u64, Refused>, StoreError> {
+        let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
+        if actions > MAX_EFFECT_WRITES + 1 {
+            return Err(StoreError::TooManyWrites {
+                count: actions - commits.len(),
+            });
+        }
+        let now = now_ms();
+        let expires_at_s = self.expires_at_s(now);
+        // Which message, and which of its writes (None: its item), each action is.
+        let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
+        let mut items = Vec::with_capacity(actions);
+        for (index, commit) in commits.into_iter().enumerate() {
+            let pk = self.pk(commit.request.key)?;
+            let mut item = new_item(&pk, Status::Completed, commit.owner, commit.request, now);
+            item.insert("expires_at".to_owned(), n(expires_at_s));
+            if let Some(result) = commit.result {
+                item.insert("result".to_owned(), s(bounded(result)));
+            }
+            items.push(self.put_new(item, now)?);
+            owners.push((index, None));
+            owners.extend((0..commit.writes.len()).map(|write| (index, Some(write))));
+            items.extend(commit.writes);
+        }
+        let mut attempt = 0;
+        loop {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await;
+            let Err(err) = result else {
+                return Ok(Ok(expires_at_s));
+            };
+            let reasons = cancellation_reasons(&err);
+            let failed = reasons.iter().position(condition_failed);
+            if let Some(action) = failed {
+                // The earliest message with a failed condition; its own item
+                // before its writes.
+                let index = owners[action].0;
+                let first = owners
+                    .iter()
+                    .position(|(i, _)| *i == index)
+                    .unwrap_or(action);
+                return Ok(Err(match (reasons.get(first), owners[action].1) {
+                    (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
+                        index,
+                        item: parse_old(reason.item())?,
+                    },
+                    (_, write) => Refused::EffectRefused {
+                        index,
+                        write: write.unwrap_or(0),
+                        message: reasons[action].message().unwrap_or_default().to_owned(),
+                    },
+                }));
+            }
+            attempt += 1;
+            if attempt >= COMMIT_ATTEMPTS || !reasons.iter().all(transient) || reasons.is_empty() {
+                return Err(StoreError::from_sdk("commit (TransactWriteItems)", err));
+            }
+            tokio::time::sleep(backoff(attempt)).await;
+        }
+    }
+
+    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
+    /// lock-free path, so that its redeliveries are refused without running
+    /// the work; or the item found if the key is not new.
+    pub async fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Result<(), Option<Box<StoredItem>>>, StoreError> {
+        let pk = self.pk(request.key)?;
+        let now = now_ms();
+        let mut item = new_item(&pk, Status::Failed, owner, request, now);
+        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
+        item.insert("error".to_owned(), s(bounded(error)));
+        // Invariant: one live item per key (see NEW_KEY).
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression(NEW_KEY)
+            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
+            .expression_attribute_values(":now_s", n(ms_to_s(now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let written = conditional(result, (), "fail new (PutItem)", |err| match err {
+            PutItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
+            _ => None,
+        })?;
+        Ok(match written {
+            Conditional::Written(()) => Ok(()),
+            Conditional::Conflict(item) => Err(item),
+        })
+    }
+
+    /// The transaction action creating `item` under [`NEW_KEY`].
+    fn put_new(&self, item: RawItem, now: u64) -> Result<TransactWriteItem, StoreError> {
+        // Invariant: one live item per key (see NEW_KEY).
+        let put = Put::builder()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression(NEW_KEY)
+            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
+            .expression_attribute_values(":now_s", n(ms_to_s(now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "commit (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
+
+/// The attributes every new item starts with (version 1, one attempt);
+/// the caller adds `expires_at` and what its status needs.
+fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, now: u64) -> RawItem {
+    let mut item = HashMap::from([
+        ("pk".to_owned(), s(pk)),
+        ("status".to_owned(), status.value()),
+        ("version".to_owned(), n(1)),
+        ("owner".to_owned(), s(owner)),
+        ("payload_hash".to_owned(), s(request.payload_hash)),
+        ("created_at".to_owned(), n(now)),
+        ("updated_at".to_owned(), n(now)),
+        ("attempts".to_owned(), n(1)),
+    ]);
+    if let Some(origin) = request.origin {
+        item.insert("origin".to_owned(), s(bounded(origin)));
+    }
+    item
+}
+
+/// The cancellation reasons of a failed transaction (empty if it failed
+/// otherwise).
+fn cancellation_reasons<R>(err: &SdkError<TransactWriteItemsError, R>) -> Vec<CancellationReason> {
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+            cancelled.cancellation_reasons().to_vec()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn condition_failed(reason: &CancellationReason) -> bool {
+    reason.code() == Some("ConditionalCheckFailed")
+}
+
+/// A reason that goes away by itself (`None`: that action was fine).
+fn transient(reason: &CancellationReason) -> bool {
+    matches!(
+        reason.code(),
+        None | Some(
+            "None" | "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
+        )
+    )
+}
+
+/// 10, 20, 40 ms ... with up to 100% jitter (from the clock's low bits).
+fn backoff(attempt: u32) -> Duration {
+    let base = 10u64 << attempt.min(6);
+    Duration::from_millis(base + now_ms() % base)
+}
+
+/// `written` for a write that succeeded, or the stored item when its
+/// condition failed (`conflict` picks that item out of the service error).
+fn conditional<T, O, E, R>(
     result: Result<O, SdkError<E, R>>,
-    lease: Lease,
+    written: T,
     operation: &'static str,
     conflict: fn(&E) -> Option<Option<&RawItem>>,
-) -> Result<Conditional<Lease>, StoreError>
+) -> Result<Conditional<T>, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
     match result {
-        Ok(_) => Ok(Conditional::Written(lease)),
+        Ok(_) => Ok(Conditional::Written(written)),
         Err(err) => match err.as_service_error().and_then(conflict) {
             Some(item) => Ok(Conditional::Conflict(parse_old(item)?)),
             None => Err(StoreError::from_sdk(operation, err)),
@@ -398,14 +601,13 @@ where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let failed = |reason: &CancellationReason| reason.code() == Some("ConditionalCheckFailed");
-    if reasons.first().is_some_and(failed) {
+    if reasons.first().is_some_and(condition_failed) {
         return StoreError::LockLost {
             key: lease.pk.clone(),
             version: lease.version,
         };
     }
-    if let Some(index) = reasons.iter().position(failed) {
+    if let Some(index) = reasons.iter().position(condition_failed) {
         return StoreError::EffectConditionFailed {
             write: index - 1,
             message: reasons[index].message().unwrap_or_default().to_owned(),
@@ -432,127 +634,6 @@ pub(crate) fn names_in(expressions: &[&str]) -> HashMap<String, String> {
         }
     }
     names
-}
-
-// Operator transitions (the `exactly-once-ops` CLI). An operator holds no
-// lease, so these are fenced on the status and the version the operator saw:
-// a takeover or a finish in between makes them fail without writing.
-
-impl IdempotencyStore {
-    /// Operator release: a STARTED key becomes claimable at once (the same
-    /// write as [`Self::release`]), so the next delivery takes it over as
-    /// version + 1. Fails with [`StoreError::NotInState`] if the key is not
-    /// STARTED at `version`.
-    pub async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
-        // Invariant: only the STARTED item at the version the operator saw is
-        // released; one taken over since (newer version) or finished is not.
-        let condition = "#status = :started AND #version = :version";
-        let values = vec![
-            (":zero", n(0)),
-            (":now_ms", n(now_ms())),
-            (":started", Status::Started.value()),
-        ];
-        self.operator_write(key, version, Status::Started, update, condition, values)
-            .await
-    }
-
-    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
-    /// with its lock ended, so the next delivery takes it over as version + 1
-    /// and runs the work again. The error text moves to `last_error` (so a
-    /// later COMPLETED item carries no `error`). Fails with
-    /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
-    pub async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
-                      #last_error = if_not_exists(#error, :no_error) REMOVE #error";
-        // Invariant: only the FAILED item at the version the operator saw goes
-        // back to STARTED; it keeps its version, owner and payload_hash, so the
-        // next claim with the same payload takes it over as version + 1.
-        let condition = "#status = :failed AND #version = :version";
-        let values = vec![
-            (":started", Status::Started.value()),
-            (":zero", n(0)),
-            (":now_ms", n(now_ms())),
-            (":no_error", s("(no error text)")),
-            (":failed", Status::Failed.value()),
-        ];
-        self.operator_write(key, version, Status::Failed, update, condition, values)
-            .await
-    }
-
-    /// An operator's UpdateItem on `key`, its `condition` reading `:version`.
-    async fn operator_write(
-        &self,
-        key: &str,
-        version: u64,
-        expected: Status,
-        update: &str,
-        condition: &str,
-        values: Vec<(&str, AttributeValue)>,
-    ) -> Result<(), StoreError> {
-        let pk = self.pk(key)?;
-        let mut values: HashMap<String, AttributeValue> = values
-            .into_iter()
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect();
-        values.insert(":version".into(), n(version));
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&pk))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_in(&[update, condition])))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let operation = match expected {
-            Status::Failed => "operator retry (UpdateItem)",
-            _ => "operator release (UpdateItem)",
-        };
-        operator_outcome(result, pk, expected, version, operation)
-    }
-}
-
-/// The result of an operator write; a failed condition becomes
-/// [`StoreError::NotInState`] saying what the key holds instead.
-fn operator_outcome<O, R>(
-    result: Result<O, SdkError<UpdateItemError, R>>,
-    pk: String,
-    expected: Status,
-    version: u64,
-    operation: &'static str,
-) -> Result<(), StoreError>
-where
-    R: std::fmt::Debug,
-{
-    let err = match result {
-        Ok(_) => return Ok(()),
-        Err(err) => err,
-    };
-    let Some(UpdateItemError::ConditionalCheckFailedException(conflict)) = err.as_service_error()
-    else {
-        return Err(StoreError::from_sdk(operation, err));
-    };
-    let found = match parse_old(conflict.item())? {
-        None => "absent".to_owned(),
-        Some(item) => {
-            let ttl = if item.is_expired(now_ms()) {
-                ", past its TTL: counts as absent"
-            } else {
-                ""
-            };
-            format!("{} at version {}{ttl}", item.status.as_str(), item.version)
-        }
-    };
-    Err(StoreError::NotInState {
-        key: pk,
-        expected: expected.as_str(),
-        version,
-        found,
-    })
 }
 
 #[cfg(test)]

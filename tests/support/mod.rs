@@ -197,9 +197,19 @@ pub mod msk {
             .expect("valid key spec")
     }
 
-    /// The demo function on the test tables, under a fresh key prefix.
+    /// The ledger mode `TEST_LEDGER_MODE` names (`lock-free`, the default,
+    /// when unset): `infra/test.sh` runs the batch tests on the locking path
+    /// (`transactional`) too.
+    pub fn ledger_mode() -> LedgerMode {
+        std::env::var("TEST_LEDGER_MODE").map_or(LedgerMode::LockFree, |mode| {
+            LedgerMode::parse(&mode).expect("TEST_LEDGER_MODE: lock-free, transactional or direct")
+        })
+    }
+
+    /// The demo function on the test tables, under a fresh key prefix, in
+    /// the ledger mode of [`ledger_mode`].
     pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
-        ledger_function_in(LedgerMode::Transactional, keys).await
+        ledger_function_in(ledger_mode(), keys).await
     }
 
     pub async fn ledger_function_in(mode: LedgerMode, keys: KeySpec) -> MskFunction<LedgerHandler> {

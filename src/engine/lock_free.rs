@@ -1,0 +1,425 @@
+//! The lock-free path ([`CommitPath::LockFree`]): no claim, no lock, no
+//! lease. A message's effect (the handler's writes, computed without side
+//! effects) commits in ONE transaction with its COMPLETED item, conditioned
+//! on the key being new. Consecutive messages of a lane whose writes touch
+//! distinct items share one transaction ("group commit"): all or nothing,
+//! which gives the same state as committing them one after another. When a
+//! shared transaction is refused, the messages before the refused one commit
+//! again together and the refused one alone, which says what it was.
+//!
+//! [`CommitPath::LockFree`]: super::CommitPath::LockFree
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::store::{
+    ClaimRequest, MAX_EFFECT_WRITES, NewCommit, Refused, Standing, StoreError, StoredItem,
+};
+
+use super::coalesce::{self, Settled, Turn};
+use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::lane::LaneLog;
+use super::record::store_failure;
+use super::{Batch, Engine, Item, Outcome, RecordOutcome, Work};
+
+/// A claim-free commit finds the key's item gone (expired) and tries again
+/// at most this often.
+const COMMIT_ROUNDS: usize = 4;
+
+/// A message whose effect is computed and not yet committed.
+struct Planned {
+    work: Work,
+    token: FencingToken,
+    completion: Completion,
+    /// The items its writes touch, or None if one is unknown (a Put, whose
+    /// key attributes the engine cannot tell): it then commits alone.
+    touches: Option<Vec<String>>,
+    /// Set for the first copy of its key in the batch: later copies wait
+    /// for its outcome.
+    first_copy: Option<watch::Sender<Option<Settled>>>,
+    started: Instant,
+}
+
+/// What a message of a lane needs next.
+enum Next {
+    /// Settled without a write: unreadable, or known COMPLETED.
+    Settled(Outcome),
+    /// Planned: may join the lane's next transaction.
+    Planned(Planned),
+    /// A later copy of a key in flight: waits for the first copy.
+    Copy(Work, watch::Receiver<Option<Settled>>),
+}
+
+/// Consecutive planned messages that commit in one transaction.
+#[derive(Default)]
+struct Group {
+    members: Vec<Planned>,
+    touched: HashSet<String>,
+    actions: usize,
+}
+
+impl Group {
+    /// Whether `planned` may share this group's transaction: room left, and
+    /// no item touched twice (DynamoDB refuses that, and order would matter).
+    fn admits(&self, planned: &Planned, limit: usize) -> bool {
+        let Some(touches) = &planned.touches else {
+            return self.members.is_empty();
+        };
+        self.members.is_empty()
+            || (self.members.len() < limit
+                && self.members.iter().all(|m| m.touches.is_some())
+                && self.actions + 1 + touches.len() <= MAX_EFFECT_WRITES + 1
+                && touches.iter().all(|item| !self.touched.contains(item)))
+    }
+
+    fn add(&mut self, planned: Planned) {
+        self.actions += 1 + planned.completion.writes.len();
+        self.touched
+            .extend(planned.touches.iter().flatten().cloned());
+        self.members.push(planned);
+    }
+}
+
+impl<H: RecordHandler> Engine<H> {
+    /// Runs a lane on the lock-free path, in order, stopping at the first
+    /// message not finished.
+    pub(super) async fn run_lane_lock_free(
+        self: Arc<Self>,
+        lane: Vec<Item>,
+        batch: Arc<Batch>,
+    ) -> Vec<RecordOutcome> {
+        let limit = self.config.max_records_per_transaction.max(1);
+        let mut log = LaneLog::new(lane.len());
+        let mut pending = lane.into_iter();
+        let mut group = Group::default();
+        while log.stop_reason(&batch).is_none() {
+            let Some(item) = pending.next() else { break };
+            let started = Instant::now();
+            let next = match self.plan_next(item, &batch, started).await {
+                Next::Planned(planned) if group.admits(&planned, limit) => {
+                    group.add(planned);
+                    continue;
+                }
+                next => next,
+            };
+            // Anything else commits the group before it, in order.
+            self.commit_group(std::mem::take(&mut group), &mut log, &batch)
+                .await;
+            match (log.stop_reason(&batch), next) {
+                (Some(reason), _) => log.push(Outcome::NotStarted(reason), started, &batch),
+                (None, Next::Settled(outcome)) => log.push(outcome, started, &batch),
+                (None, Next::Planned(planned)) => group.add(planned),
+                (None, Next::Copy(work, first)) => {
+                    let outcome = match coalesce::settled(first).await {
+                        Some(first)
+                            if first.finished && first.payload_hash == work.payload_hash =>
+                        {
+                            Outcome::Duplicate
+                        }
+                        _ => self.plan_and_commit(work, &batch).await,
+                    };
+                    log.push(outcome, started, &batch);
+                }
+            }
+        }
+        self.commit_group(group, &mut log, &batch).await;
+        log.finish(pending)
+    }
+
+    /// Settles what needs no write, or computes the message's effect.
+    async fn plan_next(&self, item: Item, batch: &Batch, started: Instant) -> Next {
+        let work = match item {
+            Ok(work) => work,
+            Err(reason) => return Next::Settled(Outcome::Invalid { reason }),
+        };
+        if batch.completed.get(&work.key) == Some(&work.payload_hash) {
+            return Next::Settled(Outcome::Duplicate);
+        }
+        let first_copy = match batch.in_flight.turn(&work.key) {
+            Turn::Later(first) => return Next::Copy(work, first),
+            Turn::First(sender) => sender,
+        };
+        match self.plan(work, started).await {
+            Ok(planned) => Next::Planned(Planned {
+                first_copy: Some(first_copy),
+                ..planned
+            }),
+            Err((work, outcome)) => {
+                let outcome = self.refused(&work, outcome, batch).await;
+                first_copy.send_replace(Some(settled(&work, &outcome)));
+                Next::Settled(outcome)
+            }
+        }
+    }
+
+    /// Runs the handler for `work`: its effect, or why there is none (the
+    /// handler's error, or an unusable key).
+    async fn plan(
+        &self,
+        work: Work,
+        started: Instant,
+    ) -> Result<Planned, (Work, Result<HandlerError, StoreError>)> {
+        let pk = match self.store.pk(&work.key) {
+            Ok(pk) => pk,
+            Err(err) => return Err((work, Err(err))),
+        };
+        let token = FencingToken {
+            key: pk,
+            version: 1,
+            owner: uuid::Uuid::new_v4().to_string(),
+        };
+        match self.handler.handle(&token, &work.payload).await {
+            Ok(completion) => Ok(Planned {
+                touches: completion.writes.iter().map(touched_item).collect(),
+                work,
+                token,
+                completion,
+                first_copy: None,
+                started,
+            }),
+            Err(error) => Err((work, Ok(error))),
+        }
+    }
+
+    /// A message with no effect to commit: FAILED for a permanent error,
+    /// reported for a retryable one.
+    async fn refused(
+        &self,
+        work: &Work,
+        why: Result<HandlerError, StoreError>,
+        batch: &Batch,
+    ) -> Outcome {
+        match why {
+            Ok(HandlerError::Permanent(error)) => self.fail_new(work, error, batch).await,
+            Ok(HandlerError::Retryable(error)) => Outcome::Retrying { error },
+            Err(err) => Outcome::StoreFailed(err),
+        }
+    }
+
+    /// A later copy of a key whose first copy did not finish: on its own.
+    async fn plan_and_commit(&self, work: Work, batch: &Batch) -> Outcome {
+        match self.plan(work, Instant::now()).await {
+            Ok(planned) => self.commit_alone(planned, batch).await,
+            Err((work, why)) => self.refused(&work, why, batch).await,
+        }
+    }
+
+    /// Commits a group's messages in order: together while they can, the
+    /// one a shared transaction refused alone. Records their outcomes.
+    async fn commit_group(&self, group: Group, log: &mut LaneLog, batch: &Batch) {
+        let mut members: VecDeque<Planned> = group.members.into();
+        let mut together = members.len();
+        while !members.is_empty() {
+            if let Some(reason) = log.stop_reason(batch) {
+                for planned in members.drain(..) {
+                    log.push(Outcome::NotStarted(reason), planned.started, batch);
+                }
+                return;
+            }
+            let take = together.clamp(1, members.len());
+            let chunk: Vec<Planned> = members.drain(..take).collect();
+            if chunk.len() == 1 {
+                let planned = chunk.into_iter().next().expect("one member");
+                let started = planned.started;
+                let outcome = self.commit_alone(planned, batch).await;
+                log.push(outcome, started, batch);
+                together = members.len();
+                continue;
+            }
+            let result = {
+                let _permit = self.permits.acquire().await;
+                self.store
+                    .commit_new(chunk.iter().map(new_commit).collect())
+                    .await
+            };
+            match result {
+                Ok(Ok(expires_at_s)) => {
+                    for planned in chunk {
+                        self.cache.insert(
+                            &planned.work.key,
+                            &planned.work.payload_hash,
+                            expires_at_s,
+                        );
+                        let outcome = Outcome::Processed { version: 1 };
+                        announce(&planned, &outcome);
+                        log.push(outcome, planned.started, batch);
+                    }
+                    together = members.len();
+                }
+                // Nothing was written. The ones before the refused message
+                // commit together again; the refused one then goes alone.
+                Ok(Err(Refused::KeyTaken { index, .. } | Refused::EffectRefused { index, .. })) => {
+                    together = index;
+                    requeue(&mut members, chunk);
+                }
+                // E.g. the request grew too large: each alone.
+                Err(StoreError::Rejected { .. }) => {
+                    together = 1;
+                    requeue(&mut members, chunk);
+                }
+                Err(err) => {
+                    let mut chunk = chunk.into_iter();
+                    if let Some(first) = chunk.next() {
+                        log.push(Outcome::StoreFailed(err), first.started, batch);
+                    }
+                    requeue(&mut members, chunk.collect());
+                }
+            }
+        }
+    }
+
+    /// Commits one message and says exactly what became of it.
+    async fn commit_alone(&self, planned: Planned, batch: &Batch) -> Outcome {
+        let outcome = self.commit_one(&planned, batch).await;
+        announce(&planned, &outcome);
+        outcome
+    }
+
+    async fn commit_one(&self, planned: &Planned, batch: &Batch) -> Outcome {
+        let work = &planned.work;
+        for _ in 0..COMMIT_ROUNDS {
+            let result = {
+                let _permit = self.permits.acquire().await;
+                self.store.commit_new(vec![new_commit(planned)]).await
+            };
+            let item = match result {
+                Ok(Ok(expires_at_s)) => {
+                    self.cache
+                        .insert(&work.key, &work.payload_hash, expires_at_s);
+                    return Outcome::Processed { version: 1 };
+                }
+                Ok(Err(Refused::KeyTaken { item, .. })) => item,
+                // Nothing was written: the effect's own condition decides.
+                Ok(Err(Refused::EffectRefused { write, message, .. })) => {
+                    let error = StoreError::EffectConditionFailed { write, message }.to_string();
+                    return match planned.completion.on_condition_failure {
+                        ConditionFailure::Permanent => self.fail_new(work, error, batch).await,
+                        ConditionFailure::Retryable => Outcome::Retrying { error },
+                    };
+                }
+                Err(err @ StoreError::TooManyWrites { .. }) => {
+                    return self.fail_new(work, err.to_string(), batch).await;
+                }
+                Err(err) => return store_failure(err),
+            };
+            if let Some(outcome) = self.found(work, item, batch).await {
+                return outcome;
+            }
+        }
+        Outcome::StoreFailed(StoreError::Contention {
+            key: planned.token.key.clone(),
+        })
+    }
+
+    /// A poison message: its key becomes FAILED (if it is new), so that its
+    /// redeliveries are refused without running the work.
+    async fn fail_new(&self, work: &Work, error: String, batch: &Batch) -> Outcome {
+        let owner = uuid::Uuid::new_v4().to_string();
+        for _ in 0..COMMIT_ROUNDS {
+            let result = {
+                let _permit = self.permits.acquire().await;
+                self.store.fail_new(request(work), &owner, &error).await
+            };
+            let item = match result {
+                Ok(Ok(())) => return Outcome::Failed { error },
+                Ok(Err(item)) => item,
+                Err(err) => return store_failure(err),
+            };
+            if let Some(outcome) = self.found(work, item, batch).await {
+                return outcome;
+            }
+        }
+        Outcome::StoreFailed(StoreError::Contention {
+            key: work.key.clone(),
+        })
+    }
+
+    /// What the item found under a message's key means for it; None: the
+    /// item has expired, try again. An abandoned lock of the locking path is
+    /// taken over by the locking path.
+    async fn found(
+        &self,
+        work: &Work,
+        item: Option<Box<StoredItem>>,
+        batch: &Batch,
+    ) -> Option<Outcome> {
+        let item = *item?;
+        Some(match item.standing(&work.payload_hash, now_ms()) {
+            Standing::Expired => return None,
+            Standing::OtherPayload => Outcome::PayloadMismatch,
+            Standing::Completed => {
+                self.cache
+                    .insert(&work.key, &item.payload_hash, item.expires_at_s);
+                Outcome::Duplicate
+            }
+            Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
+            Standing::Locked => Outcome::InProgress,
+            Standing::Abandoned => self.run_once(work, batch.guard.deadline()).await,
+        })
+    }
+}
+
+/// The claim request a message's items are written with.
+fn request(work: &Work) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key: &work.key,
+        payload_hash: &work.payload_hash,
+        origin: Some(&work.origin),
+        lease_cap_ms: None,
+    }
+}
+
+fn new_commit(planned: &Planned) -> NewCommit<'_> {
+    NewCommit {
+        request: request(&planned.work),
+        owner: &planned.token.owner,
+        result: planned.completion.result.as_deref(),
+        writes: planned.completion.writes.clone(),
+    }
+}
+
+/// Puts `chunk` back in front of `members`, in order.
+fn requeue(members: &mut VecDeque<Planned>, chunk: Vec<Planned>) {
+    for planned in chunk.into_iter().rev() {
+        members.push_front(planned);
+    }
+}
+
+fn settled(work: &Work, outcome: &Outcome) -> Settled {
+    Settled {
+        payload_hash: work.payload_hash.clone(),
+        finished: outcome.is_finished(),
+    }
+}
+
+/// Tells later copies of a first copy's key how it ended.
+fn announce(planned: &Planned, outcome: &Outcome) {
+    if let Some(first_copy) = &planned.first_copy {
+        first_copy.send_replace(Some(settled(&planned.work, outcome)));
+    }
+}
+
+/// The table and key of the item a write touches; None for a Put (its key
+/// attributes are not known here).
+fn touched_item(write: &TransactWriteItem) -> Option<String> {
+    let (table, key) = if let Some(update) = write.update() {
+        (update.table_name(), update.key())
+    } else if let Some(delete) = write.delete() {
+        (delete.table_name(), delete.key())
+    } else if let Some(check) = write.condition_check() {
+        (check.table_name(), check.key())
+    } else {
+        return None;
+    };
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(name, value)| format!("{name}={value:?}"))
+        .collect();
+    parts.sort_unstable();
+    Some(format!("{table}/{}", parts.join("/")))
+}

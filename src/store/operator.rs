@@ -1,0 +1,131 @@
+//! Operator transitions (the `exactly-once-ops` CLI). An operator holds no
+//! lease, so these are fenced on the status and the version the operator saw:
+//! a takeover or a finish in between makes them fail without writing.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+
+use super::item::{n, s};
+use super::transitions::{names_in, parse_old};
+use super::{IdempotencyStore, Status, StoreError};
+use crate::clock::now_ms;
+
+impl IdempotencyStore {
+    /// Operator release: a STARTED key becomes claimable at once (the same
+    /// write as [`Self::release`]), so the next delivery takes it over as
+    /// version + 1. Fails with [`StoreError::NotInState`] if the key is not
+    /// STARTED at `version`.
+    pub async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+        // Invariant: only the STARTED item at the version the operator saw is
+        // released; one taken over since (newer version) or finished is not.
+        let condition = "#status = :started AND #version = :version";
+        let values = vec![
+            (":zero", n(0)),
+            (":now_ms", n(now_ms())),
+            (":started", Status::Started.value()),
+        ];
+        self.operator_write(key, version, Status::Started, update, condition, values)
+            .await
+    }
+
+    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
+    /// with its lock ended, so the next delivery takes it over as version + 1
+    /// and runs the work again. The error text moves to `last_error` (so a
+    /// later COMPLETED item carries no `error`). Fails with
+    /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
+    pub async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
+                      #last_error = if_not_exists(#error, :no_error) REMOVE #error";
+        // Invariant: only the FAILED item at the version the operator saw goes
+        // back to STARTED; it keeps its version, owner and payload_hash, so the
+        // next claim with the same payload takes it over as version + 1.
+        let condition = "#status = :failed AND #version = :version";
+        let values = vec![
+            (":started", Status::Started.value()),
+            (":zero", n(0)),
+            (":now_ms", n(now_ms())),
+            (":no_error", s("(no error text)")),
+            (":failed", Status::Failed.value()),
+        ];
+        self.operator_write(key, version, Status::Failed, update, condition, values)
+            .await
+    }
+
+    /// An operator's UpdateItem on `key`, its `condition` reading `:version`.
+    async fn operator_write(
+        &self,
+        key: &str,
+        version: u64,
+        expected: Status,
+        update: &str,
+        condition: &str,
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<(), StoreError> {
+        let pk = self.pk(key)?;
+        let mut values: HashMap<String, AttributeValue> = values
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        values.insert(":version".into(), n(version));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&pk))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_in(&[update, condition])))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let operation = match expected {
+            Status::Failed => "operator retry (UpdateItem)",
+            _ => "operator release (UpdateItem)",
+        };
+        operator_outcome(result, pk, expected, version, operation)
+    }
+}
+
+/// The result of an operator write; a failed condition becomes
+/// [`StoreError::NotInState`] saying what the key holds instead.
+fn operator_outcome<O, R>(
+    result: Result<O, SdkError<UpdateItemError, R>>,
+    pk: String,
+    expected: Status,
+    version: u64,
+    operation: &'static str,
+) -> Result<(), StoreError>
+where
+    R: std::fmt::Debug,
+{
+    let err = match result {
+        Ok(_) => return Ok(()),
+        Err(err) => err,
+    };
+    let Some(UpdateItemError::ConditionalCheckFailedException(conflict)) = err.as_service_error()
+    else {
+        return Err(StoreError::from_sdk(operation, err));
+    };
+    let found = match parse_old(conflict.item())? {
+        None => "absent".to_owned(),
+        Some(item) => {
+            let ttl = if item.is_expired(now_ms()) {
+                ", past its TTL: counts as absent"
+            } else {
+                ""
+            };
+            format!("{} at version {}{ttl}", item.status.as_str(), item.version)
+        }
+    };
+    Err(StoreError::NotInState {
+        key: pk,
+        expected: expected.as_str(),
+        version,
+        found,
+    })
+}
