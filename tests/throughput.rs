@@ -12,30 +12,37 @@ use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, StoreConfig};
 use serde_json::Value;
 use support::msk::{
-    Rec, account, balance, event, header_keys, invoke, invoke_until_done, payment, reported,
+    Rec, account, balance, event, header_keys, invoke, invoke_until_done, ledger_entry, payment,
+    reported,
 };
 
-/// The transactional ledger function on `config`'s keys, counting requests.
+/// The ledger function (in the mode `TEST_LEDGER_MODE` names) on `config`'s
+/// keys, counting requests.
 async fn counted(
+    config: &StoreConfig,
+    ordering: Ordering,
+    counter: &RequestCounter,
+) -> MskFunction<LedgerHandler> {
+    let mode = support::msk::ledger_mode();
+    counted_with(mode, EngineConfig::default(), config, ordering, counter).await
+}
+
+/// The ledger function in `mode` with `engine`'s settings, counting requests.
+async fn counted_with(
+    mode: LedgerMode,
+    engine: EngineConfig,
     config: &StoreConfig,
     ordering: Ordering,
     counter: &RequestCounter,
 ) -> MskFunction<LedgerHandler> {
     let client = counter.attach(&support::client().await);
     let store = IdempotencyStore::new(client.clone(), config.clone());
-    let ledger = LedgerHandler::new(
-        client,
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
+    let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
     let settings = FunctionSettings {
         ordering,
         ..FunctionSettings::new(header_keys())
     };
-    MskFunction::new(
-        Engine::new(store, ledger, EngineConfig::default()),
-        settings,
-    )
+    MskFunction::new(Engine::new(store, ledger, engine), settings)
 }
 
 /// `n` payments over 4 partitions into `accounts`, each with its own key.
@@ -68,10 +75,12 @@ fn per_record(counter: &RequestCounter, records: usize) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_record_costs_one_claim_and_one_transaction() {
+async fn a_new_record_costs_one_claim_and_one_transaction_on_the_locking_path() {
     let config = support::store_config(Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let function = counted(&config, Ordering::Partition, &counter).await;
+    let engine = EngineConfig::default();
+    let mode = LedgerMode::Transactional;
+    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
     let accounts: Vec<String> = (0..5).map(|_| account()).collect();
     let batch = payments(1000, &accounts);
 
@@ -88,6 +97,47 @@ async fn a_new_record_costs_one_claim_and_one_transaction() {
     for account in &accounts {
         assert_eq!(balance(account).await, 200);
     }
+}
+
+/// 1,000 new payments on the lock-free path with at most `per_transaction`
+/// records a transaction: the TransactWriteItems calls they cost.
+async fn lock_free_transactions(per_transaction: usize, accounts: usize) -> u64 {
+    let config = support::store_config(Duration::from_secs(30));
+    let counter = RequestCounter::default();
+    let engine = EngineConfig {
+        max_records_per_transaction: per_transaction,
+        ..EngineConfig::default()
+    };
+    let mode = LedgerMode::LockFree;
+    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let accounts: Vec<String> = (0..accounts).map(|_| account()).collect();
+    let batch = payments(1000, &accounts);
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    let counts = counter.counts();
+    assert_eq!(counts.get("BatchGetItem"), Some(&1), "{counts:?}");
+    assert_eq!(counts.len(), 2, "no claim, no update: {counts:?}");
+    assert_eq!(total_balance(&accounts).await, 1000);
+    for account in &accounts {
+        assert_eq!(ledger_entry(account).await.1, 1000 / accounts.len() as i64);
+    }
+    counts["TransactWriteItems"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_record_costs_one_transaction_on_the_lock_free_path() {
+    assert_eq!(lock_free_transactions(1, 200).await, 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consecutive_records_on_distinct_accounts_share_a_transaction() {
+    // 250 records a partition, 10 a transaction.
+    assert_eq!(lock_free_transactions(10, 200).await, 100);
+    // With 5 accounts, the 6th record of a run touches the 1st one's account
+    // again: it starts the next transaction (one item twice is refused).
+    assert_eq!(lock_free_transactions(10, 5).await, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

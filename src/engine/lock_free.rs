@@ -214,6 +214,9 @@ impl<H: RecordHandler> Engine<H> {
     async fn commit_group(&self, group: Group, log: &mut LaneLog, batch: &Batch) {
         let mut members: VecDeque<Planned> = group.members.into();
         let mut together = members.len();
+        // Set when a shared transaction was refused at a member: once the
+        // members before it are committed, it goes alone.
+        let mut refused_next = false;
         while !members.is_empty() {
             if let Some(reason) = log.stop_reason(batch) {
                 for planned in members.drain(..) {
@@ -228,7 +231,7 @@ impl<H: RecordHandler> Engine<H> {
                 let started = planned.started;
                 let outcome = self.commit_alone(planned, batch).await;
                 log.push(outcome, started, batch);
-                together = members.len();
+                together = next_together(&mut refused_next, &members);
                 continue;
             }
             let result = {
@@ -249,12 +252,13 @@ impl<H: RecordHandler> Engine<H> {
                         announce(&planned, &outcome);
                         log.push(outcome, planned.started, batch);
                     }
-                    together = members.len();
+                    together = next_together(&mut refused_next, &members);
                 }
                 // Nothing was written. The ones before the refused message
                 // commit together again; the refused one then goes alone.
                 Ok(Err(Refused::KeyTaken { index, .. } | Refused::EffectRefused { index, .. })) => {
                     together = index;
+                    refused_next = index > 0;
                     requeue(&mut members, chunk);
                 }
                 // E.g. the request grew too large: each alone.
@@ -380,6 +384,16 @@ fn new_commit(planned: &Planned) -> NewCommit<'_> {
         owner: &planned.token.owner,
         result: planned.completion.result.as_deref(),
         writes: planned.completion.writes.clone(),
+    }
+}
+
+/// How many members commit together next: the refused one alone, after
+/// those before it; else all.
+fn next_together(refused_next: &mut bool, members: &VecDeque<Planned>) -> usize {
+    if std::mem::take(refused_next) {
+        1
+    } else {
+        members.len()
     }
 }
 

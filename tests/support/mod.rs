@@ -106,7 +106,7 @@ pub mod msk {
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
     use exactly_once::engine::EngineConfig;
-    use exactly_once::engine::{Engine, RecordHandler};
+    use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{FunctionSettings, KafkaBatchResponse, MskFunction, Ordering};
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -206,6 +206,14 @@ pub mod msk {
         })
     }
 
+    /// The commit path of [`ledger_mode`], for the tests' own handlers.
+    pub fn commit_path() -> CommitPath {
+        match ledger_mode() {
+            LedgerMode::LockFree => CommitPath::LockFree,
+            LedgerMode::Transactional | LedgerMode::Direct => CommitPath::Locking,
+        }
+    }
+
     /// The demo function on the test tables, under a fresh key prefix, in
     /// the ledger mode of [`ledger_mode`].
     pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
@@ -247,10 +255,15 @@ pub mod msk {
     }
 
     /// Delivers `event` again and again, as Lambda does with what a
-    /// response reports, until nothing is reported.
+    /// response reports (or the whole batch after an invocation error, e.g.
+    /// DynamoDB timing out under a load of concurrent workers), until nothing
+    /// is reported.
     pub async fn invoke_until_done<H: RecordHandler>(function: &MskFunction<H>, event: &Value) {
         for _ in 0..200 {
-            if invoke(function, event).await.batch_item_failures.is_empty() {
+            let response = function
+                .handle(LambdaEvent::new(event.clone(), Context::default()))
+                .await;
+            if response.is_ok_and(|response| response.batch_item_failures.is_empty()) {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -1,0 +1,256 @@
+//! The lock-free path: a record's effect and its COMPLETED item in ONE
+//! transaction, consecutive records together; how it meets items of the
+//! locking path, refusals inside a shared transaction, and races with
+//! workers of both paths.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use exactly_once::dynamo::RequestCounter;
+use exactly_once::engine::{
+    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+};
+use exactly_once::lambda::{FunctionSettings, MskFunction};
+use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
+use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Status, StoreConfig};
+use support::msk::{
+    account, balance, event, header_keys, invoke, invoke_until_done, ledger_entry, payment,
+    payment_json, reported,
+};
+
+/// A function on `config`'s keys running `handler`, counting its requests.
+async fn function<H: RecordHandler>(
+    config: &StoreConfig,
+    counter: &RequestCounter,
+    handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
+) -> MskFunction<H> {
+    let client = counter.attach(&support::client().await);
+    let store = IdempotencyStore::new(client.clone(), config.clone());
+    MskFunction::new(
+        Engine::new(store, handler(client), EngineConfig::default()),
+        FunctionSettings::new(header_keys()),
+    )
+}
+
+fn ledger(mode: LedgerMode) -> impl FnOnce(aws_sdk_dynamodb::Client) -> LedgerHandler {
+    move |client| LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
+}
+
+/// Claims `key` on the locking path, as a worker of it would.
+async fn claim(store: &IdempotencyStore, key: &str, account: &str, amount: i64) -> ClaimOutcome {
+    let payload_hash = support::sha256_hex(payment_json(key, account, amount).as_bytes());
+    store
+        .claim(ClaimRequest {
+            key,
+            payload_hash: &payload_hash,
+            origin: None,
+            lease_cap_ms: None,
+        })
+        .await
+        .expect("claim")
+}
+
+#[tokio::test]
+async fn a_live_lock_of_the_locking_path_stops_the_shared_transaction_there() {
+    let config = support::store_config(Duration::from_secs(30));
+    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let accounts: Vec<String> = (0..5).map(|_| account()).collect();
+    assert!(matches!(
+        claim(&store, "k-2", &accounts[2], 1).await,
+        ClaimOutcome::Acquired(_)
+    ));
+    let counter = RequestCounter::default();
+    let function = function(&config, &counter, ledger(LedgerMode::LockFree)).await;
+    let records = (0..5)
+        .map(|i| payment(i as i64, &format!("k-{i}"), &accounts[i], 1))
+        .collect();
+
+    let response = invoke(&function, &event(vec![("payments-0", records)])).await;
+
+    assert_eq!(
+        reported(&response),
+        ["payments-0@2", "payments-0@3", "payments-0@4"]
+    );
+    let mut balances = Vec::new();
+    for account in &accounts {
+        balances.push(balance(account).await);
+    }
+    assert_eq!(balances, [1, 1, 0, 0, 0]);
+    let held = store.get("k-2").await.expect("get").expect("item");
+    assert_eq!((held.status, held.version), (Status::Started, 1));
+    for key in ["k-3", "k-4"] {
+        assert_eq!(store.get(key).await.expect("get"), None);
+    }
+    // The shared transaction of all five was refused at k-2; k-0 and k-1
+    // committed together; k-2 alone says "in progress".
+    let counts = counter.counts();
+    assert_eq!(counts.get("TransactWriteItems"), Some(&3), "{counts:?}");
+    assert_eq!(counter.total(), 4, "and the pre-check: {counts:?}");
+}
+
+#[tokio::test]
+async fn an_abandoned_lock_of_the_locking_path_is_taken_over_and_applied_once() {
+    let config = support::store_config(Duration::from_millis(200));
+    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let a = account();
+    assert!(matches!(
+        claim(&store, "k-1", &a, 70).await,
+        ClaimOutcome::Acquired(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counter = RequestCounter::default();
+    let function = function(&config, &counter, ledger(LedgerMode::LockFree)).await;
+    let batch = event(vec![("payments-0", vec![payment(0, "k-1", &a, 70)])]);
+
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+
+    assert_eq!(ledger_entry(&a).await, (70, 1));
+    let item = store.get("k-1").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Completed, 2));
+}
+
+/// Pays into `account_id`, or, for a negative amount, debits it only if
+/// the balance covers it (the effect's own condition).
+struct Guarded {
+    table: String,
+}
+
+impl RecordHandler for Guarded {
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::LockFree
+    }
+
+    async fn handle(&self, _: &FencingToken, payload: &[u8]) -> Result<Completion, HandlerError> {
+        let payment = Payment::parse(payload)?;
+        let condition = (payment.amount_cents < 0).then(|| "balance_cents >= :needed".to_owned());
+        let mut values = HashMap::from([(
+            ":amount".to_owned(),
+            AttributeValue::N(payment.amount_cents.to_string()),
+        )]);
+        if condition.is_some() {
+            values.insert(
+                ":needed".into(),
+                AttributeValue::N((-payment.amount_cents).to_string()),
+            );
+        }
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key("account_id", AttributeValue::S(payment.account_id))
+            .update_expression("ADD balance_cents :amount")
+            .set_condition_expression(condition)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|err| HandlerError::Permanent(err.to_string()))?;
+        Ok(Completion::transactional(
+            payment.payment_id,
+            vec![TransactWriteItem::builder().update(update).build()],
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_business_condition_refused_inside_a_shared_transaction_fails_that_record_alone() {
+    let config = support::store_config(Duration::from_secs(30));
+    let (a, b, c) = (account(), account(), account());
+    let counter = RequestCounter::default();
+    let function = function(&config, &counter, |_| Guarded {
+        table: support::env("LEDGER_TABLE"),
+    })
+    .await;
+    let batch = event(vec![(
+        "payments-0",
+        vec![
+            payment(0, "g-0", &a, 100),
+            payment(1, "g-1", &b, -500),
+            payment(2, "g-2", &c, 7),
+        ],
+    )]);
+
+    let response = invoke(&function, &batch).await;
+
+    assert_eq!(reported(&response), ["payments-0@1", "payments-0@2"]);
+    assert_eq!(
+        (balance(&a).await, balance(&b).await, balance(&c).await),
+        (100, 0, 0)
+    );
+    let store = IdempotencyStore::new(support::client().await, config);
+    let failed = store.get("g-1").await.expect("get").expect("item");
+    assert_eq!((failed.status, failed.version), (Status::Failed, 1));
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("a condition of effect write 0 failed"),
+        "{failed:?}"
+    );
+    assert_eq!(store.get("g-2").await.expect("get"), None);
+    // All three refused together; g-0 alone; g-1 alone (refused), then its
+    // FAILED item.
+    let counts = counter.counts();
+    assert_eq!(counts.get("TransactWriteItems"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("PutItem"), Some(&1), "{counts:?}");
+
+    // Its redelivery is refused from the table; g-2 waits behind it.
+    let again = invoke(&function, &batch).await;
+    assert_eq!(reported(&again), ["payments-0@1", "payments-0@2"]);
+    assert_eq!(balance(&a).await, 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_of_both_paths_racing_on_one_batch_apply_each_payment_once() {
+    let config = support::store_config(Duration::from_secs(30));
+    let accounts: Vec<String> = (0..5).map(|_| account()).collect();
+    let partitions = ["payments-0", "payments-1"];
+    let batch = event(
+        partitions
+            .iter()
+            .enumerate()
+            .map(|(p, name)| {
+                let records = (0..50)
+                    .map(|i| {
+                        let n = i * 2 + p;
+                        payment(i as i64, &format!("r-{n}"), &accounts[n % 5], 1)
+                    })
+                    .collect();
+                (*name, records)
+            })
+            .collect(),
+    );
+    let modes = [LedgerMode::LockFree, LedgerMode::Transactional];
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (config, batch, mode) = (config.clone(), batch.clone(), modes[i % 2]);
+            tokio::spawn(async move {
+                let counter = RequestCounter::default();
+                let function = function(&config, &counter, ledger(mode)).await;
+                invoke_until_done(&function, &batch).await;
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("worker task");
+    }
+    for account in &accounts {
+        assert_eq!(ledger_entry(account).await, (20, 20), "{account}");
+    }
+    let store = IdempotencyStore::new(support::client().await, config);
+    for n in 0..100 {
+        let item = store
+            .get(&format!("r-{n}"))
+            .await
+            .expect("get")
+            .expect("item");
+        assert_eq!(item.status, Status::Completed, "r-{n}");
+    }
+}
