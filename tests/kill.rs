@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use exactly_once::engine::{
-    Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::MskFunction;
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -29,7 +29,8 @@ const WORKER_ENV: &str = "EXACTLY_ONCE_KILL_WORKER";
 #[derive(Debug, Serialize, Deserialize)]
 struct WorkerConfig {
     key_prefix: String,
-    transactional: bool,
+    /// The ledger mode, as `LEDGER_MODE` spells it.
+    mode: String,
     lock_ms: u64,
     /// A JSON file holding the list of batches (MSK events).
     batches: PathBuf,
@@ -47,22 +48,23 @@ fn store_config(config: &WorkerConfig) -> StoreConfig {
     }
 }
 
-fn ledger(client: aws_sdk_dynamodb::Client, transactional: bool) -> LedgerHandler {
-    let mode = if transactional {
-        LedgerMode::Transactional
-    } else {
-        LedgerMode::Direct
-    };
+fn ledger(client: aws_sdk_dynamodb::Client, mode: &str) -> LedgerHandler {
+    let mode = LedgerMode::parse(mode).expect("a ledger mode");
     LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
 }
 
-/// The ledger, announcing each claimed key on stdout.
+/// The ledger, announcing each key whose work runs (after its claim on the
+/// locking path) on stdout.
 struct Announced {
     ledger: LedgerHandler,
     pause: bool,
 }
 
 impl RecordHandler for Announced {
+    fn commit_path(&self) -> CommitPath {
+        self.ledger.commit_path()
+    }
+
     async fn handle(
         &self,
         token: &FencingToken,
@@ -88,7 +90,7 @@ async fn worker_process() {
     let client = support::client().await;
     let store = IdempotencyStore::new(client.clone(), store_config(&config));
     let handler = Announced {
-        ledger: ledger(client, config.transactional),
+        ledger: ledger(client, &config.mode),
         pause: config.pause_in_handler,
     };
     let function = MskFunction::new(
@@ -162,7 +164,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let batch = event(vec![("payments-0", vec![payment(0, "k-1", &a, 250)])]);
     let config = WorkerConfig {
         key_prefix: format!("kill-{}#", uuid::Uuid::new_v4()),
-        transactional: false,
+        mode: "direct".into(),
         lock_ms: 1000,
         batches: batches_file(std::slice::from_ref(&batch)),
         first_batch: 0,
@@ -180,7 +182,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let function = MskFunction::new(
         Engine::new(
             store.clone(),
-            ledger(client, false),
+            ledger(client, "direct"),
             EngineConfig::default(),
         ),
         support::msk::settings(header_keys()),
@@ -212,7 +214,7 @@ struct Storm {
 
 /// Runs streams of payments through worker processes, killing them at
 /// random points, until `kills` kills were made; checks every stream's ledger.
-async fn storm(transactional: bool, kills: usize, seed: u64) -> Storm {
+async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut storm = Storm {
         kills: 0,
@@ -247,7 +249,7 @@ async fn storm(transactional: bool, kills: usize, seed: u64) -> Storm {
             .collect();
         let mut config = WorkerConfig {
             key_prefix: format!("storm-{}#", uuid::Uuid::new_v4()),
-            transactional,
+            mode: mode.into(),
             lock_ms: 150,
             batches: batches_file(&batches),
             first_batch: 0,
@@ -311,11 +313,11 @@ fn seed() -> u64 {
         .unwrap_or_else(|| fastrand::u64(..))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transactional_mode_never_applies_a_payment_twice_under_sigkill() {
+/// A storm in an exactly-once mode: no payment applied twice, none lost.
+async fn exactly_once_storm(mode: &str) {
     let seed = seed();
-    let storm = storm(true, kills_wanted(), seed).await;
-    println!("transactional storm (KILL_TEST_SEED={seed}): {storm:?}");
+    let storm = storm(mode, kills_wanted(), seed).await;
+    println!("{mode} storm (KILL_TEST_SEED={seed}): {storm:?}");
     assert!(storm.kills >= kills_wanted());
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),
@@ -325,9 +327,19 @@ async fn transactional_mode_never_applies_a_payment_twice_under_sigkill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("transactional").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_mode_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("lock-free").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_mode_shows_the_window_between_effect_and_completion() {
     let seed = seed();
-    let storm = storm(false, kills_wanted() / 2, seed).await;
+    let storm = storm("direct", kills_wanted() / 2, seed).await;
     // Direct mode may repeat a payment killed between its effect and its
     // completion, and only then: never a lost payment.
     println!("direct storm (KILL_TEST_SEED={seed}): {storm:?}");
