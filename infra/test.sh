@@ -20,6 +20,12 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test"
 cargo test
 
+# The batch tests again on the locking path (the default run is on the
+# lock-free path, the demo ledger's default); the kill storms and
+# tests/lock_free.rs run both paths themselves.
+step "batch tests on the locking path"
+TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput
+
 # The batch tests again with records of different Kafka keys free to run
 # concurrently (ORDERING_MODE=key); tests/throughput.rs covers none.
 step "batch tests in key ordering mode"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
 use exactly_once::engine::{
-    Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{FunctionSettings, InvocationError, KafkaBatchResponse, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -30,13 +30,19 @@ struct Paced {
 }
 
 impl Paced {
+    /// The ledger in the mode `TEST_LEDGER_MODE` names.
     fn new(client: aws_sdk_dynamodb::Client, pause: Duration) -> Self {
+        Self::in_mode(client, pause, support::msk::ledger_mode())
+    }
+
+    /// The ledger on the locking path (leases, heartbeats).
+    fn locking(client: aws_sdk_dynamodb::Client, pause: Duration) -> Self {
+        Self::in_mode(client, pause, LedgerMode::Transactional)
+    }
+
+    fn in_mode(client: aws_sdk_dynamodb::Client, pause: Duration, mode: LedgerMode) -> Self {
         Self {
-            ledger: LedgerHandler::new(
-                client,
-                support::env("LEDGER_TABLE"),
-                LedgerMode::Transactional,
-            ),
+            ledger: LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode),
             pause,
             calls: AtomicUsize::new(0),
             finished: AtomicBool::new(false),
@@ -46,6 +52,9 @@ impl Paced {
 }
 
 impl RecordHandler for Paced {
+    fn commit_path(&self) -> CommitPath {
+        self.ledger.commit_path()
+    }
     async fn handle(
         &self,
         token: &FencingToken,
@@ -90,7 +99,7 @@ async fn invoke_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_its_lock_keeps_it_by_heartbeat() {
     let store = support::store(Duration::from_millis(600)).await;
-    let slow = Paced::new(support::client().await, Duration::from_millis(1800));
+    let slow = Paced::locking(support::client().await, Duration::from_millis(1800));
     let function = Arc::new(function(store.clone(), slow, Duration::from_secs(5)));
     let a = account();
     let batch = Arc::new(event(vec![(
@@ -118,7 +127,7 @@ async fn a_handler_slower_than_its_lock_keeps_it_by_heartbeat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_whose_lock_is_stolen_is_stopped_and_records_nothing() {
     let store = support::store(Duration::from_millis(300)).await;
-    let slow = Paced::new(support::client().await, Duration::from_millis(1500));
+    let slow = Paced::locking(support::client().await, Duration::from_millis(1500));
     let function = Arc::new(function(store.clone(), slow, Duration::from_secs(5)));
     let a = account();
     let batch = Arc::new(event(vec![(
@@ -178,18 +187,19 @@ async fn dynamodb_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
     let batch = event(vec![("payments-0", records)]);
 
     let response = invoke(&function, &batch).await;
-    assert_eq!(
-        reported(&response),
-        [
-            "payments-0@2",
-            "payments-0@3",
-            "payments-0@4",
-            "payments-0@5"
-        ]
-    );
-    // No business logic ran for a record that was not claimed.
-    assert_eq!(function.engine().handler().calls.load(Ordering::SeqCst), 3);
-    assert_eq!(balance(&a).await, 1 + 10);
+    let calls = function.engine().handler().calls.load(Ordering::SeqCst);
+    let lock_free = support::msk::commit_path() == CommitPath::LockFree;
+    // Locking: offsets 0 and 1 finished, offset 2 was claimed, its work
+    // cut DynamoDB off before it could complete. Lock-free: the effect of
+    // offset 2 was being computed (every record pays into one account, so
+    // each commits alone) when offset 1's commit met the cut.
+    let finished = if lock_free { 1 } else { 2 };
+    let expected: Vec<String> = (finished..6).map(|i| format!("payments-0@{i}")).collect();
+    assert_eq!(reported(&response), expected);
+    // No business logic ran for a record that was not claimed (locking),
+    // nor ahead of the next commit (lock-free).
+    assert_eq!(calls, 3);
+    assert_eq!(balance(&a).await, if lock_free { 1 } else { 1 + 10 });
 
     proxy.restore();
     tokio::time::sleep(Duration::from_millis(600)).await; // offset 2's lock expires
@@ -198,11 +208,11 @@ async fn dynamodb_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
         Vec::<String>::new()
     );
     assert_eq!(balance(&a).await, 111_111);
-    let taken_over = store.get("o-2").await.expect("get").expect("item");
-    assert_eq!(
-        (taken_over.status, taken_over.version),
-        (Status::Completed, 2)
-    );
+    // Locking: the claim of offset 2 is taken over. Lock-free: nothing of
+    // offset 1 was written; its redelivery commits it afresh.
+    let (key, version) = if lock_free { ("o-1", 1) } else { ("o-2", 2) };
+    let item = store.get(key).await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Completed, version));
 }
 
 #[tokio::test]
@@ -230,7 +240,12 @@ async fn dynamodb_gone_before_the_batch_is_an_invocation_error_and_nothing_runs(
         matches!(err, InvocationError::StoreUnavailable { reported: 3 }),
         "{err:?}"
     );
-    assert_eq!(function.engine().handler().calls.load(Ordering::SeqCst), 0);
+    // Locking: no business logic runs without a claim. Lock-free: the
+    // handler only computed effects (no side effect); none was committed.
+    if support::msk::commit_path() == CommitPath::Locking {
+        assert_eq!(function.engine().handler().calls.load(Ordering::SeqCst), 0);
+    }
+    assert_eq!(balance(&a).await, 0);
 
     proxy.restore();
     assert_eq!(
@@ -296,11 +311,18 @@ async fn work_still_running_at_the_deadline_is_cut_and_its_key_released() {
         .await
         .expect("response");
     assert_eq!(reported(&response), ["payments-0@0", "payments-0@1"]);
-    let released = store.get("cut-1").await.expect("get").expect("item");
-    assert_eq!(
-        (released.status, released.lock_expires_at_ms),
-        (Status::Started, Some(0))
-    );
+    let item = store.get("cut-1").await.expect("get");
+    match support::msk::commit_path() {
+        // Its effect was never computed: nothing written.
+        CommitPath::LockFree => assert_eq!(item, None),
+        CommitPath::Locking => {
+            let released = item.expect("claimed");
+            assert_eq!(
+                (released.status, released.lock_expires_at_ms),
+                (Status::Started, Some(0))
+            );
+        }
+    }
     assert_eq!(balance(&a).await, 0);
 }
 
@@ -309,7 +331,7 @@ async fn records_claimed_ahead_keep_their_claims_while_earlier_work_runs_long() 
     // Each record's work takes 2/3 of the lock: the last ones were claimed
     // ahead long before their turn, and are renewed when it comes.
     let store = support::store(Duration::from_millis(600)).await;
-    let slow = Paced::new(support::client().await, Duration::from_millis(400));
+    let slow = Paced::locking(support::client().await, Duration::from_millis(400));
     let function = function(store.clone(), slow, Duration::from_secs(5));
     let a = account();
     let records = (0..4)

@@ -59,6 +59,16 @@ impl Deadline {
         self.at_ms.map(|at| at.saturating_sub(self.margin_ms / 2))
     }
 
+    /// Completes when running work must be cut; never without a deadline.
+    pub async fn cut(&self) {
+        match self.cut_at_ms() {
+            Some(at) => {
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
+            }
+            None => std::future::pending().await,
+        }
+    }
+
     /// The latest a lease may end.
     pub fn lease_cap_ms(&self) -> Option<u64> {
         self.at_ms.map(|at| at + duration_ms(LEASE_GRACE))

@@ -57,14 +57,7 @@ pub async fn hold<T>(
             }
         }
     };
-    let cut = async {
-        match deadline.cut_at_ms() {
-            Some(at) => {
-                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
-            }
-            None => std::future::pending().await,
-        }
-    };
+    let cut = deadline.cut();
     tokio::select! {
         value = work => Held::Finished { value, lease: latest() },
         () = heartbeat => Held::LockLost,

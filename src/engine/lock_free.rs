@@ -45,6 +45,16 @@ struct Planned {
     started: Instant,
 }
 
+/// Why a message has no effect to commit.
+enum Unplanned {
+    /// The handler refused it.
+    Refused(HandlerError),
+    /// Its key cannot be stored.
+    InvalidKey(StoreError),
+    /// The handler was still running when the deadline came near.
+    Cut,
+}
+
 /// What a message of a lane needs next.
 enum Next {
     /// Settled without a write: unreadable, or known COMPLETED.
@@ -144,7 +154,7 @@ impl<H: RecordHandler> Engine<H> {
             Turn::Later(first) => return Next::Copy(work, first),
             Turn::First(sender) => sender,
         };
-        match self.plan(work, started).await {
+        match self.plan(work, started, batch).await {
             Ok(planned) => Next::Planned(Planned {
                 first_copy: Some(first_copy),
                 ..planned
@@ -157,23 +167,29 @@ impl<H: RecordHandler> Engine<H> {
         }
     }
 
-    /// Runs the handler for `work`: its effect, or why there is none (the
-    /// handler's error, or an unusable key).
+    /// Runs the handler for `work` (cut at the deadline): its effect, or why
+    /// there is none.
     async fn plan(
         &self,
         work: Work,
         started: Instant,
-    ) -> Result<Planned, (Work, Result<HandlerError, StoreError>)> {
+        batch: &Batch,
+    ) -> Result<Planned, (Work, Unplanned)> {
         let pk = match self.store.pk(&work.key) {
             Ok(pk) => pk,
-            Err(err) => return Err((work, Err(err))),
+            Err(err) => return Err((work, Unplanned::InvalidKey(err))),
         };
         let token = FencingToken {
             key: pk,
             version: 1,
             owner: uuid::Uuid::new_v4().to_string(),
         };
-        match self.handler.handle(&token, &work.payload).await {
+        let deadline = batch.guard.deadline();
+        let planned = tokio::select! {
+            planned = self.handler.handle(&token, &work.payload) => planned,
+            () = deadline.cut() => return Err((work, Unplanned::Cut)),
+        };
+        match planned {
             Ok(completion) => Ok(Planned {
                 touches: completion.writes.iter().map(touched_item).collect(),
                 work,
@@ -182,28 +198,26 @@ impl<H: RecordHandler> Engine<H> {
                 first_copy: None,
                 started,
             }),
-            Err(error) => Err((work, Ok(error))),
+            Err(error) => Err((work, Unplanned::Refused(error))),
         }
     }
 
     /// A message with no effect to commit: FAILED for a permanent error,
-    /// reported for a retryable one.
-    async fn refused(
-        &self,
-        work: &Work,
-        why: Result<HandlerError, StoreError>,
-        batch: &Batch,
-    ) -> Outcome {
+    /// reported otherwise.
+    async fn refused(&self, work: &Work, why: Unplanned, batch: &Batch) -> Outcome {
         match why {
-            Ok(HandlerError::Permanent(error)) => self.fail_new(work, error, batch).await,
-            Ok(HandlerError::Retryable(error)) => Outcome::Retrying { error },
-            Err(err) => Outcome::StoreFailed(err),
+            Unplanned::Refused(HandlerError::Permanent(error)) => {
+                self.fail_new(work, error, batch).await
+            }
+            Unplanned::Refused(HandlerError::Retryable(error)) => Outcome::Retrying { error },
+            Unplanned::InvalidKey(err) => Outcome::StoreFailed(err),
+            Unplanned::Cut => Outcome::TimedOut,
         }
     }
 
     /// A later copy of a key whose first copy did not finish: on its own.
     async fn plan_and_commit(&self, work: Work, batch: &Batch) -> Outcome {
-        match self.plan(work, Instant::now()).await {
+        match self.plan(work, Instant::now(), batch).await {
             Ok(planned) => self.commit_alone(planned, batch).await,
             Err((work, why)) => self.refused(&work, why, batch).await,
         }
