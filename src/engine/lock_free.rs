@@ -451,3 +451,83 @@ fn touched_item(write: &TransactWriteItem) -> Option<String> {
     parts.sort_unstable();
     Some(format!("{table}/{}", parts.join("/")))
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+
+    use super::*;
+
+    fn update(table: &str, account: &str) -> TransactWriteItem {
+        let update = Update::builder()
+            .table_name(table)
+            .key("account_id", AttributeValue::S(account.into()))
+            .update_expression("ADD balance_cents :one")
+            .build()
+            .expect("an update");
+        TransactWriteItem::builder().update(update).build()
+    }
+
+    fn put(table: &str) -> TransactWriteItem {
+        let put = Put::builder()
+            .table_name(table)
+            .item("account_id", AttributeValue::S("a".into()))
+            .build()
+            .expect("a put");
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    fn planned(writes: Vec<TransactWriteItem>) -> Planned {
+        Planned {
+            touches: writes.iter().map(touched_item).collect(),
+            work: Work {
+                key: "k".into(),
+                payload: Vec::new(),
+                payload_hash: "h".into(),
+                origin: "t-0@0".into(),
+            },
+            token: FencingToken {
+                key: "k".into(),
+                version: 1,
+                owner: "o".into(),
+            },
+            completion: Completion::transactional("r", writes),
+            first_copy: None,
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn an_item_is_named_by_its_table_and_key() {
+        assert_eq!(
+            touched_item(&update("ledger", "a")).as_deref(),
+            Some(r#"ledger/account_id=S("a")"#)
+        );
+        assert_eq!(touched_item(&put("ledger")), None);
+    }
+
+    #[test]
+    fn a_group_never_touches_an_item_twice_and_keeps_its_limits() {
+        let mut group = Group::default();
+        group.add(planned(vec![update("ledger", "a")]));
+        assert!(!group.admits(&planned(vec![update("ledger", "a")]), 10));
+        assert!(group.admits(&planned(vec![update("other", "a")]), 10));
+        assert!(group.admits(&planned(vec![update("ledger", "b")]), 10));
+        assert!(!group.admits(&planned(vec![update("ledger", "b")]), 1));
+        // A Put's key is unknown: it commits alone.
+        assert!(!group.admits(&planned(vec![put("ledger")]), 10));
+        assert!(Group::default().admits(&planned(vec![put("ledger")]), 10));
+        // 100 actions at most: 49 writes + 1 item already, 50 more is one too many.
+        let wide = |prefix: &str, n: usize| {
+            planned(
+                (0..n)
+                    .map(|i| update("ledger", &format!("{prefix}{i}")))
+                    .collect(),
+            )
+        };
+        let mut group = Group::default();
+        group.add(wide("x", 49));
+        assert!(group.admits(&wide("y", 49), 10));
+        assert!(!group.admits(&wide("y", 50), 10));
+    }
+}

@@ -113,6 +113,18 @@ impl IdempotencyStore {
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
         // Invariant: one live item per key (see NEW_KEY).
+        self.put_if_new(item, now, lease, "claim (PutItem)").await
+    }
+
+    /// PutItem of a new item under [`NEW_KEY`]: `written`, or the stored
+    /// item when the key is not new.
+    async fn put_if_new<T>(
+        &self,
+        item: RawItem,
+        now: u64,
+        written: T,
+        operation: &'static str,
+    ) -> Result<Conditional<T>, StoreError> {
         let result = self
             .client
             .put_item()
@@ -124,7 +136,7 @@ impl IdempotencyStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        conditional(result, lease, "claim (PutItem)", |err| match err {
+        conditional(result, written, operation, |err| match err {
             PutItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
             _ => None,
         })
@@ -464,25 +476,12 @@ impl IdempotencyStore {
         item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
         item.insert("error".to_owned(), s(bounded(error)));
         // Invariant: one live item per key (see NEW_KEY).
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.config.table_name)
-            .set_item(Some(item))
-            .condition_expression(NEW_KEY)
-            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
-            .expression_attribute_values(":now_s", n(ms_to_s(now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let written = conditional(result, (), "fail new (PutItem)", |err| match err {
-            PutItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
-            _ => None,
-        })?;
-        Ok(match written {
-            Conditional::Written(()) => Ok(()),
-            Conditional::Conflict(item) => Err(item),
-        })
+        Ok(
+            match self.put_if_new(item, now, (), "fail new (PutItem)").await? {
+                Conditional::Written(()) => Ok(()),
+                Conditional::Conflict(item) => Err(item),
+            },
+        )
     }
 
     /// The transaction action creating `item` under [`NEW_KEY`].
