@@ -1,5 +1,6 @@
 //! The DynamoDB client: built once per container and shared.
 
+mod capacity;
 mod requests;
 
 pub use requests::{RequestCounter, RequestStats};
