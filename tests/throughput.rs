@@ -104,8 +104,8 @@ async fn a_new_record_costs_five_write_units_as_dynamodb_local_reports_them() {
     );
     let stats = counter.stats();
     let units = |operation: &str| {
-        let stats = stats.get(operation).copied().unwrap_or_default();
-        (stats.read_units, stats.write_units)
+        let consumed = stats.get(operation).copied().unwrap_or_default().consumed;
+        (consumed.read, consumed.write)
     };
     // The claim: a PutItem of an item under 1 KB, 1 WCU.
     assert_eq!(units("PutItem"), (0.0, 100.0), "{stats:?}");

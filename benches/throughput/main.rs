@@ -19,10 +19,14 @@
 //! Environment: IDEMPOTENCY_TABLE, LEDGER_TABLE and AWS_ENDPOINT_URL_DYNAMODB
 //! (set by infra/bench.sh); BENCH_REPS multiplies the repetitions (default 1;
 //! 0.5 halves them, at least one each); BENCH_OUT is the output directory
-//! (default `bench`).
+//! (default `bench`); BENCH_ONLY, comma-separated substrings of
+//! `<scenario>/<mode>/<rtt>ms` (e.g. `new-1000x4p/key/5ms`), runs only the
+//! measurements that match one (after the warm-up) and writes no files;
+//! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
 mod batches;
 mod chart;
+mod columns;
 mod latency;
 mod measure;
 mod processor;
@@ -46,6 +50,8 @@ struct Env {
     /// Makes every key prefix and account of the run unique.
     sequence: std::cell::Cell<u64>,
     reps_factor: f64,
+    /// BENCH_ONLY's substrings (empty: everything).
+    only: Vec<String>,
 }
 
 impl Env {
@@ -57,6 +63,11 @@ impl Env {
 
     fn reps(&self, wanted: usize) -> usize {
         ((wanted as f64 * self.reps_factor).round() as usize).max(1)
+    }
+
+    /// Whether BENCH_ONLY selects the measurement `label`.
+    fn selected(&self, label: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|part| label.contains(part.as_str()))
     }
 }
 
@@ -90,6 +101,9 @@ async fn run() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1.0),
+        only: std::env::var("BENCH_ONLY")
+            .map(|only| only.split(',').map(str::to_owned).collect())
+            .unwrap_or_default(),
     };
     let out_dir = PathBuf::from(std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench".into()));
     let started = Instant::now();
@@ -107,12 +121,6 @@ async fn run() {
 
     let rows = scenarios::run(&env).await;
 
-    std::fs::create_dir_all(&out_dir).expect("output directory");
-    let csv_path = out_dir.join("results.csv");
-    std::fs::write(&csv_path, report::csv(&rows)).expect("write results.csv");
-    let svg_path = out_dir.join("batch-time-vs-rtt.svg");
-    chart::chart(&rows, "new-1000x4p", &svg_path).expect("chart");
-
     println!();
     println!(
         "DynamoDB requests per record counted by RequestCounter (every HTTP request, retries included);"
@@ -124,15 +132,21 @@ async fn run() {
     println!(
         "ddb ms = mean time a request spent in DynamoDB Local (loopback, queueing, work), without the simulated RTT."
     );
+    println!(
+        "RCU/rec, WCU/rec = read and write capacity units per record, as DynamoDB Local reports them (ReturnConsumedCapacity=TOTAL)."
+    );
     println!();
     print!("{}", report::table(&rows));
     println!();
     print!("{}", targets::targets(&rows));
     println!();
-    println!(
-        "wrote {} and {} in {:.0} s",
-        csv_path.display(),
-        svg_path.display(),
-        started.elapsed().as_secs_f64()
-    );
+    if env.only.is_empty() {
+        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let csv_path = out_dir.join("results.csv");
+        std::fs::write(&csv_path, report::csv(&rows)).expect("write results.csv");
+        let svg_path = out_dir.join("batch-time-vs-rtt.svg");
+        chart::chart(&rows, "new-1000x4p", &svg_path).expect("chart");
+        println!("wrote {} and {}", csv_path.display(), svg_path.display());
+    }
+    println!("in {:.0} s", started.elapsed().as_secs_f64());
 }

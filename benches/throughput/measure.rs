@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::dynamo::{CapacityUnits, RequestCounter};
 use exactly_once::engine::Work;
 use serde_json::Value;
 
@@ -14,6 +14,9 @@ use crate::batches::Batch;
 use crate::latency::{ServiceTime, client_with};
 use crate::processor::{Mode, Processor};
 use crate::row::Row;
+
+/// The scenario name of the warm-up, which BENCH_ONLY never skips.
+pub const WARM_UP: &str = "warm-up";
 
 /// What a scenario measures for a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +39,7 @@ struct Meter {
 impl Meter {
     fn new(scenario: &'static str, mode: Mode, rtt_ms: u64) -> Self {
         Self {
-            counter: RequestCounter::default(),
+            counter: RequestCounter::with_consumed_capacity(),
             served: ServiceTime::default(),
             row: Row {
                 scenario,
@@ -45,6 +48,7 @@ impl Meter {
                 records: 0,
                 batch_ms: Vec::new(),
                 requests: BTreeMap::new(),
+                units: CapacityUnits::default(),
                 served: (0, 0),
                 failures: 0,
             },
@@ -59,8 +63,9 @@ impl Meter {
         let row = &mut self.row;
         row.batch_ms.push(started.elapsed().as_secs_f64() * 1000.0);
         row.records = batch.len();
-        for (op, n) in self.counter.counts() {
-            *row.requests.entry(op).or_default() += n;
+        for (op, stats) in self.counter.stats() {
+            *row.requests.entry(op).or_default() += stats.count;
+            row.units = row.units + stats.consumed;
         }
         let (requests, micros) = self.served.read();
         row.served = (row.served.0 + requests, row.served.1 + micros);
@@ -70,12 +75,13 @@ impl Meter {
     fn done(self) -> Row {
         let row = self.row;
         eprintln!(
-            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  DynamoDB Local {:>5.1} ms/request{}",
+            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  {:>5.2} WCU/record  DynamoDB Local {:>5.1} ms/request{}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
             row.p(0.5),
             row.per_record(None),
+            row.units_per_record().write,
             row.service_ms(),
             if row.failures > 0 {
                 format!("  ({} records NOT finished)", row.failures)
@@ -103,6 +109,10 @@ pub async fn measure(
             leak(format!("replay-warm-{scenario}")),
         ),
     };
+    let label = |name: &str| format!("{name}/{}/{rtt_ms}ms", mode.name());
+    if scenario != WARM_UP && !env.selected(&label(cold_name)) && !env.selected(&label(warm_name)) {
+        return Vec::new();
+    }
     let mut cold = Meter::new(cold_name, mode, rtt_ms);
     let mut warm = Meter::new(warm_name, mode, rtt_ms);
     let cold_client = client_with(&env.base, rtt_ms, &cold.counter, &cold.served);

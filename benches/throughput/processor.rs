@@ -53,8 +53,12 @@ impl Processor {
             ("IDEMPOTENCY_KEY_PREFIX", prefix.to_owned()),
             ("ORDERING_MODE", ordering.to_owned()),
         ]);
-        let settings =
-            Settings::from_lookup(|name| vars.get(name).cloned()).expect("bench settings");
+        // The function's concurrency settings come from the environment, as in Lambda.
+        let settings = Settings::from_lookup(|name| match name {
+            "MAX_IN_FLIGHT" | "CLAIM_AHEAD" => std::env::var(name).ok(),
+            _ => vars.get(name).cloned(),
+        })
+        .expect("bench settings");
         let store = IdempotencyStore::new(client.clone(), settings.store);
         let handler = LedgerHandler::new(
             client.clone(),

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use exactly_once::dynamo::CapacityUnits;
+
 use crate::processor::Mode;
 
 /// Operations shown in their own column; anything else is counted as `other`.
@@ -21,33 +23,14 @@ pub struct Row {
     pub records: usize,
     pub batch_ms: Vec<f64>,
     pub requests: BTreeMap<String, u64>,
+    /// Capacity units the requests consumed, as DynamoDB Local reports them.
+    pub units: CapacityUnits,
     /// Requests that reached DynamoDB Local, and their time there (µs).
     pub served: (u64, u64),
     pub failures: usize,
 }
 
 impl Row {
-    /// The measured columns of the table and the CSV, in order: p50 and p99
-    /// batch ms, records/s, ms/record, requests/record in all and for
-    /// PutItem, UpdateItem, TransactWriteItems, BatchGetItem, GetItem and
-    /// other operations, DynamoDB Local's own ms per request.
-    pub fn measures(&self) -> [f64; 12] {
-        [
-            self.p(0.5),
-            self.p(0.99),
-            self.records_per_s(),
-            self.ms_per_record(),
-            self.per_record(None),
-            self.per_record(Some("PutItem")),
-            self.per_record(Some("UpdateItem")),
-            self.per_record(Some("TransactWriteItems")),
-            self.per_record(Some("BatchGetItem")),
-            self.per_record(Some("GetItem")),
-            self.per_record(Some("other")),
-            self.service_ms(),
-        ]
-    }
-
     pub fn p(&self, q: f64) -> f64 {
         let mut sorted = self.batch_ms.clone();
         sorted.sort_by(f64::total_cmp);
@@ -60,7 +43,7 @@ impl Row {
         self.served.1 as f64 / 1000.0 / self.served.0.max(1) as f64
     }
 
-    fn records_per_s(&self) -> f64 {
+    pub fn records_per_s(&self) -> f64 {
         self.records as f64 / (self.p(0.5) / 1000.0)
     }
 
@@ -68,9 +51,22 @@ impl Row {
         self.p(0.5) / self.records as f64
     }
 
+    /// Capacity units per record.
+    pub fn units_per_record(&self) -> CapacityUnits {
+        let processed = self.processed();
+        CapacityUnits {
+            read: self.units.read / processed,
+            write: self.units.write / processed,
+        }
+    }
+
+    /// Records processed, all repetitions.
+    fn processed(&self) -> f64 {
+        (self.records * self.batch_ms.len()) as f64
+    }
+
     /// Requests per record of `operation` (None: all).
     pub fn per_record(&self, operation: Option<&str>) -> f64 {
-        let processed = (self.records * self.batch_ms.len()) as f64;
         let count: u64 = match operation {
             None => self.requests.values().sum(),
             Some("other") => self
@@ -81,6 +77,6 @@ impl Row {
                 .sum(),
             Some(op) => self.requests.get(op).copied().unwrap_or(0),
         };
-        count as f64 / processed
+        count as f64 / self.processed()
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::Env;
 use crate::batches::Batch;
-use crate::measure::{Measure, measure};
+use crate::measure::{Measure, WARM_UP, measure};
 use crate::processor::Mode;
 use crate::row::Row;
 
@@ -32,7 +32,7 @@ pub async fn run(env: &Env) -> Vec<Row> {
         Mode::Baseline,
         Mode::Key,
     ] {
-        measure(env, "warm-up", &new_1000, Measure::New, mode, 0, 1).await;
+        measure(env, WARM_UP, &new_1000, Measure::New, mode, 0, 1).await;
     }
 
     let mut rows = Vec::new();

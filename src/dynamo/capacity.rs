@@ -9,6 +9,8 @@
 //! `WriteCapacityUnits`; when present they are used, otherwise
 //! `CapacityUnits` count as read units for reads and write units for writes.
 
+use std::ops::{Add, Sub};
+
 use serde_json::{Map, Value};
 
 /// The operations whose request accepts `ReturnConsumedCapacity`.
@@ -39,6 +41,28 @@ const READS: [&str; 5] = [
 pub struct CapacityUnits {
     pub read: f64,
     pub write: f64,
+}
+
+impl Add for CapacityUnits {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            read: self.read + other.read,
+            write: self.write + other.write,
+        }
+    }
+}
+
+impl Sub for CapacityUnits {
+    type Output = Self;
+
+    fn sub(self, other: Self) -> Self {
+        Self {
+            read: self.read - other.read,
+            write: self.write - other.write,
+        }
+    }
 }
 
 /// `body` with `"ReturnConsumedCapacity":"TOTAL"` added, if `operation`

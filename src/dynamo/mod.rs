@@ -3,6 +3,7 @@
 mod capacity;
 mod requests;
 
+pub use capacity::CapacityUnits;
 pub use requests::{RequestCounter, RequestStats};
 
 use aws_config::BehaviorVersion;

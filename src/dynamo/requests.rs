@@ -17,7 +17,7 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
-use super::capacity;
+use super::capacity::{self, CapacityUnits};
 
 /// Requests of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -28,8 +28,7 @@ pub struct RequestStats {
     pub max_ms: f64,
     /// Capacity units the responses reported (counted only by
     /// [`RequestCounter::with_consumed_capacity`]).
-    pub read_units: f64,
-    pub write_units: f64,
+    pub consumed: CapacityUnits,
 }
 
 impl RequestStats {
@@ -39,8 +38,7 @@ impl RequestStats {
             count: self.count - earlier.count,
             total_ms: self.total_ms - earlier.total_ms,
             max_ms: self.max_ms,
-            read_units: self.read_units - earlier.read_units,
-            write_units: self.write_units - earlier.write_units,
+            consumed: self.consumed - earlier.consumed,
         }
     }
 }
@@ -177,8 +175,7 @@ impl Intercept for RequestCounter {
         entry.count += 1;
         entry.total_ms += ms;
         entry.max_ms = entry.max_ms.max(ms);
-        entry.read_units += units.read;
-        entry.write_units += units.write;
+        entry.consumed = entry.consumed + units;
         Ok(())
     }
 }
