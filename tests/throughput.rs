@@ -140,6 +140,65 @@ async fn consecutive_records_on_distinct_accounts_share_a_transaction() {
     assert_eq!(lock_free_transactions(10, 5).await, 200);
 }
 
+#[tokio::test]
+async fn a_new_record_costs_five_write_units_on_the_locking_path_as_dynamodb_local_reports_them() {
+    let config = support::store_config(Duration::from_secs(30));
+    let counter = RequestCounter::with_consumed_capacity();
+    let (mode, engine) = (LedgerMode::Transactional, EngineConfig::default());
+    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let accounts: Vec<String> = (0..2).map(|_| account()).collect();
+    let batch = payments(100, &accounts);
+
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    let stats = counter.stats();
+    let units = |operation: &str| {
+        let consumed = stats.get(operation).copied().unwrap_or_default().consumed;
+        (consumed.read, consumed.write)
+    };
+    // The claim: a PutItem of an item under 1 KB, 1 WCU.
+    assert_eq!(units("PutItem"), (0.0, 100.0), "{stats:?}");
+    // The transaction: the completion (idempotency table) and the balance
+    // update (ledger table), each an item under 1 KB at twice the cost of a
+    // plain write: 2 + 2 WCU. (DynamoDB Local reports 2 units per table
+    // whatever the number of items of that table in the transaction, so
+    // this count holds only because the two items are in two tables.)
+    assert_eq!(units("TransactWriteItems"), (0.0, 400.0), "{stats:?}");
+    // The pre-check's one sampling read finds none of its keys: DynamoDB
+    // Local reports 0 RCU for it (a GetItem of an absent key: 0.5).
+    assert_eq!(units("BatchGetItem"), (0.0, 0.0), "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_new_record_costs_four_write_units_on_the_lock_free_path_as_dynamodb_local_reports_them()
+{
+    let config = support::store_config(Duration::from_secs(30));
+    let counter = RequestCounter::with_consumed_capacity();
+    // Each record alone: DynamoDB Local reports a transaction's units per
+    // table, not per item, so a shared transaction would be under-counted.
+    let engine = EngineConfig {
+        max_records_per_transaction: 1,
+        ..EngineConfig::default()
+    };
+    let mode = LedgerMode::LockFree;
+    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let accounts: Vec<String> = (0..2).map(|_| account()).collect();
+    let batch = payments(100, &accounts);
+
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    let stats = counter.stats();
+    // The COMPLETED item (idempotency table) and the balance update (ledger
+    // table) in one transaction: 2 + 2 WCU; no claim.
+    let consumed = stats["TransactWriteItems"].consumed;
+    assert_eq!((consumed.read, consumed.write), (0.0, 400.0), "{stats:?}");
+    assert!(!stats.contains_key("PutItem"), "{stats:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_batch_costs_one_read_per_100_records_and_nothing_when_warm() {
     let config = support::store_config(Duration::from_secs(30));

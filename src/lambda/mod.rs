@@ -213,12 +213,7 @@ impl<H: RecordHandler> MskFunction<H> {
                 .into_iter()
                 .map(|(operation, now)| {
                     let then = before.get(&operation).copied().unwrap_or_default();
-                    let delta = RequestStats {
-                        count: now.count - then.count,
-                        total_ms: now.total_ms - then.total_ms,
-                        max_ms: now.max_ms,
-                    };
-                    (operation, delta)
+                    (operation, now.since(&then))
                 })
                 .collect(),
             _ => BTreeMap::new(),

@@ -289,6 +289,7 @@ mod tests {
                     count: 2,
                     total_ms: 8.0,
                     max_ms: 5.0,
+                    ..RequestStats::default()
                 },
             ),
             (
@@ -297,6 +298,7 @@ mod tests {
                     count: 2,
                     total_ms: 12.0,
                     max_ms: 7.0,
+                    ..RequestStats::default()
                 },
             ),
         ]);

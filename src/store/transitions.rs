@@ -229,17 +229,10 @@ impl IdempotencyStore {
         let actions = std::iter::once(TransactWriteItem::builder().update(completion).build())
             .chain(writes)
             .collect();
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(actions))
-            .send()
-            .await;
-        let Err(err) = result else {
-            return Ok(expires_at_s);
-        };
-        let reasons = cancellation_reasons(&err);
-        Err(failed_transaction(lease, &reasons, err))
+        match self.transact(actions).await {
+            Ok(()) => Ok(expires_at_s),
+            Err((reasons, err)) => Err(failed_transaction(lease, &reasons, err)),
+        }
     }
 
     /// The update that marks an item COMPLETED, its values and its expiry.
@@ -382,9 +375,9 @@ pub enum Refused {
     },
 }
 
-/// Attempts of a lock-free commit cancelled only by transaction conflicts or
+/// Attempts of a transaction cancelled only by transaction conflicts or
 /// throttling (the SDK does not retry a cancelled transaction).
-const COMMIT_ATTEMPTS: u32 = 4;
+const TRANSACT_ATTEMPTS: u32 = 4;
 
 impl IdempotencyStore {
     /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
@@ -420,45 +413,35 @@ impl IdempotencyStore {
             owners.extend((0..commit.writes.len()).map(|write| (index, Some(write))));
             items.extend(commit.writes);
         }
-        let mut attempt = 0;
-        loop {
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .send()
-                .await;
-            let Err(err) = result else {
-                return Ok(Ok(expires_at_s));
-            };
-            let reasons = cancellation_reasons(&err);
-            let failed = reasons.iter().position(condition_failed);
-            if let Some(action) = failed {
-                // The earliest message with a failed condition; its own item
-                // before its writes.
-                let index = owners[action].0;
-                let first = owners
-                    .iter()
-                    .position(|(i, _)| *i == index)
-                    .unwrap_or(action);
-                return Ok(Err(match (reasons.get(first), owners[action].1) {
-                    (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
-                        index,
-                        item: parse_old(reason.item())?,
-                    },
-                    (_, write) => Refused::EffectRefused {
-                        index,
-                        write: write.unwrap_or(0),
-                        message: reasons[action].message().unwrap_or_default().to_owned(),
-                    },
-                }));
-            }
-            attempt += 1;
-            if attempt >= COMMIT_ATTEMPTS || !reasons.iter().all(transient) || reasons.is_empty() {
-                return Err(StoreError::from_sdk("commit (TransactWriteItems)", err));
-            }
-            tokio::time::sleep(backoff(attempt)).await;
-        }
+        let (reasons, err) = match self.transact(items).await {
+            Ok(()) => return Ok(Ok(expires_at_s)),
+            Err(failure) => failure,
+        };
+        let Some(action) = reasons.iter().position(condition_failed) else {
+            return Err(transaction_error(
+                "commit (TransactWriteItems)",
+                &reasons,
+                err,
+            ));
+        };
+        // The earliest message with a failed condition; its own item before
+        // its writes.
+        let index = owners[action].0;
+        let first = owners
+            .iter()
+            .position(|(i, _)| *i == index)
+            .unwrap_or(action);
+        Ok(Err(match (reasons.get(first), owners[action].1) {
+            (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
+                index,
+                item: parse_old(reason.item())?,
+            },
+            (_, write) => Refused::EffectRefused {
+                index,
+                write: write.unwrap_or(0),
+                message: reasons[action].message().unwrap_or_default().to_owned(),
+            },
+        }))
     }
 
     /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
@@ -503,6 +486,38 @@ impl IdempotencyStore {
     }
 }
 
+impl IdempotencyStore {
+    /// One TransactWriteItems, sent again (with backoff) while it is
+    /// cancelled only by transaction conflicts or throttling, which the SDK
+    /// does not retry. On failure: the cancellation reasons (empty if it
+    /// failed otherwise) and the error.
+    async fn transact(
+        &self,
+        actions: Vec<TransactWriteItem>,
+    ) -> Result<(), (Vec<CancellationReason>, TransactError)> {
+        let mut attempt = 0;
+        loop {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(actions.clone()))
+                .send()
+                .await;
+            let Err(err) = result else { return Ok(()) };
+            let reasons = cancellation_reasons(&err);
+            attempt += 1;
+            if attempt >= TRANSACT_ATTEMPTS || reasons.is_empty() || !reasons.iter().all(transient)
+            {
+                return Err((reasons, err));
+            }
+            tokio::time::sleep(backoff(attempt)).await;
+        }
+    }
+}
+
+/// The error of a TransactWriteItems call.
+type TransactError = SdkError<TransactWriteItemsError, aws_smithy_runtime_api::http::Response>;
+
 /// The attributes every new item starts with (version 1, one attempt);
 /// the caller adds `expires_at` and what its status needs.
 fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, now: u64) -> RawItem {
@@ -524,7 +539,7 @@ fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, no
 
 /// The cancellation reasons of a failed transaction (empty if it failed
 /// otherwise).
-fn cancellation_reasons<R>(err: &SdkError<TransactWriteItemsError, R>) -> Vec<CancellationReason> {
+fn cancellation_reasons(err: &TransactError) -> Vec<CancellationReason> {
     match err.as_service_error() {
         Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
             cancelled.cancellation_reasons().to_vec()
@@ -591,15 +606,11 @@ fn fenced_values(
 
 /// Why a completion transaction failed: our fence (action 0) failed, a
 /// condition of the work's own writes failed, or DynamoDB itself failed.
-fn failed_transaction<E, R>(
+fn failed_transaction(
     lease: &Lease,
     reasons: &[CancellationReason],
-    err: SdkError<E, R>,
-) -> StoreError
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
+    err: TransactError,
+) -> StoreError {
     if reasons.first().is_some_and(condition_failed) {
         return StoreError::LockLost {
             key: lease.pk.clone(),
@@ -612,7 +623,24 @@ where
             message: reasons[index].message().unwrap_or_default().to_owned(),
         };
     }
-    StoreError::from_sdk("complete (TransactWriteItems)", err)
+    transaction_error("complete (TransactWriteItems)", reasons, err)
+}
+
+/// A transaction that failed without a condition failing: cancelled only by
+/// conflicts or throttling (still, after retries) is DynamoDB unavailable for
+/// now; anything else is classified as any other error.
+fn transaction_error(
+    operation: &'static str,
+    reasons: &[CancellationReason],
+    err: TransactError,
+) -> StoreError {
+    if !reasons.is_empty() && reasons.iter().all(transient) {
+        return StoreError::Unavailable {
+            operation,
+            message: aws_sdk_dynamodb::error::DisplayErrorContext(&err).to_string(),
+        };
+    }
+    StoreError::from_sdk(operation, err)
 }
 
 pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {

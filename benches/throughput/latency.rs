@@ -1,0 +1,110 @@
+//! The simulated network round trip: a wrapper around the SDK's HTTP client
+//! that delays every DynamoDB request and times DynamoDB Local's own part.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use exactly_once::dynamo::RequestCounter;
+
+/// An HTTP client whose every request first waits `delay`, and which times
+/// the real request (DynamoDB Local's answer, without the simulated delay).
+#[derive(Debug, Clone)]
+struct DelayedHttpClient {
+    inner: SharedHttpClient,
+    delay: Duration,
+    served: ServiceTime,
+}
+
+/// Requests sent to DynamoDB Local and the time they took there (from the
+/// hand-over to the real HTTP client to the response: loopback, queueing in
+/// the server and its work), excluding the simulated round trip.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceTime {
+    pub requests: Arc<AtomicU64>,
+    pub micros: Arc<AtomicU64>,
+}
+
+impl ServiceTime {
+    pub fn reset(&self) {
+        self.requests.store(0, Relaxed);
+        self.micros.store(0, Relaxed);
+    }
+
+    pub fn read(&self) -> (u64, u64) {
+        (self.requests.load(Relaxed), self.micros.load(Relaxed))
+    }
+}
+
+/// Tokio's timer has millisecond ticks and rounds a sleep up to the next
+/// tick: sleeping half a tick less makes the mean delay the one asked for.
+const TIMER_ROUNDING: Duration = Duration::from_micros(500);
+
+impl HttpClient for DelayedHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(DelayedConnector {
+            inner: self.inner.http_connector(settings, components),
+            delay: self.delay,
+            served: self.served.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct DelayedConnector {
+    inner: SharedHttpConnector,
+    delay: Duration,
+    served: ServiceTime,
+}
+
+impl HttpConnector for DelayedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let (inner, delay, served) = (self.inner.clone(), self.delay, self.served.clone());
+        HttpConnectorFuture::new(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay.saturating_sub(TIMER_ROUNDING)).await;
+            }
+            let started = Instant::now();
+            let response = inner.call(request).await;
+            served.requests.fetch_add(1, Relaxed);
+            served
+                .micros
+                .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+            response
+        })
+    }
+}
+
+/// `base` with `rtt` added to every request, timed by `served`, and
+/// `counter` attached.
+pub fn client_with(
+    base: &Client,
+    rtt_ms: u64,
+    counter: &RequestCounter,
+    served: &ServiceTime,
+) -> Client {
+    let inner = base
+        .config()
+        .http_client()
+        .expect("connect() sets an HTTP client");
+    let delayed = DelayedHttpClient {
+        inner,
+        delay: Duration::from_millis(rtt_ms),
+        served: served.clone(),
+    };
+    counter.attach(&Client::from_conf(
+        base.config().to_builder().http_client(delayed).build(),
+    ))
+}

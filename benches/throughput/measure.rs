@@ -1,0 +1,170 @@
+//! Measuring a scenario: fresh instances and key prefixes per repetition,
+//! requests counted and time in DynamoDB Local summed per row.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use exactly_once::dynamo::{CapacityUnits, RequestCounter};
+use exactly_once::engine::Work;
+use serde_json::Value;
+
+use crate::Env;
+use crate::batches::Batch;
+use crate::latency::{ServiceTime, client_with};
+use crate::processor::{Mode, Processor};
+use crate::row::Row;
+
+/// The scenario name of the warm-up, which BENCH_ONLY never skips.
+pub const WARM_UP: &str = "warm-up";
+
+/// What a scenario measures for a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// New records, a fresh instance and key prefix per repetition.
+    New,
+    /// The batch processed once (not measured), then replayed to a fresh
+    /// instance (cold cache), then to the instance that processed it (warm
+    /// cache): two rows.
+    Replay,
+}
+
+/// Counters of one row while it is measured.
+struct Meter {
+    counter: RequestCounter,
+    served: ServiceTime,
+    row: Row,
+}
+
+impl Meter {
+    fn new(scenario: &'static str, mode: Mode, rtt_ms: u64) -> Self {
+        Self {
+            counter: RequestCounter::with_consumed_capacity(),
+            served: ServiceTime::default(),
+            row: Row {
+                scenario,
+                mode,
+                rtt_ms,
+                records: 0,
+                batch_ms: Vec::new(),
+                requests: BTreeMap::new(),
+                units: CapacityUnits::default(),
+                served: (0, 0),
+                failures: 0,
+            },
+        }
+    }
+
+    async fn time(&mut self, processor: &Processor, batch: &Batch, event: &Value, works: &[Work]) {
+        self.counter.reset();
+        self.served.reset();
+        let started = Instant::now();
+        let unfinished = processor.process(batch, event, works).await;
+        let row = &mut self.row;
+        row.batch_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        row.records = batch.len();
+        for (op, stats) in self.counter.stats() {
+            *row.requests.entry(op).or_default() += stats.count;
+            row.units = row.units + stats.consumed;
+        }
+        let (requests, micros) = self.served.read();
+        row.served = (row.served.0 + requests, row.served.1 + micros);
+        row.failures += unfinished;
+    }
+
+    fn done(self) -> Row {
+        let row = self.row;
+        eprintln!(
+            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  {:>5.2} WCU/record  DynamoDB Local {:>5.1} ms/request{}",
+            row.scenario,
+            row.mode.name(),
+            row.rtt_ms,
+            row.p(0.5),
+            row.per_record(None),
+            row.units_per_record().write,
+            row.service_ms(),
+            if row.failures > 0 {
+                format!("  ({} records NOT finished)", row.failures)
+            } else {
+                String::new()
+            }
+        );
+        row
+    }
+}
+
+pub async fn measure(
+    env: &Env,
+    scenario: &'static str,
+    make: &dyn Fn(&str) -> Batch,
+    measure: Measure,
+    mode: Mode,
+    rtt_ms: u64,
+    reps: usize,
+) -> Vec<Row> {
+    let (cold_name, warm_name) = match measure {
+        Measure::New => (scenario, scenario),
+        Measure::Replay => (
+            leak(format!("replay-cold-{scenario}")),
+            leak(format!("replay-warm-{scenario}")),
+        ),
+    };
+    let label = |name: &str| format!("{name}/{}/{rtt_ms}ms", mode.name());
+    if scenario != WARM_UP && !env.selected(&label(cold_name)) && !env.selected(&label(warm_name)) {
+        return Vec::new();
+    }
+    let mut cold = Meter::new(cold_name, mode, rtt_ms);
+    let mut warm = Meter::new(warm_name, mode, rtt_ms);
+    let cold_client = client_with(&env.base, rtt_ms, &cold.counter, &cold.served);
+    let warm_client = client_with(&env.base, rtt_ms, &warm.counter, &warm.served);
+    for _ in 0..reps {
+        let tag = env.fresh_tag();
+        let prefix = format!("bench/{tag}/");
+        let batch = make(&tag);
+        let (event, works) = (batch.event(), batch.works());
+        match measure {
+            Measure::New => {
+                let processor = Processor::new(env, &cold_client, mode, &prefix);
+                cold.time(&processor, &batch, &event, &works).await;
+            }
+            Measure::Replay => {
+                let first = Processor::new(env, &warm_client, mode, &prefix);
+                let unfinished = first.process(&batch, &event, &works).await;
+                assert_eq!(unfinished, 0, "{scenario}: the first delivery must finish");
+                let fresh = Processor::new(env, &cold_client, mode, &prefix);
+                cold.time(&fresh, &batch, &event, &works).await;
+                warm.time(&first, &batch, &event, &works).await;
+            }
+        }
+    }
+    match measure {
+        Measure::New => vec![cold.done()],
+        Measure::Replay => vec![cold.done(), warm.done()],
+    }
+}
+
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// Mean time of `n` sequential GetItem calls at a simulated round trip, and
+/// the mean part of it spent in DynamoDB Local.
+pub async fn get_item_ms(env: &Env, rtt_ms: u64, n: u32) -> (f64, f64) {
+    let served = ServiceTime::default();
+    let client = client_with(&env.base, rtt_ms, &RequestCounter::default(), &served);
+    let started = Instant::now();
+    for i in 0..n {
+        client
+            .get_item()
+            .table_name(&env.idempotency_table)
+            .key("pk", AttributeValue::S(format!("bench-rtt-check-{i}")))
+            .send()
+            .await
+            .expect("GetItem");
+    }
+    let (requests, micros) = served.read();
+    (
+        started.elapsed().as_secs_f64() * 1000.0 / f64::from(n),
+        micros as f64 / 1000.0 / requests.max(1) as f64,
+    )
+}

@@ -1,0 +1,111 @@
+//! What processes a batch: the Lambda function in an ordering mode, or the
+//! sequential baseline.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::Client;
+use exactly_once::IdempotencyStore;
+use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
+use exactly_once::lambda::{MskFunction, Settings};
+use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use serde_json::Value;
+
+use crate::Env;
+use crate::batches::Batch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    Baseline,
+    Partition,
+    Key,
+    None,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::Baseline, Mode::Partition, Mode::Key, Mode::None];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Baseline => "baseline",
+            Mode::Partition => "partition",
+            Mode::Key => "key",
+            Mode::None => "none",
+        }
+    }
+}
+
+/// One instance of what processes batches: the Lambda function as deployed,
+/// or the baseline loop over `Engine::run_once`.
+pub enum Processor {
+    Function(MskFunction<LedgerHandler>),
+    Baseline(Engine<LedgerHandler>),
+}
+
+impl Processor {
+    pub fn new(env: &Env, client: &Client, mode: Mode, prefix: &str) -> Self {
+        let ordering = match mode {
+            Mode::Baseline | Mode::Partition => "partition",
+            Mode::Key => "key",
+            Mode::None => "none",
+        };
+        let vars: BTreeMap<&str, String> = BTreeMap::from([
+            ("IDEMPOTENCY_TABLE", env.idempotency_table.clone()),
+            ("IDEMPOTENCY_KEY_PREFIX", prefix.to_owned()),
+            ("ORDERING_MODE", ordering.to_owned()),
+        ]);
+        // The function's concurrency settings come from the environment, as in Lambda.
+        let settings = Settings::from_lookup(|name| match name {
+            "MAX_IN_FLIGHT" | "CLAIM_AHEAD" => std::env::var(name).ok(),
+            _ => vars.get(name).cloned(),
+        })
+        .expect("bench settings");
+        let store = IdempotencyStore::new(client.clone(), settings.store);
+        let handler = LedgerHandler::new(
+            client.clone(),
+            env.ledger_table.clone(),
+            LedgerMode::Transactional,
+        );
+        match mode {
+            Mode::Baseline => {
+                let config = EngineConfig {
+                    completed_cache: 0,
+                    ..Default::default()
+                };
+                Self::Baseline(Engine::new(store, handler, config))
+            }
+            _ => Self::Function(MskFunction::new(
+                Engine::new(store, handler, settings.engine),
+                settings.function,
+            )),
+        }
+    }
+
+    /// Processes the batch; the records not finished.
+    pub async fn process(&self, batch: &Batch, event: &Value, works: &[Work]) -> usize {
+        match self {
+            Self::Function(function) => {
+                let invocation = lambda_runtime::LambdaEvent::new(
+                    event.clone(),
+                    lambda_runtime::Context::default(),
+                );
+                match function.handle(invocation).await {
+                    Ok(response) => response.batch_item_failures.len(),
+                    Err(err) => {
+                        eprintln!("invocation error: {err}");
+                        batch.len()
+                    }
+                }
+            }
+            Self::Baseline(engine) => {
+                let mut unfinished = 0;
+                for work in works {
+                    let outcome: Outcome = engine.run_once(work, Deadline::NONE).await;
+                    if !outcome.is_finished() {
+                        unfinished += 1;
+                    }
+                }
+                unfinished
+            }
+        }
+    }
+}

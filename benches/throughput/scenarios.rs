@@ -1,0 +1,106 @@
+//! The scenarios, in order, after a warm-up.
+
+use crate::Env;
+use crate::batches::Batch;
+use crate::measure::{Measure, WARM_UP, measure};
+use crate::processor::Mode;
+use crate::row::Row;
+
+/// Simulated round trips of the main scenarios and of the chart.
+const RTT_MAIN_MS: [u64; 2] = [0, 5];
+const RTT_SWEEP_MS: [u64; 5] = [0, 1, 2, 5, 10];
+
+/// Repetitions of a scenario: 3 (scaled by BENCH_REPS), but one for the
+/// baseline under a simulated round trip, which takes many seconds a run.
+fn slow_once(env: &Env, mode: Mode, rtt: u64) -> usize {
+    if mode == Mode::Baseline && rtt > 0 {
+        1
+    } else {
+        env.reps(3)
+    }
+}
+
+/// Every scenario's rows, after a warm-up that is not recorded.
+pub async fn run(env: &Env) -> Vec<Row> {
+    // Warm-up (DynamoDB Local is a JVM): not recorded.
+    eprintln!("warm-up...");
+    let new_1000 = |tag: &str| Batch::new_payments(tag, 1000, 4);
+    for mode in [
+        Mode::Key,
+        Mode::None,
+        Mode::Partition,
+        Mode::Baseline,
+        Mode::Key,
+    ] {
+        measure(env, WARM_UP, &new_1000, Measure::New, mode, 0, 1).await;
+    }
+
+    let mut rows = Vec::new();
+    let big = |tag: &str| Batch::new_payments(tag, 10_000, 4);
+    let small = |tag: &str| Batch::new_payments(tag, 100, 4);
+    let dup = |tag: &str| Batch::with_duplicates(tag, 1000, 100, 4);
+    let chain = |tag: &str| Batch::new_payments(tag, 1000, 1);
+
+    eprintln!("(1) 1,000 new records over 4 partitions, RTT sweep:");
+    for rtt in RTT_SWEEP_MS {
+        for mode in Mode::ALL {
+            let reps = match (mode, rtt) {
+                (Mode::Baseline, 0) => env.reps(3),
+                (Mode::Baseline, _) => env.reps(1),
+                _ => env.reps(5),
+            };
+            rows.extend(
+                measure(env, "new-1000x4p", &new_1000, Measure::New, mode, rtt, reps).await,
+            );
+        }
+    }
+    eprintln!("(2) the same batch replayed:");
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::ALL {
+            let reps = slow_once(env, mode, rtt);
+            rows.extend(measure(env, "1000x4p", &new_1000, Measure::Replay, mode, rtt, reps).await);
+        }
+    }
+    eprintln!("(3) 1,000 records with 10% in-batch duplicates:");
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::ALL {
+            let reps = slow_once(env, mode, rtt);
+            rows.extend(measure(env, "dup10-1000x4p", &dup, Measure::New, mode, rtt, reps).await);
+        }
+    }
+    eprintln!("(4) 10,000 new records over 4 partitions (baseline only without RTT):");
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::ALL {
+            if mode == Mode::Baseline && rtt > 0 {
+                continue;
+            }
+            rows.extend(measure(env, "new-10000x4p", &big, Measure::New, mode, rtt, 1).await);
+        }
+    }
+    eprintln!("(5) a long chain: 1,000 records in one partition:");
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::ALL {
+            let reps = slow_once(env, mode, rtt);
+            rows.extend(measure(env, "chain-1000x1p", &chain, Measure::New, mode, rtt, reps).await);
+        }
+    }
+    eprintln!("(6) 100 new records over 4 partitions (time per record vs batch size):");
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::ALL {
+            rows.extend(
+                measure(
+                    env,
+                    "new-100x4p",
+                    &small,
+                    Measure::New,
+                    mode,
+                    rtt,
+                    env.reps(10),
+                )
+                .await,
+            );
+        }
+    }
+
+    rows
+}
