@@ -7,6 +7,8 @@
 #
 #   infra/bench.sh                 # the full run (about 10 minutes on 2 cores)
 #   BENCH_REPS=0.4 infra/bench.sh  # fewer repetitions (at least one each)
+#   BENCH_ONLY=new-1000x4p/key/5ms infra/bench.sh
+#                                  # only the matching measurements; no files written
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

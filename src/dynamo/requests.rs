@@ -91,7 +91,7 @@ impl RequestCounter {
             .collect()
     }
 
-    /// Counts and round trips per operation so far.
+    /// Counts, round trips and capacity units per operation so far.
     pub fn stats(&self) -> BTreeMap<String, RequestStats> {
         self.lock().clone()
     }
