@@ -45,7 +45,15 @@ pub fn chart(rows: &[Row], scenario: &str, path: &std::path::Path) -> Result<(),
         .y_label_formatter(&|y| format!("{y}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    let colors = [RED, BLUE, GREEN, MAGENTA];
+    let colors = [
+        RED,
+        BLUE,
+        GREEN,
+        MAGENTA,
+        RGBColor(0, 150, 150),
+        RGBColor(230, 140, 0),
+        RGBColor(90, 90, 90),
+    ];
     for ((mode, points), color) in series.iter().zip(colors) {
         let style = ShapeStyle::from(&color).stroke_width(2);
         chart

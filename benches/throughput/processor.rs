@@ -13,16 +13,38 @@ use serde_json::Value;
 use crate::Env;
 use crate::batches::Batch;
 
+/// What processes the batch: the baseline, or the function on one commit
+/// path in one ordering mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     Baseline,
+    /// The locking path (claim, then the effect with the completion).
     Partition,
     Key,
     None,
+    /// The lock-free path (the effect with the COMPLETED item, grouped).
+    LockFreePartition,
+    LockFreeKey,
+    LockFreeNone,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Baseline, Mode::Partition, Mode::Key, Mode::None];
+    pub const ALL: [Mode; 7] = [
+        Mode::Baseline,
+        Mode::Partition,
+        Mode::Key,
+        Mode::None,
+        Mode::LockFreePartition,
+        Mode::LockFreeKey,
+        Mode::LockFreeNone,
+    ];
+    /// The function's modes on the locking path, then on the lock-free one.
+    pub const LOCKING: [Mode; 3] = [Mode::Partition, Mode::Key, Mode::None];
+    pub const LOCK_FREE: [Mode; 3] = [
+        Mode::LockFreePartition,
+        Mode::LockFreeKey,
+        Mode::LockFreeNone,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,6 +52,26 @@ impl Mode {
             Mode::Partition => "partition",
             Mode::Key => "key",
             Mode::None => "none",
+            Mode::LockFreePartition => "lockfree-partition",
+            Mode::LockFreeKey => "lockfree-key",
+            Mode::LockFreeNone => "lockfree-none",
+        }
+    }
+
+    /// `ORDERING_MODE` of the function (the baseline keeps offset order).
+    fn ordering(self) -> &'static str {
+        match self {
+            Mode::Baseline | Mode::Partition | Mode::LockFreePartition => "partition",
+            Mode::Key | Mode::LockFreeKey => "key",
+            Mode::None | Mode::LockFreeNone => "none",
+        }
+    }
+
+    fn ledger_mode(self) -> LedgerMode {
+        if Mode::LOCK_FREE.contains(&self) {
+            LedgerMode::LockFree
+        } else {
+            LedgerMode::Transactional
         }
     }
 }
@@ -43,28 +85,22 @@ pub enum Processor {
 
 impl Processor {
     pub fn new(env: &Env, client: &Client, mode: Mode, prefix: &str) -> Self {
-        let ordering = match mode {
-            Mode::Baseline | Mode::Partition => "partition",
-            Mode::Key => "key",
-            Mode::None => "none",
-        };
         let vars: BTreeMap<&str, String> = BTreeMap::from([
             ("IDEMPOTENCY_TABLE", env.idempotency_table.clone()),
             ("IDEMPOTENCY_KEY_PREFIX", prefix.to_owned()),
-            ("ORDERING_MODE", ordering.to_owned()),
+            ("ORDERING_MODE", mode.ordering().to_owned()),
         ]);
         // The function's concurrency settings come from the environment, as in Lambda.
         let settings = Settings::from_lookup(|name| match name {
-            "MAX_IN_FLIGHT" | "CLAIM_AHEAD" => std::env::var(name).ok(),
+            "MAX_IN_FLIGHT" | "CLAIM_AHEAD" | "MAX_RECORDS_PER_TRANSACTION" => {
+                std::env::var(name).ok()
+            }
             _ => vars.get(name).cloned(),
         })
         .expect("bench settings");
         let store = IdempotencyStore::new(client.clone(), settings.store);
-        let handler = LedgerHandler::new(
-            client.clone(),
-            env.ledger_table.clone(),
-            LedgerMode::Transactional,
-        );
+        let handler =
+            LedgerHandler::new(client.clone(), env.ledger_table.clone(), mode.ledger_mode());
         match mode {
             Mode::Baseline => {
                 let config = EngineConfig {
@@ -73,10 +109,13 @@ impl Processor {
                 };
                 Self::Baseline(Engine::new(store, handler, config))
             }
-            _ => Self::Function(MskFunction::new(
-                Engine::new(store, handler, settings.engine),
-                settings.function,
-            )),
+            _ => Self::Function(
+                MskFunction::new(
+                    Engine::new(store, handler, settings.engine),
+                    settings.function,
+                )
+                .without_metrics(),
+            ),
         }
     }
 

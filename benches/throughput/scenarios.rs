@@ -11,7 +11,7 @@ const RTT_MAIN_MS: [u64; 2] = [0, 5];
 const RTT_SWEEP_MS: [u64; 5] = [0, 1, 2, 5, 10];
 
 /// Warm-up rounds, each a batch of 1,000 new records in every concurrent mode.
-const WARM_UP_ROUNDS: usize = 4;
+const WARM_UP_ROUNDS: usize = 3;
 
 /// Repetitions of a scenario: 3 (scaled by BENCH_REPS), but one for the
 /// baseline under a simulated round trip, which takes many seconds a run.
@@ -32,7 +32,7 @@ pub async fn run(env: &Env) -> Vec<Row> {
     eprintln!("warm-up...");
     let new_1000 = |tag: &str| Batch::new_payments(tag, 1000, 4);
     for _ in 0..WARM_UP_ROUNDS {
-        for mode in [Mode::Key, Mode::None, Mode::Partition] {
+        for mode in Mode::LOCKING.into_iter().chain(Mode::LOCK_FREE) {
             measure(env, WARM_UP, &new_1000, Measure::New, mode, 0, 1).await;
         }
     }

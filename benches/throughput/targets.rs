@@ -19,7 +19,7 @@ pub fn targets(rows: &[Row]) -> String {
         };
         let _ = writeln!(out, "[{mark}] {text}");
     };
-    for mode in [Mode::Partition, Mode::Key, Mode::None] {
+    for mode in Mode::LOCKING {
         if let Some(r) = find("new-1000x4p", mode, 0) {
             let put = r.per_record(Some("PutItem"));
             let txn = r.per_record(Some("TransactWriteItems"));
@@ -37,8 +37,24 @@ pub fn targets(rows: &[Row]) -> String {
             );
         }
     }
+    for mode in Mode::LOCK_FREE {
+        if let Some(r) = find("new-1000x4p", mode, 0) {
+            let writes: f64 = ["PutItem", "TransactWriteItems", "UpdateItem"]
+                .iter()
+                .map(|op| r.per_record(Some(op)))
+                .sum();
+            line(
+                Some(writes <= 1.0),
+                format!(
+                    "at most 1 write request per new record on the lock-free path ({}): {writes:.3} TransactWriteItems, {:.4} requests per record in all",
+                    mode.name(),
+                    r.per_record(None)
+                ),
+            );
+        }
+    }
     for scenario in ["replay-cold-1000x4p", "replay-warm-1000x4p"] {
-        for mode in [Mode::Partition, Mode::Key, Mode::None] {
+        for mode in Mode::LOCKING.into_iter().chain(Mode::LOCK_FREE) {
             if let Some(r) = find(scenario, mode, 0) {
                 let v = r.per_record(None);
                 line(
@@ -51,30 +67,37 @@ pub fn targets(rows: &[Row]) -> String {
             }
         }
     }
-    for (mode, wanted) in [(Mode::Partition, 6.0), (Mode::Key, 25.0)] {
-        let (b, m) = (
-            find("new-1000x4p", Mode::Baseline, 5),
-            find("new-1000x4p", mode, 5),
-        );
+    for (mode, than, wanted) in [
+        (Mode::Partition, Mode::Baseline, 6.0),
+        (Mode::Key, Mode::Baseline, 25.0),
+        (Mode::LockFreePartition, Mode::Baseline, 6.0),
+        (Mode::LockFreeKey, Mode::Baseline, 25.0),
+        (Mode::LockFreePartition, Mode::Partition, 2.0),
+    ] {
+        let (b, m) = (find("new-1000x4p", than, 5), find("new-1000x4p", mode, 5));
         if let (Some(b), Some(m)) = (b, m) {
             let speedup = b.p(0.5) / m.p(0.5);
             line(
                 Some(speedup >= wanted),
                 format!(
-                    "5 ms RTT, 1,000 new records over 4 partitions, {} >= {wanted}x faster than baseline: {speedup:.1}x ({:.0} ms vs {:.0} ms)",
+                    "5 ms RTT, 1,000 new records over 4 partitions, {} >= {wanted}x faster than {}: {speedup:.1}x ({:.0} ms vs {:.0} ms)",
                     mode.name(),
+                    than.name(),
                     m.p(0.5),
                     b.p(0.5)
                 ),
             );
         }
     }
-    let sizes: Vec<(usize, f64)> = ["new-100x4p", "new-1000x4p", "new-10000x4p"]
-        .iter()
-        .filter_map(|s| find(s, Mode::Partition, 5))
-        .map(|r| (r.records, r.ms_per_record()))
-        .collect();
-    if sizes.len() == 3 {
+    for mode in [Mode::Partition, Mode::LockFreePartition] {
+        let sizes: Vec<(usize, f64)> = ["new-100x4p", "new-1000x4p", "new-10000x4p"]
+            .iter()
+            .filter_map(|s| find(s, mode, 5))
+            .map(|r| (r.records, r.ms_per_record()))
+            .collect();
+        if sizes.len() < 3 {
+            continue;
+        }
         let min = sizes.iter().map(|s| s.1).fold(f64::MAX, f64::min);
         let max = sizes.iter().map(|s| s.1).fold(0.0, f64::max);
         let text: Vec<String> = sizes
@@ -84,7 +107,8 @@ pub fn targets(rows: &[Row]) -> String {
         line(
             Some(max <= min * 1.25),
             format!(
-                "time per record within 25% from 100 to 10,000 records (partition, 5 ms RTT): {} (max/min {:.2})",
+                "time per record within 25% from 100 to 10,000 records ({}, 5 ms RTT): {} (max/min {:.2})",
+                mode.name(),
                 text.join(", "),
                 max / min
             ),

@@ -85,6 +85,8 @@ pub struct MskFunction<H> {
     engine: Arc<Engine<H>>,
     settings: FunctionSettings,
     requests: Option<RequestCounter>,
+    /// Whether each invocation prints its EMF document (on by default).
+    metrics: bool,
 }
 
 impl<H: RecordHandler> MskFunction<H> {
@@ -93,6 +95,7 @@ impl<H: RecordHandler> MskFunction<H> {
             engine: Arc::new(engine),
             settings,
             requests: None,
+            metrics: true,
         }
     }
 
@@ -100,6 +103,13 @@ impl<H: RecordHandler> MskFunction<H> {
     /// client) in each invocation's metrics.
     pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
         self.requests = Some(counter);
+        self
+    }
+
+    /// Prints no EMF document (benchmarks and tests, where stdout is not
+    /// read by CloudWatch).
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = false;
         self
     }
 
@@ -159,11 +169,13 @@ impl<H: RecordHandler> MskFunction<H> {
             elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,
             "batch done"
         );
-        self.emit_metrics(
-            &report,
-            requests_before,
-            &event.context.env_config.function_name,
-        );
+        if self.metrics {
+            self.emit_metrics(
+                &report,
+                requests_before,
+                &event.context.env_config.function_name,
+            );
+        }
         if batch.store_unavailable && report.finished == 0 && report.reported > 0 {
             // Nothing could be done: an invocation error retries the batch.
             return Err(InvocationError::StoreUnavailable {

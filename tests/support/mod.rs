@@ -231,6 +231,7 @@ pub mod msk {
             Engine::new(store, ledger, EngineConfig::default()),
             settings(keys),
         )
+        .without_metrics()
     }
 
     pub fn function_with<H: RecordHandler>(
@@ -242,6 +243,7 @@ pub mod msk {
             Engine::new(store, handler, EngineConfig::default()),
             settings(keys),
         )
+        .without_metrics()
     }
 
     pub async fn invoke<H: RecordHandler>(
