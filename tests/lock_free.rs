@@ -9,16 +9,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use base64::Engine as _;
 use exactly_once::dynamo::RequestCounter;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{FunctionSettings, MskFunction};
+use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
 use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Status, StoreConfig};
+use serde_json::json;
 use support::msk::{
-    account, balance, event, header_keys, invoke, invoke_until_done, ledger_entry, payment,
-    payment_json, reported,
+    account, balance, event, event_of, header_keys, invoke, invoke_until_done, ledger_entry,
+    payment, payment_json, record_json, reported,
 };
 
 /// A function on `config`'s keys running `handler`, counting its requests.
@@ -27,12 +29,98 @@ async fn function<H: RecordHandler>(
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
 ) -> MskFunction<H> {
+    function_in(Ordering::Partition, config, counter, handler).await
+}
+
+async fn function_in<H: RecordHandler>(
+    ordering: Ordering,
+    config: &StoreConfig,
+    counter: &RequestCounter,
+    handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
+) -> MskFunction<H> {
     let client = counter.attach(&support::client().await);
     let store = IdempotencyStore::new(client.clone(), config.clone());
+    let settings = FunctionSettings {
+        ordering,
+        ..FunctionSettings::new(header_keys())
+    };
     MskFunction::new(
         Engine::new(store, handler(client), EngineConfig::default()),
-        FunctionSettings::new(header_keys()),
+        settings,
     )
+    .without_metrics()
+}
+
+/// One partition of `n` payments, each with its own Kafka key, idempotency
+/// key and account: in `key` ordering, `n` lanes of one record.
+fn one_record_per_key(n: usize, accounts: &[String]) -> serde_json::Value {
+    let records = (0..n)
+        .map(|i| {
+            let mut json = record_json(
+                "payments-0",
+                &payment(i as i64, &format!("k-{i}"), &accounts[i], 1),
+            );
+            json["key"] = json!(base64::engine::general_purpose::STANDARD.encode(format!("K{i}")));
+            json
+        })
+        .collect();
+    event_of(vec![("payments-0", records)])
+}
+
+#[tokio::test]
+async fn in_key_mode_the_records_of_different_keys_share_transactions() {
+    let config = support::store_config(Duration::from_secs(30));
+    let accounts: Vec<String> = (0..20).map(|_| account()).collect();
+    let counter = RequestCounter::default();
+    let function = function_in(
+        Ordering::Key,
+        &config,
+        &counter,
+        ledger(LedgerMode::LockFree),
+    )
+    .await;
+
+    let response = invoke(&function, &one_record_per_key(20, &accounts)).await;
+
+    assert_eq!(reported(&response), Vec::<String>::new());
+    for account in &accounts {
+        assert_eq!(ledger_entry(account).await, (1, 1));
+    }
+    // 20 lanes of one record, all ready at once (this runtime has one
+    // thread: every lane submits before the combiner runs): 10 a transaction.
+    let counts = counter.counts();
+    assert_eq!(counts.get("TransactWriteItems"), Some(&2), "{counts:?}");
+}
+
+#[tokio::test]
+async fn a_refused_shared_transaction_lets_each_lane_commit_alone() {
+    let config = support::store_config(Duration::from_secs(30));
+    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let accounts: Vec<String> = (0..10).map(|_| account()).collect();
+    assert!(matches!(
+        claim(&store, "k-3", &accounts[3], 1).await,
+        ClaimOutcome::Acquired(_)
+    ));
+    let counter = RequestCounter::default();
+    let function = function_in(
+        Ordering::Key,
+        &config,
+        &counter,
+        ledger(LedgerMode::LockFree),
+    )
+    .await;
+
+    let response = invoke(&function, &one_record_per_key(10, &accounts)).await;
+
+    assert_eq!(reported(&response), ["payments-0@3"]);
+    let mut balances = Vec::new();
+    for account in &accounts {
+        balances.push(balance(account).await);
+    }
+    assert_eq!(balances, [1, 1, 1, 0, 1, 1, 1, 1, 1, 1]);
+    // The shared transaction of all ten, refused; then each lane alone.
+    let counts = counter.counts();
+    assert_eq!(counts.get("TransactWriteItems"), Some(&11), "{counts:?}");
 }
 
 fn ledger(mode: LedgerMode) -> impl FnOnce(aws_sdk_dynamodb::Client) -> LedgerHandler {

@@ -63,6 +63,8 @@ enum Next {
     Planned(Planned),
     /// A later copy of a key in flight: waits for the first copy.
     Copy(Work, watch::Receiver<Option<Settled>>),
+    /// No effect to commit; settled after the messages before it.
+    Unplanned(Work, Unplanned, watch::Sender<Option<Settled>>),
 }
 
 /// Consecutive planned messages that commit in one transaction.
@@ -124,6 +126,11 @@ impl<H: RecordHandler> Engine<H> {
                 (Some(reason), _) => log.push(Outcome::NotStarted(reason), started, &batch),
                 (None, Next::Settled(outcome)) => log.push(outcome, started, &batch),
                 (None, Next::Planned(planned)) => group.add(planned),
+                (None, Next::Unplanned(work, why, first_copy)) => {
+                    let outcome = self.refused(&work, why, &batch).await;
+                    first_copy.send_replace(Some(settled(&work, &outcome)));
+                    log.push(outcome, started, &batch);
+                }
                 (None, Next::Copy(work, first)) => {
                     let outcome = match coalesce::settled(first).await {
                         Some(first)
@@ -159,11 +166,7 @@ impl<H: RecordHandler> Engine<H> {
                 first_copy: Some(first_copy),
                 ..planned
             }),
-            Err((work, outcome)) => {
-                let outcome = self.refused(&work, outcome, batch).await;
-                first_copy.send_replace(Some(settled(&work, &outcome)));
-                Next::Settled(outcome)
-            }
+            Err((work, why)) => Next::Unplanned(work, why, first_copy),
         }
     }
 
@@ -226,6 +229,18 @@ impl<H: RecordHandler> Engine<H> {
     /// Commits a group's messages in order: together while they can, the
     /// one a shared transaction refused alone. Records their outcomes.
     async fn commit_group(&self, group: Group, log: &mut LaneLog, batch: &Batch) {
+        if !group.members.is_empty()
+            && batch.combiner.accepts(group.members.len())
+            && log.stop_reason(batch).is_none()
+        {
+            let commits = group.members.iter().map(new_commit).collect();
+            if let Some(expires_at_s) = batch.combiner.commit(commits, group.touched).await {
+                for planned in group.members {
+                    self.committed(planned, expires_at_s, log, batch);
+                }
+                return;
+            }
+        }
         let mut members: VecDeque<Planned> = group.members.into();
         let mut together = members.len();
         // Set when a shared transaction was refused at a member: once the
@@ -257,14 +272,7 @@ impl<H: RecordHandler> Engine<H> {
             match result {
                 Ok(Ok(expires_at_s)) => {
                     for planned in chunk {
-                        self.cache.insert(
-                            &planned.work.key,
-                            &planned.work.payload_hash,
-                            expires_at_s,
-                        );
-                        let outcome = Outcome::Processed { version: 1 };
-                        announce(&planned, &outcome);
-                        log.push(outcome, planned.started, batch);
+                        self.committed(planned, expires_at_s, log, batch);
                     }
                     together = next_together(&mut refused_next, &members);
                 }
@@ -289,6 +297,15 @@ impl<H: RecordHandler> Engine<H> {
                 }
             }
         }
+    }
+
+    /// Records a message committed with others.
+    fn committed(&self, planned: Planned, expires_at_s: u64, log: &mut LaneLog, batch: &Batch) {
+        self.cache
+            .insert(&planned.work.key, &planned.work.payload_hash, expires_at_s);
+        let outcome = Outcome::Processed { version: 1 };
+        announce(&planned, &outcome);
+        log.push(outcome, planned.started, batch);
     }
 
     /// Commits one message and says exactly what became of it.
@@ -392,11 +409,14 @@ fn request(work: &Work) -> ClaimRequest<'_> {
     }
 }
 
-fn new_commit(planned: &Planned) -> NewCommit<'_> {
+fn new_commit(planned: &Planned) -> NewCommit {
+    let work = &planned.work;
     NewCommit {
-        request: request(&planned.work),
-        owner: &planned.token.owner,
-        result: planned.completion.result.as_deref(),
+        key: work.key.clone(),
+        payload_hash: work.payload_hash.clone(),
+        origin: Some(work.origin.clone()),
+        owner: planned.token.owner.clone(),
+        result: planned.completion.result.clone(),
         writes: planned.completion.writes.clone(),
     }
 }

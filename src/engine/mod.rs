@@ -14,6 +14,7 @@
 
 mod cache;
 mod coalesce;
+mod combine;
 mod deadline;
 mod handler;
 mod lane;
@@ -39,6 +40,7 @@ pub use outcome::Outcome;
 use crate::store::IdempotencyStore;
 use cache::CompletedCache;
 use coalesce::InFlight;
+use combine::Combiner;
 use deadline::BatchGuard;
 
 /// One message ready to run.
@@ -107,6 +109,8 @@ pub struct BatchResult {
 /// State shared by the lanes of one batch.
 struct Batch {
     in_flight: InFlight,
+    /// Lock-free path: groups of several lanes in one transaction.
+    combiner: Arc<Combiner>,
     guard: BatchGuard,
     /// Keys known COMPLETED before the batch started, with their payload hash.
     completed: HashMap<String, String>,
@@ -150,6 +154,11 @@ impl<H: RecordHandler> Engine<H> {
         let batch = Arc::new(Batch {
             completed: self.known_completed(&lanes).await,
             in_flight: InFlight::default(),
+            combiner: Combiner::new(
+                self.store.clone(),
+                Arc::clone(&self.permits),
+                self.config.max_records_per_transaction.max(1),
+            ),
             guard: BatchGuard::new(deadline),
         });
         let mut tasks = JoinSet::new();

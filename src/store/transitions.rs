@@ -348,12 +348,17 @@ impl IdempotencyStore {
 
 /// One message for [`IdempotencyStore::commit_new`].
 #[derive(Debug)]
-pub struct NewCommit<'a> {
-    pub request: ClaimRequest<'a>,
+pub struct NewCommit {
+    /// The idempotency key, without the table's key prefix.
+    pub key: String,
+    /// Hex SHA-256 of the payload.
+    pub payload_hash: String,
+    /// Where the message came from.
+    pub origin: Option<String>,
     /// Unique to this attempt (the handler's fencing token).
-    pub owner: &'a str,
+    pub owner: String,
     /// Kept on the COMPLETED item (cut to [`super::MAX_TEXT_BYTES`]).
-    pub result: Option<&'a str>,
+    pub result: Option<String>,
     /// The work's effect.
     pub writes: Vec<TransactWriteItem>,
 }
@@ -388,7 +393,7 @@ impl IdempotencyStore {
     /// Returns the items' `expires_at`, or why nothing was written.
     pub async fn commit_new(
         &self,
-        commits: Vec<NewCommit<'_>>,
+        commits: Vec<NewCommit>,
     ) -> Result<Result<u64, Refused>, StoreError> {
         let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
         if actions > MAX_EFFECT_WRITES + 1 {
@@ -402,10 +407,16 @@ impl IdempotencyStore {
         let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
         let mut items = Vec::with_capacity(actions);
         for (index, commit) in commits.into_iter().enumerate() {
-            let pk = self.pk(commit.request.key)?;
-            let mut item = new_item(&pk, Status::Completed, commit.owner, commit.request, now);
+            let request = ClaimRequest {
+                key: &commit.key,
+                payload_hash: &commit.payload_hash,
+                origin: commit.origin.as_deref(),
+                lease_cap_ms: None,
+            };
+            let pk = self.pk(request.key)?;
+            let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
             item.insert("expires_at".to_owned(), n(expires_at_s));
-            if let Some(result) = commit.result {
+            if let Some(result) = &commit.result {
                 item.insert("result".to_owned(), s(bounded(result)));
             }
             items.push(self.put_new(item, now)?);

@@ -1,0 +1,180 @@
+//! Group commit across lanes (lock-free path). Lanes whose groups are ready
+//! at the same moment commit them in ONE transaction when their items are
+//! distinct: in `key` and `none` ordering a lane often holds one record, so
+//! this is what lets their records share transactions too. Nothing changes
+//! for a lane: its group commits whole or not at all, at one instant. If a
+//! shared transaction is not committed (refused, failed), every lane in it
+//! commits its group on its own, which then says what happened.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::JoinSet;
+
+use crate::store::{IdempotencyStore, MAX_EFFECT_WRITES, NewCommit};
+
+/// Times the flusher lets other tasks run before it takes the queue, so
+/// that lanes ready at the same moment meet.
+const LINGER_YIELDS: usize = 3;
+
+/// One lane's group, waiting to be combined.
+pub(super) struct Submission {
+    pub commits: Vec<NewCommit>,
+    /// The items its writes touch.
+    pub touched: HashSet<String>,
+    /// `Some(expires_at_s)` once committed with others; `None`: commit it
+    /// alone.
+    pub done: oneshot::Sender<Option<u64>>,
+}
+
+impl Submission {
+    fn actions(&self) -> usize {
+        self.commits.iter().map(|c| 1 + c.writes.len()).sum()
+    }
+}
+
+/// The groups waiting, and whether a flusher is on its way for them.
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Submission>,
+    flushing: bool,
+}
+
+/// Shared by the lanes of one batch.
+pub(super) struct Combiner {
+    queue: Mutex<Queue>,
+    store: IdempotencyStore,
+    permits: Arc<Semaphore>,
+    /// At most this many records a shared transaction.
+    limit: usize,
+}
+
+impl Combiner {
+    pub fn new(store: IdempotencyStore, permits: Arc<Semaphore>, limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            queue: Mutex::default(),
+            store,
+            permits,
+            limit,
+        })
+    }
+
+    /// Whether a group of `records` may share a transaction with others.
+    pub fn accepts(&self, records: usize) -> bool {
+        records < self.limit
+    }
+
+    /// Commits `commits` with other lanes' groups if it can: `Some` with the
+    /// items' `expires_at` when committed, `None` when the caller must commit
+    /// them itself (no partner, or the shared transaction was not committed).
+    pub async fn commit(
+        self: &Arc<Self>,
+        commits: Vec<NewCommit>,
+        touched: HashSet<String>,
+    ) -> Option<u64> {
+        let (done, answer) = oneshot::channel();
+        let start_flusher = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.waiting.push(Submission {
+                commits,
+                touched,
+                done,
+            });
+            !std::mem::replace(&mut queue.flushing, true)
+        };
+        if start_flusher {
+            tokio::spawn(Arc::clone(self).flush());
+        }
+        answer.await.ok().flatten()
+    }
+
+    /// Sends what is waiting, shared transactions side by side, until
+    /// nothing is.
+    async fn flush(self: Arc<Self>) {
+        loop {
+            for _ in 0..LINGER_YIELDS {
+                tokio::task::yield_now().await;
+            }
+            let waiting = {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                if queue.waiting.is_empty() {
+                    queue.flushing = false;
+                    return;
+                }
+                std::mem::take(&mut queue.waiting)
+            };
+            let mut sends = JoinSet::new();
+            for shared in pack(waiting, self.limit) {
+                if shared.len() < 2 {
+                    // No partner: the lane commits alone, without delay.
+                    for submission in shared {
+                        let _ = submission.done.send(None);
+                    }
+                    continue;
+                }
+                let this = Arc::clone(&self);
+                sends.spawn(async move { this.send(shared).await });
+            }
+            while sends.join_next().await.is_some() {}
+        }
+    }
+
+    /// One shared transaction; every lane in it learns whether it committed.
+    async fn send(&self, shared: Vec<Submission>) {
+        let mut commits = Vec::new();
+        let mut answers = Vec::new();
+        for submission in shared {
+            commits.extend(submission.commits);
+            answers.push(submission.done);
+        }
+        let committed = {
+            let _permit = self.permits.acquire().await;
+            match self.store.commit_new(commits).await {
+                Ok(Ok(expires_at_s)) => Some(expires_at_s),
+                _ => None,
+            }
+        };
+        for answer in answers {
+            // A lane that stopped waiting (its task ended) needs no answer.
+            let _ = answer.send(committed);
+        }
+    }
+}
+
+/// Groups submissions into shared transactions, first fit: at most `limit`
+/// records and 100 actions each, no item touched twice.
+fn pack(waiting: Vec<Submission>, limit: usize) -> Vec<Vec<Submission>> {
+    struct Bin {
+        members: Vec<Submission>,
+        records: usize,
+        actions: usize,
+        touched: HashSet<String>,
+    }
+    let mut bins: Vec<Bin> = Vec::new();
+    for submission in waiting {
+        let (records, actions) = (submission.commits.len(), submission.actions());
+        let fits = |bin: &Bin| {
+            bin.records + records <= limit
+                && bin.actions + actions <= MAX_EFFECT_WRITES + 1
+                && bin.touched.is_disjoint(&submission.touched)
+        };
+        let bin = match bins.iter().position(fits) {
+            Some(index) => &mut bins[index],
+            None => {
+                bins.push(Bin {
+                    members: Vec::new(),
+                    records: 0,
+                    actions: 0,
+                    touched: HashSet::new(),
+                });
+                bins.last_mut().expect("just pushed")
+            }
+        };
+        bin.records += records;
+        bin.actions += actions;
+        bin.touched.extend(submission.touched.iter().cloned());
+        bin.members.push(submission);
+    }
+    bins.into_iter().map(|bin| bin.members).collect()
+}
