@@ -10,7 +10,8 @@
 //!   ("claim ahead"); claims made ahead of a message that did not finish are
 //!   released at once;
 //! - lock-free (`lock_free.rs`): the handler's writes commit with the
-//!   COMPLETED item in one transaction, consecutive messages together.
+//!   COMPLETED item in one transaction, consecutive messages together, and
+//!   the groups of lanes ready at once together (`combine.rs`).
 
 mod cache;
 mod coalesce;
@@ -75,8 +76,9 @@ pub struct EngineConfig {
     /// Keys of the warm container's cache of COMPLETED keys; 0 disables it.
     /// Default 10,000.
     pub completed_cache: usize,
-    /// On the lock-free path, at most this many consecutive messages of a
-    /// lane commit in one transaction (1: each alone). Default 10.
+    /// On the lock-free path, at most this many messages share one
+    /// transaction (consecutive ones of a lane, or the groups of lanes ready
+    /// at once; 1: each alone). Default 10.
     pub max_records_per_transaction: usize,
 }
 
