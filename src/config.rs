@@ -18,6 +18,10 @@ pub struct StoreConfig {
     /// every write. Default: 8 days, longer than MSK's default 7-day topic
     /// retention, so a record cannot outlive the memory of having been done.
     pub retention: Duration,
+    /// Added to this process's clock wherever the store writes or judges a
+    /// time. 0 in production; tests set it to model clock skew between
+    /// workers.
+    pub clock_offset_ms: i64,
 }
 
 impl StoreConfig {
@@ -31,6 +35,7 @@ impl StoreConfig {
             key_prefix: String::new(),
             lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
             retention: Self::DEFAULT_RETENTION,
+            clock_offset_ms: 0,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::clock::{duration_ms, now_ms};
+use crate::clock::duration_ms;
 use crate::store::{IdempotencyStore, Lease, StoreError};
 
 use super::deadline::Deadline;
@@ -36,7 +36,7 @@ pub async fn hold<T>(
         let every = (lock_timeout / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            let now = now_ms();
+            let now = store.now_ms();
             let lease = latest();
             if lease.lock_expires_at_ms <= now {
                 tracing::warn!(key = %lease.pk, "lease ran out before it could be renewed");

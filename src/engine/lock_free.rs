@@ -16,7 +16,6 @@ use std::time::Instant;
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
 use crate::store::{
     ClaimRequest, MAX_EFFECT_WRITES, NewCommit, Refused, Standing, StoreError, StoredItem,
 };
@@ -384,18 +383,20 @@ impl<H: RecordHandler> Engine<H> {
         batch: &Batch,
     ) -> Option<Outcome> {
         let item = *item?;
-        Some(match item.standing(&work.payload_hash, now_ms()) {
-            Standing::Expired => return None,
-            Standing::OtherPayload => Outcome::PayloadMismatch,
-            Standing::Completed => {
-                self.cache
-                    .insert(&work.key, &item.payload_hash, item.expires_at_s);
-                Outcome::Duplicate
-            }
-            Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
-            Standing::Locked => Outcome::InProgress,
-            Standing::Abandoned => self.run_once(work, batch.guard.deadline()).await,
-        })
+        Some(
+            match item.standing(&work.payload_hash, self.store.now_ms()) {
+                Standing::Expired => return None,
+                Standing::OtherPayload => Outcome::PayloadMismatch,
+                Standing::Completed => {
+                    self.cache
+                        .insert(&work.key, &item.payload_hash, item.expires_at_s);
+                    Outcome::Duplicate
+                }
+                Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
+                Standing::Locked => Outcome::InProgress,
+                Standing::Abandoned => self.run_once(work, batch.guard.deadline()).await,
+            },
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 //! The life of one message: claim, run under a renewed lease, record.
 
-use crate::clock::{duration_ms, now_ms};
+use crate::clock::duration_ms;
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError};
 
 use super::deadline::Deadline;
@@ -124,7 +124,7 @@ impl<H: RecordHandler> Engine<H> {
     /// half a lock timeout left, it is renewed (fenced) before the work starts.
     async fn refresh(&self, lease: Lease, deadline: Deadline) -> Result<Lease, Outcome> {
         let lock_timeout = duration_ms(self.store.config().lock_timeout);
-        let now = now_ms();
+        let now = self.store.now_ms();
         if lease.lock_expires_at_ms >= now + lock_timeout / 2 {
             return Ok(lease);
         }

@@ -85,6 +85,12 @@ impl IdempotencyStore {
         &self.config
     }
 
+    /// Epoch milliseconds as this store sees them (the process's clock plus
+    /// [`StoreConfig::clock_offset_ms`]).
+    pub fn now_ms(&self) -> u64 {
+        crate::clock::now_ms().saturating_add_signed(self.config.clock_offset_ms)
+    }
+
     /// The partition key for an idempotency key, checked against DynamoDB's
     /// limits.
     pub fn pk(&self, key: &str) -> Result<String, StoreError> {

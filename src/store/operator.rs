@@ -25,7 +25,7 @@ impl IdempotencyStore {
         let condition = "#status = :started AND #version = :version";
         let values = vec![
             (":zero", n(0)),
-            (":now_ms", n(now_ms())),
+            (":now_ms", n(self.now_ms())),
             (":started", Status::Started.value()),
         ];
         self.operator_write(key, version, Status::Started, update, condition, values)
@@ -47,7 +47,7 @@ impl IdempotencyStore {
         let values = vec![
             (":started", Status::Started.value()),
             (":zero", n(0)),
-            (":now_ms", n(now_ms())),
+            (":now_ms", n(self.now_ms())),
             (":no_error", s("(no error text)")),
             (":failed", Status::Failed.value()),
         ];

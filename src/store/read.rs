@@ -10,7 +10,6 @@ use tokio::task::JoinSet;
 use super::item::s;
 use super::transitions::{RawItem, parse_old};
 use super::{IdempotencyStore, StoreError, StoredItem};
-use crate::clock::now_ms;
 
 /// BatchGetItem reads at most this many keys a call.
 const KEYS_PER_BATCH_GET: usize = 100;
@@ -31,7 +30,7 @@ impl IdempotencyStore {
             .send()
             .await
             .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
-        let now = now_ms();
+        let now = self.now_ms();
         Ok(parse_old(output.item())?
             .map(|item| *item)
             .filter(|item| !item.is_expired(now)))
@@ -54,7 +53,7 @@ impl IdempotencyStore {
             let (store, chunk) = (self.clone(), chunk.to_vec());
             calls.spawn(async move { store.batch_get_chunk(chunk).await });
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let mut found = HashMap::new();
         while let Some(joined) = calls.join_next().await {
             let items = joined.map_err(|err| StoreError::Unavailable {

@@ -80,7 +80,7 @@ impl IdempotencyStore {
                 continue;
             };
             let item = *item;
-            match item.standing(request.payload_hash, now_ms()) {
+            match item.standing(request.payload_hash, self.now_ms()) {
                 // Past its TTL: absent, even if DynamoDB still has it.
                 Standing::Expired => observed = None,
                 Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
@@ -102,7 +102,7 @@ impl IdempotencyStore {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let lease = Lease {
             pk: pk.to_owned(),
             version: 1,
@@ -148,7 +148,7 @@ impl IdempotencyStore {
         observed: &StoredItem,
         lease_cap_ms: Option<u64>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let lease = Lease {
             pk: observed.pk.clone(),
             version: observed.version + 1,
@@ -240,7 +240,7 @@ impl IdempotencyStore {
         &self,
         result: Option<&str>,
     ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
-        let now = now_ms();
+        let now = self.now_ms();
         let expires_at_s = self.expires_at_s(now);
         let mut values = vec![
             (":completed", Status::Completed.value()),
@@ -263,7 +263,7 @@ impl IdempotencyStore {
 
     /// Fail permanently: redeliveries are refused without running the work.
     pub async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
                       #updated_at = :now_ms REMOVE #lock_expires_at";
         let values = vec![
@@ -280,7 +280,7 @@ impl IdempotencyStore {
     /// takes the key over at once (as version + 1, keeping the history).
     pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
-        let values = vec![(":zero", n(0)), (":now_ms", n(now_ms()))];
+        let values = vec![(":zero", n(0)), (":now_ms", n(self.now_ms()))];
         self.fenced_update(lease, "release (UpdateItem)", update, values)
             .await
     }
@@ -288,7 +288,7 @@ impl IdempotencyStore {
     /// Extend (heartbeat): push the lease's end to `until_ms`.
     pub async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
         let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
-        let values = vec![(":until", n(until_ms)), (":now_ms", n(now_ms()))];
+        let values = vec![(":until", n(until_ms)), (":now_ms", n(self.now_ms()))];
         self.fenced_update(lease, "extend (UpdateItem)", update, values)
             .await?;
         Ok(Lease {
@@ -401,7 +401,7 @@ impl IdempotencyStore {
                 count: actions - commits.len(),
             });
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let expires_at_s = self.expires_at_s(now);
         // Which message, and which of its writes (None: its item), each action is.
         let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
@@ -465,7 +465,7 @@ impl IdempotencyStore {
         error: &str,
     ) -> Result<Result<(), Option<Box<StoredItem>>>, StoreError> {
         let pk = self.pk(request.key)?;
-        let now = now_ms();
+        let now = self.now_ms();
         let mut item = new_item(&pk, Status::Failed, owner, request, now);
         item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
         item.insert("error".to_owned(), s(bounded(error)));
