@@ -138,8 +138,14 @@ async fn a_handler_whose_lock_is_stolen_is_stopped_and_records_nothing() {
         let (function, batch) = (function.clone(), batch.clone());
         tokio::spawn(async move { invoke(&function, &batch).await })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    // Another worker takes the key over (as after a long GC pause here).
+    // Once the key is claimed (the handler then runs for 1.5 s), another
+    // worker takes it over (as after a long GC pause here).
+    for _ in 0..250 {
+        if store.get("stolen").await.expect("get").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let pk = format!("{}stolen", store.config().key_prefix);
     support::client()
         .await
