@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use exactly_once::{IdempotencyStore, StoreConfig};
 use simulation::container::Containers;
 use simulation::invariants::{check, final_items};
@@ -105,6 +107,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     }
     let counts = &mapping.counts;
     report.faults.insert("abort", counts.aborted);
+    report
+        .faults
+        .insert("short-deadline", counts.short_deadlines);
     report.faults.insert("deadline-kill", counts.deadline_kills);
     report
         .faults
@@ -114,10 +119,19 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         .faults
         .insert("slow-handler", slowness.slowed.load(Ordering::Relaxed));
 
-    // Checked through a client without faults.
-    let checker = IdempotencyStore::new(base, store);
+    // Checked through a client without faults, patient with a busy DynamoDB Local.
+    let patient = patient(&base);
+    let checker = IdempotencyStore::new(patient.clone(), store);
     let items = final_items(&schedule, &checker).await;
-    let findings = check(&schedule, &checker, &items, &mapping.destination, &log).await;
+    let findings = check(
+        &schedule,
+        &checker,
+        &patient,
+        &items,
+        &mapping.destination,
+        &log,
+    )
+    .await;
     report.records = findings.records;
     report.completed = findings.completed;
     report.dead_lettered = findings.dead_lettered;
@@ -128,6 +142,22 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report.violations.extend(findings.violations);
     report.violations.extend(log.check(&items));
     report
+}
+
+/// `client` with long timeouts and many retries: for the checks' reads.
+fn patient(client: &Client) -> Client {
+    let config = client
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::standard().with_max_attempts(10))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_secs(10))
+                .operation_timeout(Duration::from_secs(60))
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
 }
 
 fn env_number(name: &str, default: u64) -> u64 {

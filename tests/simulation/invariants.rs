@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use aws_sdk_dynamodb::Client;
 use exactly_once::engine::payload_hash;
 use exactly_once::ledger::{LedgerMode, Payment};
 use exactly_once::{IdempotencyStore, Status, StoredItem};
@@ -18,7 +19,7 @@ use exactly_once::{IdempotencyStore, Status, StoredItem};
 use super::mapping::At;
 use super::schedule::Schedule;
 use super::writes::WriteLog;
-use crate::support::msk::ledger_entry;
+use crate::support::msk::ledger_entry_with;
 
 /// What the checks found.
 #[derive(Debug, Default)]
@@ -52,9 +53,11 @@ pub async fn final_items(
     items
 }
 
+/// `store` and `client` read without faults.
 pub async fn check(
     schedule: &Schedule,
     store: &IdempotencyStore,
+    client: &Client,
     items: &HashMap<String, StoredItem>,
     destination: &BTreeSet<At>,
     log: &WriteLog,
@@ -82,7 +85,7 @@ pub async fn check(
             }
         }
     }
-    check_ledger(schedule, items, log, &mut findings).await;
+    check_ledger(schedule, items, log, client, &mut findings).await;
     findings
 }
 
@@ -90,6 +93,7 @@ async fn check_ledger(
     schedule: &Schedule,
     items: &HashMap<String, StoredItem>,
     log: &WriteLog,
+    client: &Client,
     findings: &mut Findings,
 ) {
     let payments: HashMap<String, Payment> = schedule
@@ -123,7 +127,7 @@ async fn check_ledger(
             }
         }
         let lost_answers = log.lost_ledger_answers(account);
-        let (stored_balance, stored_count) = ledger_entry(account).await;
+        let (stored_balance, stored_count) = ledger_entry_with(client, account).await;
         let exact = stored_balance == balance && stored_count == count;
         let repeats = stored_count - count;
         let violation = if exactly_once(schedule.ledger_mode) {

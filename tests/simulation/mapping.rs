@@ -38,6 +38,7 @@ const MAX_REWINDS: u32 = 3;
 pub struct MappingCounts {
     pub invocations: u64,
     pub aborted: u64,
+    pub short_deadlines: u64,
     pub deadline_kills: u64,
     pub invocation_errors: u64,
     pub concurrent_pollers: u64,
@@ -198,9 +199,16 @@ impl Mapping {
             let failures = if head == lowest { failures + 1 } else { 1 };
             self.head_failures[partition] = (lowest, failures);
             if failures > self.schedule.max_retries {
-                for offset in lowest..=last {
-                    self.dead_letter((partition, offset));
+                // The reported records go; the finished ones are committed.
+                let given_up: Vec<At> = reported
+                    .iter()
+                    .filter(|at| at.0 == partition)
+                    .copied()
+                    .collect();
+                for at in given_up {
+                    self.dead_letter(at);
                 }
+                self.committed[partition] = last + 1;
             }
             most_failures = most_failures.max(Some(failures));
         }
@@ -241,6 +249,7 @@ impl Mapping {
             (self.rng.f64() < chaos.abort).then(|| self.rng.u64(0..=chaos.abort_within_ms));
         let mut context = Context::default();
         if let Some(ms) = deadline_in {
+            self.counts.short_deadlines += 1;
             context.deadline = now_ms() + ms;
         }
         let function = Arc::clone(&self.poller);

@@ -80,7 +80,7 @@ impl Schedule {
             .collect();
         let mut partitions: Vec<Vec<Produced>> = vec![Vec::new(); rng.usize(1..=3)];
         let mut payments: Vec<Produced> = Vec::new();
-        for index in 0..rng.usize(5..=30) {
+        for index in 0..rng.usize(4..=20) {
             let roll = rng.f64();
             let key = format!("p{index}");
             let account = &accounts[rng.usize(..accounts.len())];
@@ -130,7 +130,7 @@ impl Schedule {
             max_retries: rng.u32(2..=6),
             bisect: rng.bool(),
             lock_timeout,
-            safety_margin: Duration::from_millis(rng.u64(100..=300)),
+            safety_margin: Duration::from_millis(rng.u64(20..=300)),
             claim_ahead: rng.usize(1..=4),
             dynamo: FaultPlan {
                 throttle: maybe(&mut rng, 0.3, 0.01, 0.08),

@@ -15,7 +15,8 @@
 //! A `TransactWriteItems` retried by the SDK after a lost answer carries the
 //! same `ClientRequestToken`; DynamoDB answers it without applying it again,
 //! so it counts once. The log also counts, per account, the ledger's own
-//! writes (direct mode) that were applied but whose answer was lost: the
+//! writes (direct mode) that were applied but whose answer the caller never
+//! saw (lost, or it had stopped waiting: an attempt timeout): the
 //! SDK sends such a write again, a repeat outside the idempotency protocol.
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -95,7 +95,9 @@ pub struct Exchange {
     pub received: u64,
     /// DynamoDB's status code (200: applied), before any [`Fault::ResponseLost`].
     pub status: u16,
-    /// The caller got a 500 instead of this answer ([`Fault::ResponseLost`]).
+    /// The caller never saw this answer: it got a 500 instead
+    /// ([`Fault::ResponseLost`]), or had stopped waiting (an attempt timeout,
+    /// an abort).
     pub answer_lost: bool,
 }
 
@@ -224,25 +226,31 @@ impl Faults {
         let observer = self.observer.clone();
         let in_flight = Arc::clone(&self.in_flight);
         in_flight.fetch_add(1, Ordering::SeqCst);
-        let response = tokio::spawn(async move {
+        // Sent on a task of its own: a request on the wire reaches DynamoDB
+        // (and is observed) even if its caller stops waiting (an SDK attempt
+        // timeout) or is aborted meanwhile.
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
             let sent = sequence();
             let response = inner.call(request).await;
             let received = sequence();
-            if let (Ok(response), Some(observer)) = (&response, observer) {
+            let status = response.as_ref().ok().map(|r| r.status().as_u16());
+            let delivered = answer.send(response).is_ok();
+            if let (Some(status), Some(observer)) = (status, observer) {
                 observer.exchanged(Exchange {
                     operation,
                     body,
                     sent,
                     received,
-                    status: response.status().as_u16(),
-                    answer_lost,
+                    status,
+                    answer_lost: answer_lost || !delivered,
                 });
             }
             in_flight.fetch_sub(1, Ordering::SeqCst);
-            response
-        })
-        .await
-        .map_err(|err| ConnectorError::other(err.into(), None))??;
+        });
+        let response = answered
+            .await
+            .map_err(|err| ConnectorError::other(err.into(), None))??;
         if answer_lost {
             return Ok(error_response(
                 500,
