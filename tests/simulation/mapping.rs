@@ -76,7 +76,7 @@ impl Mapping {
     pub fn new(schedule: Arc<Schedule>, containers: Containers) -> Self {
         let partitions = schedule.partitions.len();
         Self {
-            rng: fastrand::Rng::with_seed(schedule.seed ^ 0x6d61_7070_696e_67),
+            rng: fastrand::Rng::with_seed(schedule.seed.rotate_left(29)),
             poller: containers.start(),
             second_poller: containers.start(),
             containers,

@@ -183,12 +183,12 @@ fn check_key(pk: &str, writes: &[Write], item: Option<&StoredItem>) -> Vec<Strin
     // version -> (owner, when its acquisition was answered)
     let mut acquired: BTreeMap<u64, (&str, u64)> = BTreeMap::new();
     for write in writes {
-        if let Change::Acquire { version, owner } = &write.change {
-            if let Some((other, _)) = acquired.insert(*version, (owner, write.received)) {
-                violations.push(format!(
-                    "{pk}: v{version} acquired twice ({other}, {owner})"
-                ));
-            }
+        if let Change::Acquire { version, owner } = &write.change
+            && let Some((other, _)) = acquired.insert(*version, (owner, write.received))
+        {
+            violations.push(format!(
+                "{pk}: v{version} acquired twice ({other}, {owner})"
+            ));
         }
     }
     let terminal: Vec<&Write> = writes
@@ -215,13 +215,13 @@ fn check_key(pk: &str, writes: &[Write], item: Option<&StoredItem>) -> Vec<Strin
                 "{pk}: a write fenced on v{version}, never acquired"
             )),
         }
-        if let Some((_, taken)) = acquired.get(&(version + 1)) {
-            if write.sent > *taken {
-                violations.push(format!(
-                    "{pk}: a write by the owner of v{version} sent after v{} took the key over",
-                    version + 1
-                ));
-            }
+        if let Some((_, taken)) = acquired.get(&(version + 1))
+            && write.sent > *taken
+        {
+            violations.push(format!(
+                "{pk}: a write by the owner of v{version} sent after v{} took the key over",
+                version + 1
+            ));
         }
         if finished_at.is_some_and(|at| write.sent > at) {
             violations.push(format!("{pk}: a write sent after the key was finished"));
