@@ -6,7 +6,9 @@
 //!
 //! `SIM_SCHEDULES` (default 1000) schedules run, `SIM_PARALLEL` (default 24)
 //! at once, from `SIM_SEED` (default: random); schedule `i` has seed
-//! `SIM_SEED + i`. A failing schedule prints its one-line reproduction.
+//! `SIM_SEED + i`. A failing schedule prints its one-line reproduction
+//! (`infra/simulate.sh 1 <seed>`: the same schedule, faults and chaos; the
+//! interleaving with DynamoDB's timing may differ).
 
 mod support;
 
@@ -234,7 +236,7 @@ async fn randomized_schedules_keep_every_invariant() {
             .iter()
             .map(|(seed, violations)| {
                 format!(
-                    "schedule {seed}: {}\n  reproduce: SIM_SEED={seed} SIM_SCHEDULES=1 cargo test --test simulation",
+                    "schedule {seed}: {}\n  reproduce: infra/simulate.sh 1 {seed}",
                     violations.join("; ")
                 )
             })
