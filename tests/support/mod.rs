@@ -5,6 +5,7 @@
 //! random key prefix, so tests run in parallel on one table.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod faults;
 pub mod proxy;
 
 use std::collections::HashMap;
@@ -299,7 +300,11 @@ pub mod msk {
 
     /// `(balance_cents, payment_count)` of `account` (zeros if it has none).
     pub async fn ledger_entry(account: &str) -> (i64, i64) {
-        let client = super::client().await;
+        ledger_entry_with(&super::client().await, account).await
+    }
+
+    /// [`ledger_entry`] read with `client`.
+    pub async fn ledger_entry_with(client: &aws_sdk_dynamodb::Client, account: &str) -> (i64, i64) {
         let item = client
             .get_item()
             .table_name(super::env("LEDGER_TABLE"))

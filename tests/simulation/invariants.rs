@@ -1,0 +1,172 @@
+//! The invariants checked against DynamoDB Local after a schedule drained:
+//!
+//! - every produced record is finished (its key COMPLETED with its payload
+//!   hash) or in the on-failure destination: never silently dropped;
+//! - each account's balance and payment count equal the unique payments
+//!   whose keys are COMPLETED (transactional mode: exactly). Direct mode
+//!   counts the repeats and allows them only from the documented window: a
+//!   payment applied again must have been taken over (a crash, a kill at the
+//!   deadline, a lost lease: each version runs the work at most once), or its
+//!   ledger write was applied and its answer lost, so the SDK sent it again.
+
+use std::collections::{BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::Client;
+use exactly_once::engine::payload_hash;
+use exactly_once::ledger::{LedgerMode, Payment};
+use exactly_once::{IdempotencyStore, Status, StoredItem};
+
+use super::mapping::At;
+use super::schedule::Schedule;
+use super::writes::WriteLog;
+use crate::support::msk::ledger_entry_with;
+
+/// What the checks found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub records: u64,
+    pub completed: u64,
+    pub dead_lettered: u64,
+    /// Payments applied more than once (direct mode only).
+    pub repeats: u64,
+    pub violations: Vec<String>,
+}
+
+/// The final items of every key of the schedule, by `pk`.
+pub async fn final_items(
+    schedule: &Schedule,
+    store: &IdempotencyStore,
+) -> HashMap<String, StoredItem> {
+    let keys: BTreeSet<&str> = schedule
+        .partitions
+        .iter()
+        .flatten()
+        .filter_map(|record| record.key.as_deref())
+        .collect();
+    let mut items = HashMap::new();
+    for key in keys {
+        let item = store.get(key).await.expect("read DynamoDB Local");
+        if let Some(item) = item {
+            items.insert(item.pk.clone(), item);
+        }
+    }
+    items
+}
+
+/// `store` and `client` read without faults.
+pub async fn check(
+    schedule: &Schedule,
+    store: &IdempotencyStore,
+    client: &Client,
+    items: &HashMap<String, StoredItem>,
+    destination: &BTreeSet<At>,
+    log: &WriteLog,
+) -> Findings {
+    let mut findings = Findings::default();
+    let item_of = |key: &str| items.get(&store.pk(key).expect("a valid key"));
+    for (partition, log) in schedule.partitions.iter().enumerate() {
+        for (offset, record) in log.iter().enumerate() {
+            findings.records += 1;
+            let at = format!("{}@{offset}", Schedule::partition_name(partition));
+            let hash = payload_hash(&record.value);
+            let item = record.key.as_deref().and_then(item_of);
+            let finished = item
+                .is_some_and(|item| item.status == Status::Completed && item.payload_hash == hash);
+            if finished {
+                findings.completed += 1;
+            } else if destination.contains(&(partition, offset)) {
+                findings.dead_lettered += 1;
+            } else {
+                findings.violations.push(format!(
+                    "{at} (key {:?}) was dropped: neither finished nor in the destination; its item: {:?}",
+                    record.key,
+                    item.map(|item| (item.status, item.version))
+                ));
+            }
+        }
+    }
+    check_ledger(schedule, items, log, client, &mut findings).await;
+    findings
+}
+
+async fn check_ledger(
+    schedule: &Schedule,
+    items: &HashMap<String, StoredItem>,
+    log: &WriteLog,
+    client: &Client,
+    findings: &mut Findings,
+) {
+    let payments: HashMap<String, Payment> = schedule
+        .partitions
+        .iter()
+        .flatten()
+        .filter_map(|record| {
+            let payment = Payment::parse(&record.value).ok()?;
+            Some((payload_hash(&record.value), payment))
+        })
+        .collect();
+    for account in &schedule.accounts {
+        // Per account: the completed payments, and how many more times the
+        // work may have run (once per version not completed).
+        let (mut balance, mut count, mut extra_runs) = (0i64, 0i64, 0u64);
+        for item in items.values() {
+            let Some(payment) = payments.get(&item.payload_hash) else {
+                continue;
+            };
+            if &payment.account_id != account {
+                continue;
+            }
+            match item.status {
+                Status::Completed => {
+                    balance += payment.amount_cents;
+                    count += 1;
+                    extra_runs += item.version - 1;
+                }
+                Status::Started => extra_runs += item.version,
+                Status::Failed => {}
+            }
+        }
+        let lost_answers = log.lost_ledger_answers(account);
+        let (stored_balance, stored_count) = ledger_entry_with(client, account).await;
+        let exact = stored_balance == balance && stored_count == count;
+        let repeats = stored_count - count;
+        let violation = if exactly_once(schedule.ledger_mode) {
+            (!exact).then(|| {
+                format!(
+                    "{account}: balance {stored_balance} in {stored_count} payments, \
+                     the completed payments make {balance} in {count}"
+                )
+            })
+        } else if repeats < 0 || stored_balance < balance {
+            Some(format!(
+                "{account}: balance {stored_balance} in {stored_count} payments, \
+                 less than the completed {balance} in {count}: a payment lost"
+            ))
+        } else if repeats as u64 > extra_runs + lost_answers {
+            Some(format!(
+                "{account}: {repeats} repeated payments, more than the window allows \
+                 ({extra_runs} runs by versions taken over, {lost_answers} ledger answers lost)"
+            ))
+        } else if repeats == 0 && !exact {
+            Some(format!(
+                "{account}: balance {stored_balance}, the completed payments make {balance}"
+            ))
+        } else {
+            None
+        };
+        match violation {
+            Some(violation) => findings.violations.push(violation),
+            None => findings.repeats += repeats.max(0) as u64,
+        }
+    }
+}
+
+/// Whether `mode` promises each payment applied exactly once (checked
+/// exactly), or at least once with the documented window (repeats counted).
+/// Every mode must be classified here.
+fn exactly_once(mode: LedgerMode) -> bool {
+    match mode {
+        LedgerMode::Transactional => true,
+        LedgerMode::Direct => false,
+    }
+}

@@ -1,0 +1,343 @@
+//! Lambda's Kafka event source mapping around the real handler: each
+//! partition is a log with a committed offset; a batch takes up to
+//! `BatchSize` records from the committed offsets; a partial batch response
+//! moves each partition to its lowest reported offset; an invocation error
+//! retries the batch (bisected with `BisectBatchOnFunctionError`); after
+//! `MaximumRetryAttempts` failed deliveries the records go to the on-failure
+//! destination and the offsets move past them.
+//!
+//! Chaos on top: invocations aborted at a random time or killed at a short
+//! deadline (the container is replaced, as after a crash), a second poller
+//! delivering the same batch at once, committed ranges delivered again.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use exactly_once::clock::now_ms;
+use exactly_once::lambda::MskFunction;
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::container::Containers;
+use super::schedule::Schedule;
+use super::slow::SlowLedger;
+use crate::support::msk::{Rec, event_of, record_json};
+
+/// A record's place: (partition index, offset).
+pub type At = (usize, usize);
+
+/// A mapping that has not drained after this many batches has not converged.
+const MAX_BATCHES: usize = 400;
+/// Rewinds of committed offsets per schedule, at most.
+const MAX_REWINDS: u32 = 3;
+
+/// What the mapping did and met.
+#[derive(Debug, Default, Clone)]
+pub struct MappingCounts {
+    pub invocations: u64,
+    pub aborted: u64,
+    pub short_deadlines: u64,
+    pub deadline_kills: u64,
+    pub invocation_errors: u64,
+    pub concurrent_pollers: u64,
+    pub rewinds: u64,
+    pub bisections: u64,
+    pub dead_lettered: u64,
+}
+
+enum Answer {
+    /// The function answered; these records were reported.
+    Reported(BTreeSet<At>),
+    /// An invocation error, a timeout or a crash.
+    Failed,
+}
+
+pub struct Mapping {
+    schedule: Arc<Schedule>,
+    containers: Containers,
+    /// The container of the mapping's poller, and of a second poller.
+    poller: Arc<MskFunction<SlowLedger>>,
+    second_poller: Arc<MskFunction<SlowLedger>>,
+    committed: Vec<usize>,
+    /// Per partition: the offset at its head and how often it was reported.
+    head_failures: Vec<(usize, u32)>,
+    /// The on-failure destination.
+    pub destination: BTreeSet<At>,
+    pub counts: MappingCounts,
+    pub violations: Vec<String>,
+    rng: fastrand::Rng,
+    /// Second pollers still running.
+    background: JoinSet<()>,
+}
+
+impl Mapping {
+    pub fn new(schedule: Arc<Schedule>, containers: Containers) -> Self {
+        let partitions = schedule.partitions.len();
+        Self {
+            rng: fastrand::Rng::with_seed(schedule.seed.rotate_left(29)),
+            poller: containers.start(),
+            second_poller: containers.start(),
+            containers,
+            committed: vec![0; partitions],
+            head_failures: vec![(usize::MAX, 0); partitions],
+            destination: BTreeSet::new(),
+            counts: MappingCounts::default(),
+            violations: Vec::new(),
+            background: JoinSet::new(),
+            schedule,
+        }
+    }
+
+    /// Delivers until every partition is drained (or reports that it did not).
+    pub async fn run(&mut self) {
+        let mut drained = false;
+        for _ in 0..MAX_BATCHES {
+            self.maybe_rewind();
+            let batch = self.next_batch();
+            if batch.is_empty() {
+                drained = true;
+                break;
+            }
+            self.deliver(batch).await;
+        }
+        while self.background.join_next().await.is_some() {}
+        if !drained {
+            self.violations.push(format!(
+                "the partitions did not drain within {MAX_BATCHES} batches (committed {:?})",
+                self.committed
+            ));
+        }
+    }
+
+    fn maybe_rewind(&mut self) {
+        if self.counts.rewinds >= u64::from(MAX_REWINDS)
+            || self.rng.f64() >= self.schedule.chaos.rewind
+        {
+            return;
+        }
+        let partition = self.rng.usize(..self.committed.len());
+        let committed = self.committed[partition];
+        if committed > 0 {
+            let back = self.rng.usize(1..=committed.min(self.schedule.batch_size));
+            self.committed[partition] = committed - back;
+            self.counts.rewinds += 1;
+        }
+    }
+
+    /// Up to `BatchSize` records from the committed offsets, partitions in
+    /// a random order, each partition's records in offset order.
+    fn next_batch(&mut self) -> Vec<At> {
+        let mut order: Vec<usize> = (0..self.committed.len()).collect();
+        self.rng.shuffle(&mut order);
+        let mut batch = Vec::new();
+        for partition in order {
+            let log = self.schedule.partitions[partition].len();
+            let room = self.schedule.batch_size - batch.len();
+            let from = self.committed[partition];
+            batch.extend((from..log.min(from + room)).map(|offset| (partition, offset)));
+        }
+        batch.sort();
+        batch
+    }
+
+    /// One batch, with Lambda's retries of invocation errors.
+    async fn deliver(&mut self, batch: Vec<At>) {
+        let mut queue = VecDeque::from([batch]);
+        let mut retries = 0;
+        while let Some(batch) = queue.pop_front() {
+            match self.invoke(&batch).await {
+                Answer::Reported(reported) => {
+                    retries = 0;
+                    if let Some(failures) = self.commit(&batch, &reported) {
+                        // The rest comes again from the committed offsets.
+                        self.backoff(failures).await;
+                        return;
+                    }
+                }
+                Answer::Failed => {
+                    retries += 1;
+                    if retries > self.schedule.max_retries {
+                        for &at in &batch {
+                            self.dead_letter(at);
+                        }
+                        retries = 0;
+                        continue;
+                    }
+                    if self.schedule.bisect && batch.len() > 1 {
+                        self.counts.bisections += 1;
+                        let (first, second) = batch.split_at(batch.len() / 2);
+                        queue.push_front(second.to_vec());
+                        queue.push_front(first.to_vec());
+                    } else {
+                        queue.push_front(batch);
+                    }
+                    self.backoff(retries).await;
+                }
+            }
+        }
+    }
+
+    /// Moves the committed offsets after an answer: past every partition
+    /// that finished, to the lowest reported offset of the others (whose
+    /// records go to the destination after `MaximumRetryAttempts` failed
+    /// deliveries). Returns how often the most retried head failed, if any
+    /// record was reported.
+    fn commit(&mut self, batch: &[At], reported: &BTreeSet<At>) -> Option<u32> {
+        let mut most_failures = None;
+        for partition in partitions_of(batch) {
+            let last = batch.iter().filter(|at| at.0 == partition).map(|at| at.1);
+            let last = last.max().expect("the partition is in the batch");
+            let lowest = reported.iter().find(|at| at.0 == partition).map(|at| at.1);
+            let Some(lowest) = lowest else {
+                self.committed[partition] = self.committed[partition].max(last + 1);
+                continue;
+            };
+            self.committed[partition] = lowest;
+            let (head, failures) = self.head_failures[partition];
+            let failures = if head == lowest { failures + 1 } else { 1 };
+            self.head_failures[partition] = (lowest, failures);
+            if failures > self.schedule.max_retries {
+                // The reported records go; the finished ones are committed.
+                let given_up: Vec<At> = reported
+                    .iter()
+                    .filter(|at| at.0 == partition)
+                    .copied()
+                    .collect();
+                for at in given_up {
+                    self.dead_letter(at);
+                }
+                self.committed[partition] = last + 1;
+            }
+            most_failures = most_failures.max(Some(failures));
+        }
+        most_failures
+    }
+
+    fn dead_letter(&mut self, (partition, offset): At) {
+        self.destination.insert((partition, offset));
+        self.counts.dead_lettered += 1;
+        self.committed[partition] = self.committed[partition].max(offset + 1);
+        self.head_failures[partition] = (usize::MAX, 0);
+    }
+
+    /// Lambda's pause before a retry: a fifth of the lock, doubling.
+    async fn backoff(&mut self, retries: u32) {
+        let lock = self.schedule.lock_timeout;
+        let pause = (lock / 5 * 2u32.pow(retries.saturating_sub(1).min(4))).min(lock * 2);
+        tokio::time::sleep(pause.mul_f64(0.75 + self.rng.f64() * 0.5)).await;
+    }
+
+    /// One invocation of the function with `batch`, under the schedule's chaos.
+    async fn invoke(&mut self, batch: &[At]) -> Answer {
+        self.counts.invocations += 1;
+        let event = self.event(batch);
+        let chaos = self.schedule.chaos.clone();
+        if self.rng.f64() < chaos.concurrent_poller {
+            self.counts.concurrent_pollers += 1;
+            let (function, event) = (Arc::clone(&self.second_poller), event.clone());
+            self.background.spawn(async move {
+                // Its answer goes nowhere: the partition was rebalanced away.
+                let _ = function
+                    .handle(LambdaEvent::new(event, Context::default()))
+                    .await;
+            });
+        }
+        let deadline_in = (self.rng.f64() < chaos.short_deadline).then(|| self.rng.u64(150..=1200));
+        let abort_in =
+            (self.rng.f64() < chaos.abort).then(|| self.rng.u64(0..=chaos.abort_within_ms));
+        let mut context = Context::default();
+        if let Some(ms) = deadline_in {
+            self.counts.short_deadlines += 1;
+            context.deadline = now_ms() + ms;
+        }
+        let function = Arc::clone(&self.poller);
+        let mut task =
+            tokio::spawn(async move { function.handle(LambdaEvent::new(event, context)).await });
+        let joined = match deadline_in.into_iter().chain(abort_in).min() {
+            None => (&mut task).await,
+            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), &mut task).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    task.abort();
+                    if Some(ms) == abort_in {
+                        self.counts.aborted += 1;
+                    } else {
+                        self.counts.deadline_kills += 1;
+                    }
+                    // The crashed container is replaced by a cold one.
+                    self.poller = self.containers.start();
+                    return Answer::Failed;
+                }
+            },
+        };
+        match joined {
+            Ok(Ok(response)) => {
+                let mut reported = BTreeSet::new();
+                for failure in response.batch_item_failures {
+                    let id = failure.item_identifier;
+                    match self.place(&id.partition, id.offset, batch) {
+                        Some(at) => {
+                            reported.insert(at);
+                        }
+                        None => self.violations.push(format!(
+                            "the response reports {}@{}, which is not in the batch",
+                            id.partition, id.offset
+                        )),
+                    }
+                }
+                Answer::Reported(reported)
+            }
+            Ok(Err(_)) => {
+                self.counts.invocation_errors += 1;
+                Answer::Failed
+            }
+            Err(err) => {
+                self.violations
+                    .push(format!("the invocation panicked or vanished: {err}"));
+                Answer::Failed
+            }
+        }
+    }
+
+    /// The record `partition@offset` of the answer, if it is in `batch`.
+    fn place(&self, partition: &str, offset: i64, batch: &[At]) -> Option<At> {
+        let index = partition.strip_prefix("payments-")?.parse().ok()?;
+        let at = (index, usize::try_from(offset).ok()?);
+        batch.contains(&at).then_some(at)
+    }
+
+    /// The MSK event of `batch`.
+    fn event(&self, batch: &[At]) -> Value {
+        let names: Vec<String> = (0..self.schedule.partitions.len())
+            .map(Schedule::partition_name)
+            .collect();
+        let partitions = partitions_of(batch)
+            .into_iter()
+            .map(|partition| {
+                let records = batch
+                    .iter()
+                    .filter(|at| at.0 == partition)
+                    .map(|&(_, offset)| {
+                        let produced = &self.schedule.partitions[partition][offset];
+                        let rec = Rec {
+                            offset: offset as i64,
+                            key: produced.key.clone(),
+                            value: produced.value.clone(),
+                        };
+                        record_json(&names[partition], &rec)
+                    })
+                    .collect();
+                (names[partition].as_str(), records)
+            })
+            .collect();
+        event_of(partitions)
+    }
+}
+
+/// The partitions `batch` holds records of, ascending.
+fn partitions_of(batch: &[At]) -> Vec<usize> {
+    let set: BTreeSet<usize> = batch.iter().map(|at| at.0).collect();
+    set.into_iter().collect()
+}
