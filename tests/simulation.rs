@@ -31,7 +31,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use exactly_once::{IdempotencyStore, StoreConfig};
-use simulation::container::Containers;
+use simulation::container::{ClockSkew, Containers};
 use simulation::invariants::{check, final_items};
 use simulation::mapping::Mapping;
 use simulation::schedule::Schedule;
@@ -92,12 +92,18 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         rng: Mutex::new(fastrand::Rng::with_seed(seed.rotate_left(17))),
         slowed: AtomicU64::new(0),
     });
+    let skew = Arc::new(ClockSkew {
+        max_ms: schedule.chaos.clock_skew_ms,
+        rng: Mutex::new(fastrand::Rng::with_seed(seed.rotate_left(29))),
+        skewed: AtomicU64::new(0),
+    });
     let containers = Containers {
         client: faults.attach(&base),
         store: store.clone(),
         ledger_table: support::env("LEDGER_TABLE"),
         schedule: Arc::clone(&schedule),
         slowness: Arc::clone(&slowness),
+        skew: Arc::clone(&skew),
     };
     let mut mapping = Mapping::new(Arc::clone(&schedule), containers);
     mapping.run().await;
@@ -120,6 +126,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report
         .faults
         .insert("slow-handler", slowness.slowed.load(Ordering::Relaxed));
+    report
+        .faults
+        .insert("clock-skew", skew.skewed.load(Ordering::Relaxed));
 
     // Checked through a client without faults, patient with a busy DynamoDB Local.
     let patient = patient(&base);

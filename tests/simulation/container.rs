@@ -1,7 +1,8 @@
 //! Lambda containers of one schedule: each a fresh `MskFunction` (its own
 //! engine and cache of COMPLETED keys) on the schedule's faulty client.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
 use exactly_once::engine::{Engine, EngineConfig};
@@ -20,13 +21,45 @@ pub struct Containers {
     pub ledger_table: String,
     pub schedule: Arc<Schedule>,
     pub slowness: Arc<Slowness>,
+    pub skew: Arc<ClockSkew>,
+}
+
+/// Each container's clock is off by up to `max_ms` either way (0: none):
+/// the clock skew between concurrent workers, within the lock's margin.
+pub struct ClockSkew {
+    pub max_ms: u64,
+    pub rng: Mutex<fastrand::Rng>,
+    /// Containers started with a clock that is off.
+    pub skewed: AtomicU64,
+}
+
+impl ClockSkew {
+    fn offset_ms(&self) -> i64 {
+        if self.max_ms == 0 {
+            return 0;
+        }
+        let max = self.max_ms as i64;
+        let offset = self
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .i64(-max..=max);
+        if offset != 0 {
+            self.skewed.fetch_add(1, Ordering::Relaxed);
+        }
+        offset
+    }
 }
 
 impl Containers {
     /// A cold container.
     pub fn start(&self) -> Arc<MskFunction<SlowLedger>> {
         let schedule = &self.schedule;
-        let store = IdempotencyStore::new(self.client.clone(), self.store.clone());
+        let config = StoreConfig {
+            clock_offset_ms: self.skew.offset_ms(),
+            ..self.store.clone()
+        };
+        let store = IdempotencyStore::new(self.client.clone(), config);
         let ledger = SlowLedger {
             ledger: LedgerHandler::new(
                 self.client.clone(),
@@ -44,9 +77,8 @@ impl Containers {
             safety_margin: schedule.safety_margin,
             ..FunctionSettings::new(header_keys())
         };
-        Arc::new(MskFunction::new(
-            Engine::new(store, ledger, engine_config),
-            settings,
-        ))
+        Arc::new(
+            MskFunction::new(Engine::new(store, ledger, engine_config), settings).without_metrics(),
+        )
     }
 }

@@ -166,7 +166,7 @@ async fn check_ledger(
 /// Every mode must be classified here.
 fn exactly_once(mode: LedgerMode) -> bool {
     match mode {
-        LedgerMode::Transactional => true,
+        LedgerMode::LockFree | LedgerMode::Transactional => true,
         LedgerMode::Direct => false,
     }
 }

@@ -11,7 +11,11 @@ use crate::support::faults::FaultPlan;
 use crate::support::msk::payment_json;
 
 /// Every ledger mode the simulator runs. A new mode is added here.
-pub const LEDGER_MODES: &[LedgerMode] = &[LedgerMode::Transactional, LedgerMode::Direct];
+pub const LEDGER_MODES: &[LedgerMode] = &[
+    LedgerMode::LockFree,
+    LedgerMode::Transactional,
+    LedgerMode::Direct,
+];
 
 /// A record as the producer wrote it; its offset is its index in the log.
 #[derive(Debug, Clone)]
@@ -38,6 +42,9 @@ pub struct Chaos {
     /// Per batch: a partition's committed offset goes back, so an already
     /// committed range comes again.
     pub rewind: f64,
+    /// Each container's clock is off by up to this, either way (0: off);
+    /// at most a quarter of the lock.
+    pub clock_skew_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +154,11 @@ impl Schedule {
                 slow_handler: maybe(&mut rng, 0.2, 0.05, 0.2),
                 concurrent_poller: maybe(&mut rng, 0.3, 0.1, 0.4),
                 rewind: maybe(&mut rng, 0.3, 0.05, 0.2),
+                clock_skew_ms: if rng.f64() < 0.3 {
+                    rng.u64(1..=lock_timeout.as_millis() as u64 / 4)
+                } else {
+                    0
+                },
             },
         }
     }

@@ -116,9 +116,11 @@ impl WriteLog {
         !tokens.insert(token.to_owned())
     }
 
-    /// The change an action (`PutItem` or `Update` body) makes to an item of
-    /// this table, with its key.
-    fn change(&self, action: &Value, put: bool) -> Option<Result<(String, Change), String>> {
+    /// The changes an action (a `PutItem` or `Put` body, or an `Update`
+    /// body) makes to an item of this table, with its key. A Put of a
+    /// COMPLETED or FAILED item (the lock-free path) acquires version 1 and
+    /// finishes the key in one write.
+    fn change(&self, action: &Value, put: bool) -> Option<Result<(String, Vec<Change>), String>> {
         if action["TableName"].as_str() != Some(self.table.as_str()) {
             return None;
         }
@@ -128,11 +130,19 @@ impl WriteLog {
             let item = &action["Item"];
             let pk = s(&item["pk"])?;
             pk.starts_with(&self.prefix).then_some(())?;
-            let change = Change::Acquire {
-                version: n(&item["version"])?,
-                owner: s(&item["owner"])?,
-            };
-            return Some(Ok((pk, change)));
+            let (version, owner) = (n(&item["version"])?, s(&item["owner"])?);
+            let mut changes = vec![Change::Acquire {
+                version,
+                owner: owner.clone(),
+            }];
+            if matches!(s(&item["status"]).as_deref(), Some("COMPLETED" | "FAILED")) {
+                changes.push(Change::Fenced {
+                    version,
+                    owner,
+                    terminal: true,
+                });
+            }
+            return Some(Ok((pk, changes)));
         }
         let pk = s(&action["Key"]["pk"])?;
         pk.starts_with(&self.prefix).then_some(())?;
@@ -160,7 +170,7 @@ impl WriteLog {
         } else {
             return Some(Err(format!("{pk}: a write of unknown kind: {action}")));
         };
-        Some(Ok((pk, change)))
+        Some(Ok((pk, vec![change])))
     }
 
     /// Checks the history against the items as they ended; returns the
@@ -267,7 +277,11 @@ impl Observer for WriteLog {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|action| (action["Update"].clone(), false))
+                    .filter_map(|action| match (&action["Update"], &action["Put"]) {
+                        (Value::Object(_), _) => Some((action["Update"].clone(), false)),
+                        (_, Value::Object(_)) => Some((action["Put"].clone(), true)),
+                        _ => None,
+                    })
                     .collect()
             }
             _ => return,
@@ -275,11 +289,16 @@ impl Observer for WriteLog {
         for (action, put) in actions {
             match self.change(&action, put) {
                 None => {}
-                Some(Ok((pk, change))) => self.lock().entry(pk).or_default().push(Write {
-                    change,
-                    sent: exchange.sent,
-                    received: exchange.received,
-                }),
+                Some(Ok((pk, changes))) => {
+                    self.lock()
+                        .entry(pk)
+                        .or_default()
+                        .extend(changes.into_iter().map(|change| Write {
+                            change,
+                            sent: exchange.sent,
+                            received: exchange.received,
+                        }))
+                }
                 Some(Err(message)) => self
                     .unreadable
                     .lock()
