@@ -52,6 +52,9 @@ struct Report {
     dead_lettered: u64,
     repeats: u64,
     invocations: u64,
+    /// Invocation errors (batches retried whole) and bisections of them.
+    invocation_errors: u64,
+    bisections: u64,
     writes: u64,
     /// Faults injected, by kind.
     faults: BTreeMap<&'static str, u64>,
@@ -65,6 +68,8 @@ impl Report {
         self.dead_lettered += other.dead_lettered;
         self.repeats += other.repeats;
         self.invocations += other.invocations;
+        self.invocation_errors += other.invocation_errors;
+        self.bisections += other.bisections;
         self.writes += other.writes;
         for (kind, count) in &other.faults {
             *self.faults.entry(kind).or_default() += count;
@@ -148,6 +153,8 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report.dead_lettered = findings.dead_lettered;
     report.repeats = findings.repeats;
     report.invocations = counts.invocations;
+    report.invocation_errors = counts.invocation_errors + counts.aborted + counts.deadline_kills;
+    report.bisections = counts.bisections;
     report.writes = log.len() as u64;
     report.violations = mapping.violations.clone();
     report.violations.extend(findings.violations);
@@ -224,11 +231,14 @@ async fn randomized_schedules_keep_every_invariant() {
         .map(|(kind, count)| format!("{kind} {count}"))
         .collect();
     let summary = format!(
-        "simulation: seed {seed}, {schedules} schedules in {:.1} s, {} invocations, \
+        "simulation: seed {seed}, {schedules} schedules in {:.1} s, {} invocations \
+         ({} invocation errors, {} bisections), \
          faults injected: {} ({}), records checked {} ({} completed, {} in the destination), \
          writes checked {}, direct-mode repeats {}, violations: {}",
         started.elapsed().as_secs_f64(),
         total.invocations,
+        total.invocation_errors,
+        total.bisections,
         total.faults.values().sum::<u64>(),
         faults.join(", "),
         total.records,
