@@ -9,7 +9,7 @@
 //!   after another while the claims of the next few messages are already made
 //!   ("claim ahead"); claims made ahead of a message that did not finish are
 //!   released at once;
-//! - lock-free (`lock_free.rs`): the handler's writes commit with the
+//! - lock-free (`lock_free/`): the handler's writes commit with the
 //!   COMPLETED item in one transaction, consecutive messages together, and
 //!   the groups of lanes ready at once together (`combine.rs`).
 

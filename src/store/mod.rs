@@ -7,6 +7,7 @@ mod error;
 mod item;
 mod operator;
 mod read;
+mod transact;
 mod transitions;
 
 use aws_sdk_dynamodb::Client;

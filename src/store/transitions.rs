@@ -17,11 +17,9 @@
 //! (`#status` is `status`); [`names_in`] derives the name map from them.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
@@ -29,11 +27,12 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::item::{n, s};
+use super::transact::{TransactError, condition_failed, transaction_error};
 use super::{
     ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Standing, Status, StoreError, StoredItem,
     bounded,
 };
-use crate::clock::{duration_ms, ms_to_s, now_ms};
+use crate::clock::{duration_ms, ms_to_s};
 
 /// DynamoDB's limit of 100 actions per transaction, less the completion.
 pub const MAX_EFFECT_WRITES: usize = 99;
@@ -380,10 +379,6 @@ pub enum Refused {
     },
 }
 
-/// Attempts of a transaction cancelled only by transaction conflicts or
-/// throttling (the SDK does not retry a cancelled transaction).
-const TRANSACT_ATTEMPTS: u32 = 4;
-
 impl IdempotencyStore {
     /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
     /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
@@ -497,38 +492,6 @@ impl IdempotencyStore {
     }
 }
 
-impl IdempotencyStore {
-    /// One TransactWriteItems, sent again (with backoff) while it is
-    /// cancelled only by transaction conflicts or throttling, which the SDK
-    /// does not retry. On failure: the cancellation reasons (empty if it
-    /// failed otherwise) and the error.
-    async fn transact(
-        &self,
-        actions: Vec<TransactWriteItem>,
-    ) -> Result<(), (Vec<CancellationReason>, TransactError)> {
-        let mut attempt = 0;
-        loop {
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(actions.clone()))
-                .send()
-                .await;
-            let Err(err) = result else { return Ok(()) };
-            let reasons = cancellation_reasons(&err);
-            attempt += 1;
-            if attempt >= TRANSACT_ATTEMPTS || reasons.is_empty() || !reasons.iter().all(transient)
-            {
-                return Err((reasons, err));
-            }
-            tokio::time::sleep(backoff(attempt)).await;
-        }
-    }
-}
-
-/// The error of a TransactWriteItems call.
-type TransactError = SdkError<TransactWriteItemsError, aws_smithy_runtime_api::http::Response>;
-
 /// The attributes every new item starts with (version 1, one attempt);
 /// the caller adds `expires_at` and what its status needs.
 fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, now: u64) -> RawItem {
@@ -546,37 +509,6 @@ fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, no
         item.insert("origin".to_owned(), s(bounded(origin)));
     }
     item
-}
-
-/// The cancellation reasons of a failed transaction (empty if it failed
-/// otherwise).
-fn cancellation_reasons(err: &TransactError) -> Vec<CancellationReason> {
-    match err.as_service_error() {
-        Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
-            cancelled.cancellation_reasons().to_vec()
-        }
-        _ => Vec::new(),
-    }
-}
-
-fn condition_failed(reason: &CancellationReason) -> bool {
-    reason.code() == Some("ConditionalCheckFailed")
-}
-
-/// A reason that goes away by itself (`None`: that action was fine).
-fn transient(reason: &CancellationReason) -> bool {
-    matches!(
-        reason.code(),
-        None | Some(
-            "None" | "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
-        )
-    )
-}
-
-/// 10, 20, 40 ms ... with up to 100% jitter (from the clock's low bits).
-fn backoff(attempt: u32) -> Duration {
-    let base = 10u64 << attempt.min(6);
-    Duration::from_millis(base + now_ms() % base)
 }
 
 /// `written` for a write that succeeded, or the stored item when its
@@ -635,23 +567,6 @@ fn failed_transaction(
         };
     }
     transaction_error("complete (TransactWriteItems)", reasons, err)
-}
-
-/// A transaction that failed without a condition failing: cancelled only by
-/// conflicts or throttling (still, after retries) is DynamoDB unavailable for
-/// now; anything else is classified as any other error.
-fn transaction_error(
-    operation: &'static str,
-    reasons: &[CancellationReason],
-    err: TransactError,
-) -> StoreError {
-    if !reasons.is_empty() && reasons.iter().all(transient) {
-        return StoreError::Unavailable {
-            operation,
-            message: aws_sdk_dynamodb::error::DisplayErrorContext(&err).to_string(),
-        };
-    }
-    StoreError::from_sdk(operation, err)
 }
 
 pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {

@@ -1,0 +1,158 @@
+//! A lane's consecutive planned messages, and which of them may share one
+//! transaction: distinct items, at most 100 actions and the configured
+//! number of messages.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use tokio::sync::watch;
+
+use crate::engine::Work;
+use crate::engine::coalesce::Settled;
+use crate::engine::{Completion, FencingToken};
+use crate::store::MAX_EFFECT_WRITES;
+
+/// A message whose effect is computed and not yet committed.
+pub(super) struct Planned {
+    pub work: Work,
+    pub token: FencingToken,
+    pub completion: Completion,
+    /// The items its writes touch, or None if one is unknown (a Put, whose
+    /// key attributes the engine cannot tell): it then commits alone.
+    pub touches: Option<Vec<String>>,
+    /// Set for the first copy of its key in the batch: later copies wait
+    /// for its outcome.
+    pub first_copy: Option<watch::Sender<Option<Settled>>>,
+    pub started: Instant,
+}
+
+/// Consecutive planned messages that commit in one transaction.
+#[derive(Default)]
+pub(super) struct Group {
+    pub members: Vec<Planned>,
+    pub touched: HashSet<String>,
+    actions: usize,
+}
+
+impl Group {
+    /// Whether `planned` may share this group's transaction: room left, and
+    /// no item touched twice (DynamoDB refuses that, and order would matter).
+    pub fn admits(&self, planned: &Planned, limit: usize) -> bool {
+        let Some(touches) = &planned.touches else {
+            return self.members.is_empty();
+        };
+        self.members.is_empty()
+            || (self.members.len() < limit
+                && self.members.iter().all(|m| m.touches.is_some())
+                && self.actions + 1 + touches.len() <= MAX_EFFECT_WRITES + 1
+                && touches.iter().all(|item| !self.touched.contains(item)))
+    }
+
+    pub fn add(&mut self, planned: Planned) {
+        self.actions += 1 + planned.completion.writes.len();
+        self.touched
+            .extend(planned.touches.iter().flatten().cloned());
+        self.members.push(planned);
+    }
+}
+
+/// The table and key of the item a write touches; None for a Put (its key
+/// attributes are not known here).
+pub(super) fn touched_item(write: &TransactWriteItem) -> Option<String> {
+    let (table, key) = if let Some(update) = write.update() {
+        (update.table_name(), update.key())
+    } else if let Some(delete) = write.delete() {
+        (delete.table_name(), delete.key())
+    } else if let Some(check) = write.condition_check() {
+        (check.table_name(), check.key())
+    } else {
+        return None;
+    };
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(name, value)| format!("{name}={value:?}"))
+        .collect();
+    parts.sort_unstable();
+    Some(format!("{table}/{}", parts.join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+
+    use super::*;
+
+    fn update(table: &str, account: &str) -> TransactWriteItem {
+        let update = Update::builder()
+            .table_name(table)
+            .key("account_id", AttributeValue::S(account.into()))
+            .update_expression("ADD balance_cents :one")
+            .build()
+            .expect("an update");
+        TransactWriteItem::builder().update(update).build()
+    }
+
+    fn put(table: &str) -> TransactWriteItem {
+        let put = Put::builder()
+            .table_name(table)
+            .item("account_id", AttributeValue::S("a".into()))
+            .build()
+            .expect("a put");
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    fn planned(writes: Vec<TransactWriteItem>) -> Planned {
+        Planned {
+            touches: writes.iter().map(touched_item).collect(),
+            work: Work {
+                key: "k".into(),
+                payload: Vec::new(),
+                payload_hash: "h".into(),
+                origin: "t-0@0".into(),
+            },
+            token: FencingToken {
+                key: "k".into(),
+                version: 1,
+                owner: "o".into(),
+            },
+            completion: Completion::transactional("r", writes),
+            first_copy: None,
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn an_item_is_named_by_its_table_and_key() {
+        assert_eq!(
+            touched_item(&update("ledger", "a")).as_deref(),
+            Some(r#"ledger/account_id=S("a")"#)
+        );
+        assert_eq!(touched_item(&put("ledger")), None);
+    }
+
+    #[test]
+    fn a_group_never_touches_an_item_twice_and_keeps_its_limits() {
+        let mut group = Group::default();
+        group.add(planned(vec![update("ledger", "a")]));
+        assert!(!group.admits(&planned(vec![update("ledger", "a")]), 10));
+        assert!(group.admits(&planned(vec![update("other", "a")]), 10));
+        assert!(group.admits(&planned(vec![update("ledger", "b")]), 10));
+        assert!(!group.admits(&planned(vec![update("ledger", "b")]), 1));
+        // A Put's key is unknown: it commits alone.
+        assert!(!group.admits(&planned(vec![put("ledger")]), 10));
+        assert!(Group::default().admits(&planned(vec![put("ledger")]), 10));
+        // 100 actions at most: 49 writes + 1 item already, 50 more is one too many.
+        let wide = |prefix: &str, n: usize| {
+            planned(
+                (0..n)
+                    .map(|i| update("ledger", &format!("{prefix}{i}")))
+                    .collect(),
+            )
+        };
+        let mut group = Group::default();
+        group.add(wide("x", 49));
+        assert!(group.admits(&wide("y", 49), 10));
+        assert!(!group.admits(&wide("y", 50), 10));
+    }
+}
