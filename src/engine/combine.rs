@@ -145,6 +145,7 @@ impl Combiner {
 /// Groups submissions into shared transactions, first fit: at most `limit`
 /// records and 100 actions each, no item touched twice.
 fn pack(waiting: Vec<Submission>, limit: usize) -> Vec<Vec<Submission>> {
+    #[derive(Default)]
     struct Bin {
         members: Vec<Submission>,
         records: usize,
@@ -159,18 +160,11 @@ fn pack(waiting: Vec<Submission>, limit: usize) -> Vec<Vec<Submission>> {
                 && bin.actions + actions <= MAX_EFFECT_WRITES + 1
                 && bin.touched.is_disjoint(&submission.touched)
         };
-        let bin = match bins.iter().position(fits) {
-            Some(index) => &mut bins[index],
-            None => {
-                bins.push(Bin {
-                    members: Vec::new(),
-                    records: 0,
-                    actions: 0,
-                    touched: HashSet::new(),
-                });
-                bins.last_mut().expect("just pushed")
-            }
-        };
+        let index = bins.iter().position(fits).unwrap_or_else(|| {
+            bins.push(Bin::default());
+            bins.len() - 1
+        });
+        let bin = &mut bins[index];
         bin.records += records;
         bin.actions += actions;
         bin.touched.extend(submission.touched.iter().cloned());

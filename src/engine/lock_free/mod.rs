@@ -5,7 +5,8 @@
 //! distinct items share one transaction ("group commit"): all or nothing,
 //! which gives the same state as committing them one after another. When a
 //! shared transaction is refused, the messages before the refused one commit
-//! again together and the refused one alone, which says what it was.
+//! again together and the refused one alone, which says what it was. Groups
+//! of several lanes ready at once may share a transaction too (`combine.rs`).
 //!
 //! [`CommitPath::LockFree`]: super::CommitPath::LockFree
 
@@ -210,9 +211,10 @@ impl<H: RecordHandler> Engine<H> {
                 return;
             }
             let take = together.clamp(1, members.len());
-            let chunk: Vec<Planned> = members.drain(..take).collect();
-            if chunk.len() == 1 {
-                let planned = chunk.into_iter().next().expect("one member");
+            let mut chunk: Vec<Planned> = members.drain(..take).collect();
+            if chunk.len() == 1
+                && let Some(planned) = chunk.pop()
+            {
                 let started = planned.started;
                 let outcome = self.commit_alone(planned, batch).await;
                 log.push(outcome, started, batch);
