@@ -6,13 +6,15 @@
 mod support;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use base64::Engine as _;
 use exactly_once::dynamo::RequestCounter;
 use exactly_once::engine::{
-    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+    CommitPath, Completion, Deadline, Engine, EngineConfig, FencingToken, HandlerError,
+    RecordHandler, Work, payload_hash,
 };
 use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
@@ -51,6 +53,14 @@ async fn function_in<H: RecordHandler>(
     .without_metrics()
 }
 
+/// The ledger on the lock-free path in `key` ordering.
+async fn lock_free_by_key(
+    config: &StoreConfig,
+    counter: &RequestCounter,
+) -> MskFunction<LedgerHandler> {
+    function_in(Ordering::Key, config, counter, ledger(LedgerMode::LockFree)).await
+}
+
 /// One partition of `n` payments, each with its own Kafka key, idempotency
 /// key and account: in `key` ordering, `n` lanes of one record.
 fn one_record_per_key(n: usize, accounts: &[String]) -> serde_json::Value {
@@ -72,13 +82,7 @@ async fn in_key_mode_the_records_of_different_keys_share_transactions() {
     let config = support::store_config(Duration::from_secs(30));
     let accounts: Vec<String> = (0..20).map(|_| account()).collect();
     let counter = RequestCounter::default();
-    let function = function_in(
-        Ordering::Key,
-        &config,
-        &counter,
-        ledger(LedgerMode::LockFree),
-    )
-    .await;
+    let function = lock_free_by_key(&config, &counter).await;
 
     let response = invoke(&function, &one_record_per_key(20, &accounts)).await;
 
@@ -102,13 +106,7 @@ async fn a_refused_shared_transaction_lets_each_lane_commit_alone() {
         ClaimOutcome::Acquired(_)
     ));
     let counter = RequestCounter::default();
-    let function = function_in(
-        Ordering::Key,
-        &config,
-        &counter,
-        ledger(LedgerMode::LockFree),
-    )
-    .await;
+    let function = lock_free_by_key(&config, &counter).await;
 
     let response = invoke(&function, &one_record_per_key(10, &accounts)).await;
 
@@ -341,4 +339,48 @@ async fn workers_of_both_paths_racing_on_one_batch_apply_each_payment_once() {
             .expect("item");
         assert_eq!(item.status, Status::Completed, "r-{n}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
+    let config = support::store_config(Duration::from_secs(30));
+    let client = support::client().await;
+    let engine = Arc::new(Engine::new(
+        IdempotencyStore::new(client.clone(), config.clone()),
+        ledger(LedgerMode::LockFree)(client),
+        EngineConfig::default(),
+    ));
+    let payload = b"{not a payment".to_vec();
+    let work = Work {
+        key: "poison".into(),
+        payload_hash: payload_hash(&payload),
+        payload,
+        origin: "payments-0@0".into(),
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (engine, work, barrier) = (engine.clone(), work.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let batch = engine.run_batch(vec![vec![Ok(work)]], Deadline::NONE).await;
+                batch.outcomes[0][0].outcome.name()
+            })
+        })
+        .collect();
+    let mut names = Vec::new();
+    for task in tasks {
+        names.push(task.await.expect("delivery task"));
+    }
+    names.sort_unstable();
+    // One stores FAILED (its PutItem's condition held); the others find it.
+    let mut expected = vec!["previously-failed"; 7];
+    expected.insert(0, "failed");
+    assert_eq!(names, expected);
+    let store = IdempotencyStore::new(support::client().await, config);
+    let item = store.get("poison").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.version, item.attempts),
+        (Status::Failed, 1, Some(1))
+    );
 }

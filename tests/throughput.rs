@@ -3,9 +3,10 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::dynamo::{RequestCounter, RequestStats};
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -140,20 +141,23 @@ async fn consecutive_records_on_distinct_accounts_share_a_transaction() {
     assert_eq!(lock_free_transactions(10, 5).await, 200);
 }
 
-#[tokio::test]
-async fn a_new_record_costs_five_write_units_on_the_locking_path_as_dynamodb_local_reports_them() {
+/// 100 new payments over 4 partitions into 2 accounts in `mode`: the
+/// requests' stats, capacity units included.
+async fn capacity_of_100(mode: LedgerMode, engine: EngineConfig) -> BTreeMap<String, RequestStats> {
     let config = support::store_config(Duration::from_secs(30));
     let counter = RequestCounter::with_consumed_capacity();
-    let (mode, engine) = (LedgerMode::Transactional, EngineConfig::default());
     let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
     let accounts: Vec<String> = (0..2).map(|_| account()).collect();
-    let batch = payments(100, &accounts);
-
     assert_eq!(
-        reported(&invoke(&function, &batch).await),
+        reported(&invoke(&function, &payments(100, &accounts)).await),
         Vec::<String>::new()
     );
-    let stats = counter.stats();
+    counter.stats()
+}
+
+#[tokio::test]
+async fn a_new_record_costs_five_write_units_on_the_locking_path_as_dynamodb_local_reports_them() {
+    let stats = capacity_of_100(LedgerMode::Transactional, EngineConfig::default()).await;
     let units = |operation: &str| {
         let consumed = stats.get(operation).copied().unwrap_or_default().consumed;
         (consumed.read, consumed.write)
@@ -174,24 +178,13 @@ async fn a_new_record_costs_five_write_units_on_the_locking_path_as_dynamodb_loc
 #[tokio::test]
 async fn a_new_record_costs_four_write_units_on_the_lock_free_path_as_dynamodb_local_reports_them()
 {
-    let config = support::store_config(Duration::from_secs(30));
-    let counter = RequestCounter::with_consumed_capacity();
     // Each record alone: DynamoDB Local reports a transaction's units per
     // table, not per item, so a shared transaction would be under-counted.
     let engine = EngineConfig {
         max_records_per_transaction: 1,
         ..EngineConfig::default()
     };
-    let mode = LedgerMode::LockFree;
-    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
-    let accounts: Vec<String> = (0..2).map(|_| account()).collect();
-    let batch = payments(100, &accounts);
-
-    assert_eq!(
-        reported(&invoke(&function, &batch).await),
-        Vec::<String>::new()
-    );
-    let stats = counter.stats();
+    let stats = capacity_of_100(LedgerMode::LockFree, engine).await;
     // The COMPLETED item (idempotency table) and the balance update (ledger
     // table) in one transaction: 2 + 2 WCU; no claim.
     let consumed = stats["TransactWriteItems"].consumed;

@@ -111,7 +111,8 @@ pub struct BatchResult {
 /// State shared by the lanes of one batch.
 struct Batch {
     in_flight: InFlight,
-    /// Lock-free path: groups of several lanes in one transaction.
+    /// Lock-free path: groups of several lanes in one transaction. One per
+    /// batch, so that `in_flight` keeps its idempotency keys distinct.
     combiner: Arc<Combiner>,
     guard: BatchGuard,
     /// Keys known COMPLETED before the batch started, with their payload hash.
