@@ -33,9 +33,13 @@ impl Proxy {
                     let Ok(mut outbound) = TcpStream::connect(&target).await else {
                         return;
                     };
+                    // The cut first: a request written after the cut must
+                    // never be forwarded (unbiased, the copy could be polled
+                    // first and forward it, and only its answer be lost).
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        biased;
                         _ = cut.changed() => {}
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
                     }
                 });
             }
