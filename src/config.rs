@@ -9,8 +9,15 @@ pub struct StoreConfig {
     /// The DynamoDB table holding one item per idempotency key.
     pub table_name: String,
     /// Prepended to every idempotency key to form the item's `pk`
-    /// (lets several functions share one table). Default: empty.
+    /// (lets several functions share one table). Empty (the default), or
+    /// letters, digits, `_`, `-`, `.`, `:` ending in ONE `#`: since no prefix
+    /// holds a `#` before its end, a `pk` names its prefix unambiguously and
+    /// two prefixes can never map two keys to one item (see
+    /// [`StoreConfig::check_prefix`]). Functions that share a table must each
+    /// set one.
     pub key_prefix: String,
+    /// What a key too long for the store's partition key becomes.
+    pub long_keys: LongKeyPolicy,
     /// Length of a claim's lease. A crashed worker's key becomes claimable
     /// again after this long. Default: 30 s.
     pub lock_timeout: Duration,
@@ -33,9 +40,78 @@ impl StoreConfig {
         Self {
             table_name: table_name.into(),
             key_prefix: String::new(),
+            long_keys: LongKeyPolicy::Reject,
             lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
             retention: Self::DEFAULT_RETENTION,
             clock_offset_ms: 0,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Checks a key prefix: empty, or at most 64 letters, digits, `_`, `-`,
+    /// `.` or `:` followed by one `#` (e.g. `payments#`).
+    pub fn check_prefix(prefix: &str) -> Result<(), String> {
+        if prefix.is_empty() {
+            return Ok(());
+        }
+        let body = prefix.strip_suffix('#').unwrap_or("");
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+        if body.is_empty() || body.len() > 64 || !body.chars().all(allowed) {
+            return Err(
+                "a key prefix is 1 to 64 letters, digits, '_', '-', '.' or ':' followed \
+                        by one '#' (e.g. payments#), so that no two prefixes can map two keys \
+                        to one item"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What happens to an idempotency key longer than the store's limit on a
+/// partition key (2048 bytes with its prefix on DynamoDB).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LongKeyPolicy {
+    /// The record fails permanently with a clear error (the default).
+    #[default]
+    Reject,
+    /// The key is stored as `sha256:<64 hex digits>` of its UTF-8 bytes
+    /// (after the prefix): any length fits, and equal keys still meet.
+    Hash,
+}
+
+impl LongKeyPolicy {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "reject" => Ok(Self::Reject),
+            "hash" => Ok(Self::Hash),
+            other => Err(format!(
+                "unknown long key policy {other:?}; expected reject or hash"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_can_never_collide() {
+        for ok in ["", "payments#", "test-1f2e.v2:a_b#"] {
+            assert_eq!(StoreConfig::check_prefix(ok), Ok(()), "{ok}");
+        }
+        // "p#" + "v2#x" and "p#v2#" + "x" would be the same item.
+        for bad in [
+            "p#v2#",
+            "payments",
+            "#",
+            "a b#",
+            "p##",
+            &format!("{}#", "x".repeat(65)),
+        ] {
+            assert!(StoreConfig::check_prefix(bad).is_err(), "{bad}");
         }
     }
 }

@@ -10,7 +10,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use serde::Deserialize;
 
 use crate::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
+use crate::lambda::KafkaRecord;
 use crate::lambda::settings::{self, SettingsError};
+use crate::redact::json_error;
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -22,10 +24,12 @@ pub struct Payment {
 }
 
 impl Payment {
-    /// Reads a payment; a clear, permanent error for anything else.
+    /// Reads a payment; a clear, permanent error for anything else (that
+    /// names what is wrong, never a value of the payload).
     pub fn parse(payload: &[u8]) -> Result<Self, HandlerError> {
-        let payment: Self = serde_json::from_slice(payload)
-            .map_err(|err| HandlerError::Permanent(format!("not a payment: {err}")))?;
+        let payment: Self = serde_json::from_slice(payload).map_err(|err| {
+            HandlerError::Permanent(format!("not a payment: {}", json_error(&err)))
+        })?;
         if payment.account_id.is_empty() {
             return Err(HandlerError::Permanent("account_id is empty".into()));
         }
@@ -135,6 +139,8 @@ impl LedgerHandler {
 }
 
 impl RecordHandler for LedgerHandler {
+    type Record = KafkaRecord;
+
     fn commit_path(&self) -> CommitPath {
         match self.mode {
             LedgerMode::LockFree => CommitPath::LockFree,
@@ -142,8 +148,12 @@ impl RecordHandler for LedgerHandler {
         }
     }
 
-    async fn handle(&self, _: &FencingToken, payload: &[u8]) -> Result<Completion, HandlerError> {
-        let payment = Payment::parse(payload)?;
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion, HandlerError> {
+        let payment = Payment::parse(&record.value)?;
         match self.mode {
             // The effect as a write, committed by the engine (no side effect).
             LedgerMode::LockFree | LedgerMode::Transactional => {
@@ -217,10 +227,13 @@ mod tests {
             br#"{"payment_id":"p-1","account_id":"acc-1","amount_cents":1250,"currency":"EUR"}"#;
         assert_eq!(Payment::parse(ok).map(|p| p.amount_cents), Ok(1250));
         for (payload, expected) in [
-            (&b"{not json"[..], "not a payment: key must be a string"),
+            (
+                &b"{not json"[..],
+                "not a payment: not valid JSON (at line 1 column 2)",
+            ),
             (
                 br#"{"payment_id":"p","account_id":"a","amount_cents":12.5,"currency":"EUR"}"#,
-                "not a payment: invalid type: floating point `12.5`, expected i64",
+                "not a payment: wrong type or value, expected i64 (at line 1 column 54)",
             ),
             (
                 br#"{"payment_id":"p","account_id":"a","currency":"EUR"}"#,

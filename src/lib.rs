@@ -16,9 +16,10 @@ pub mod engine;
 pub mod lambda;
 pub mod ledger;
 pub mod ops;
+pub mod redact;
 pub mod store;
 
-pub use config::StoreConfig;
+pub use config::{LongKeyPolicy, StoreConfig};
 pub use store::{
     ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError, StoredItem,
 };

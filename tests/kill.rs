@@ -4,9 +4,16 @@
 //!
 //! `KILL_TEST_KILLS` sets how many kills each mode's storm makes (default
 //! 200), `KILL_TEST_SEED` replays a storm's schedule.
+//!
+//! The charge storm runs a handler on the locking path that calls a real
+//! downstream payment API (`support::charges`, loopback HTTP) with the
+//! fencing token's idempotency key, and kills its workers or steals their
+//! leases (SIGSTOP until another worker takes the key over, then SIGCONT)
+//! at random points: every payment must be charged exactly once.
 
 mod support;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,8 +21,9 @@ use std::time::Duration;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
+use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::MskFunction;
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
 use exactly_once::{IdempotencyStore, Status, StoreConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -38,6 +46,9 @@ struct WorkerConfig {
     first_batch: usize,
     /// Stop forever inside the first handler call, before the effect.
     pause_in_handler: bool,
+    /// Charge each payment at this payment API instead of the ledger (the
+    /// locking path, the effect outside DynamoDB).
+    charge_api: Option<SocketAddr>,
 }
 
 fn store_config(config: &WorkerConfig) -> StoreConfig {
@@ -54,27 +65,43 @@ fn ledger(client: aws_sdk_dynamodb::Client, mode: &str) -> LedgerHandler {
 }
 
 /// The ledger, announcing each key whose work runs (after its claim on the
-/// locking path) on stdout.
+/// locking path) on stdout; or, with `charge_api`, a payment API's client.
 struct Announced {
     ledger: LedgerHandler,
     pause: bool,
+    charge_api: Option<SocketAddr>,
 }
 
 impl RecordHandler for Announced {
+    type Record = KafkaRecord;
+
     fn commit_path(&self) -> CommitPath {
-        self.ledger.commit_path()
+        match self.charge_api {
+            Some(_) => CommitPath::Locking,
+            None => self.ledger.commit_path(),
+        }
     }
 
     async fn handle(
         &self,
         token: &FencingToken,
-        payload: &[u8],
+        record: &KafkaRecord,
     ) -> Result<Completion, HandlerError> {
         println!("WORKER CLAIMED {} v{}", token.key, token.version);
         if self.pause {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
-        self.ledger.handle(token, payload).await
+        let Some(api) = self.charge_api else {
+            return self.ledger.handle(token, record).await;
+        };
+        let payment = Payment::parse(&record.value)?;
+        support::charges::charge(api, token.idempotency_key(), &payment.payment_id)
+            .await
+            .map_err(HandlerError::Retryable)?;
+        // Between the charge and the completion: where a kill or a stolen
+        // lease makes another worker charge again.
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..40))).await;
+        Ok(Completion::done(payment.payment_id))
     }
 }
 
@@ -92,6 +119,7 @@ async fn worker_process() {
     let handler = Announced {
         ledger: ledger(client, &config.mode),
         pause: config.pause_in_handler,
+        charge_api: config.charge_api,
     };
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
@@ -150,6 +178,31 @@ impl Worker {
     async fn kill(mut self) {
         self.child.kill().await.expect("SIGKILL the worker");
     }
+
+    /// Sends SIGSTOP or SIGCONT.
+    async fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("a running worker").to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// Steals the worker's lease: stops it (its heartbeat with it) for two
+    /// lock timeouts, long enough for the next worker to take its key over,
+    /// lets it go on for a while (its fenced writes must all fail, and its
+    /// charge calls must all be answered as repeats), then kills it.
+    fn steal_lease(self, lock_ms: u64) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            self.signal("-STOP").await;
+            tokio::time::sleep(Duration::from_millis(2 * lock_ms)).await;
+            self.signal("-CONT").await;
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(20..200))).await;
+            self.kill().await;
+        })
+    }
 }
 
 fn batches_file(batches: &[Value]) -> PathBuf {
@@ -169,6 +222,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
         batches: batches_file(std::slice::from_ref(&batch)),
         first_batch: 0,
         pause_in_handler: true,
+        charge_api: None,
     };
     let mut worker = Worker::start(&config);
     let claimed = worker.next().await.expect("the worker claims");
@@ -254,6 +308,7 @@ async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
             batches: batches_file(&batches),
             first_batch: 0,
             pause_in_handler: false,
+            charge_api: None,
         };
         loop {
             let mut worker = Worker::start(&config);
@@ -347,4 +402,122 @@ async fn direct_mode_shows_the_window_between_effect_and_completion() {
         storm.double_applications >= 0,
         "a payment was lost: {storm:?}"
     );
+}
+
+/// What a storm of kills and stolen leases did to the payment API.
+#[derive(Debug, Default)]
+struct ChargeStorm {
+    kills: usize,
+    steals: usize,
+    payments: usize,
+    /// Payments the API charged more than once.
+    double_charges: usize,
+    /// Payments never charged.
+    lost: usize,
+    /// Calls the API answered as repeats of a key it had applied.
+    replayed_calls: u64,
+}
+
+/// Streams of payments through workers that call the payment API, killed
+/// (SIGKILL) or stopped until their lease is taken over, at random points.
+async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
+    let api = support::charges::ChargeApi::start().await;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut storm = ChargeStorm::default();
+    let lock_ms = 150;
+    while storm.kills + storm.steals < interruptions {
+        let stream = format!("c-{}", uuid::Uuid::new_v4());
+        let ids: Vec<String> = (0..48).map(|n| format!("{stream}-{n}")).collect();
+        let batches: Vec<Value> = ids
+            .chunks(8)
+            .enumerate()
+            .map(|(b, chunk)| {
+                let partition = |p: usize| {
+                    chunk[p * 4..p * 4 + 4]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, id)| payment((b * 4 + i) as i64, id, "merchant", 100))
+                        .collect()
+                };
+                event(vec![
+                    ("payments-0", partition(0)),
+                    ("payments-1", partition(1)),
+                ])
+            })
+            .collect();
+        let mut config = WorkerConfig {
+            key_prefix: format!("charges-{}#", uuid::Uuid::new_v4()),
+            mode: "direct".into(),
+            lock_ms,
+            batches: batches_file(&batches),
+            first_batch: 0,
+            pause_in_handler: false,
+            charge_api: Some(api.addr),
+        };
+        let mut stolen = Vec::new();
+        loop {
+            let mut worker = Worker::start(&config);
+            let interrupt_at = (storm.kills + storm.steals < interruptions)
+                .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..150)));
+            let finished = loop {
+                let line = match interrupt_at {
+                    Some(at) => match tokio::time::timeout_at(at, worker.next()).await {
+                        Ok(line) => line,
+                        Err(_) => break false,
+                    },
+                    None => worker.next().await,
+                };
+                match line.as_deref() {
+                    Some("FINISHED") => break true,
+                    Some(done) if done.starts_with("DONE ") => {
+                        config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
+                    }
+                    Some(_) => {}
+                    None => panic!("a worker ended without finishing (seed {seed})"),
+                }
+            };
+            if finished {
+                break;
+            }
+            // Every third interruption steals the lease instead of killing.
+            if (storm.kills + storm.steals) % 3 == 2 {
+                stolen.push(worker.steal_lease(lock_ms));
+                storm.steals += 1;
+            } else {
+                worker.kill().await;
+                storm.kills += 1;
+            }
+        }
+        for old in stolen {
+            old.await.expect("a stolen worker is stopped");
+        }
+        let _ = std::fs::remove_file(&config.batches);
+        for id in &ids {
+            match api.charges(id) {
+                0 => storm.lost += 1,
+                1 => {}
+                _ => storm.double_charges += 1,
+            }
+        }
+        storm.payments += ids.len();
+    }
+    storm.replayed_calls = api.replays();
+    storm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_api_charges_once_through_kills_and_stolen_leases() {
+    let seed = seed();
+    let storm = charge_storm(kills_wanted(), seed).await;
+    println!("charge storm (KILL_TEST_SEED={seed}): {storm:?}");
+    assert!(storm.kills >= kills_wanted() / 2, "{storm:?}");
+    assert!(storm.steals >= kills_wanted() / 4, "{storm:?}");
+    assert_eq!(
+        (storm.double_charges, storm.lost),
+        (0, 0),
+        "seed {seed}: {storm:?}"
+    );
+    // The storm did hit the window between charge and completion: some
+    // retries reached the API with a key it had already applied.
+    assert!(storm.replayed_calls > 0, "{storm:?}");
 }

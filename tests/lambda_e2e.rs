@@ -75,7 +75,7 @@ fn msk_handler_through_cargo_lambda_watch() {
         "fresh accounts should have no balance: {before:?}"
     );
 
-    let mut watch = Watch::start(root, &env, &format!("e2e-{run_id}:"), &work.path);
+    let mut watch = Watch::start(root, &env, &format!("e2e-{run_id}#"), &work.path);
     watch.wait_ready(&work.path);
 
     // First delivery: every payment processed.

@@ -12,6 +12,7 @@ use exactly_once::clock::now_ms;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
+use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, InvocationError, KafkaBatchResponse, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, Status};
@@ -52,13 +53,15 @@ impl Paced {
 }
 
 impl RecordHandler for Paced {
+    type Record = KafkaRecord;
+
     fn commit_path(&self) -> CommitPath {
         self.ledger.commit_path()
     }
     async fn handle(
         &self,
         token: &FencingToken,
-        payload: &[u8],
+        record: &KafkaRecord,
     ) -> Result<Completion, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         tokio::time::sleep(self.pause).await;
@@ -67,7 +70,7 @@ impl RecordHandler for Paced {
         {
             proxy.cut();
         }
-        let completion = self.ledger.handle(token, payload).await;
+        let completion = self.ledger.handle(token, record).await;
         self.finished.store(true, Ordering::SeqCst);
         completion
     }

@@ -16,6 +16,7 @@ use exactly_once::engine::{
     CommitPath, Completion, Deadline, Engine, EngineConfig, FencingToken, HandlerError,
     RecordHandler, Work, payload_hash,
 };
+use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
 use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Status, StoreConfig};
@@ -26,7 +27,7 @@ use support::msk::{
 };
 
 /// A function on `config`'s keys running `handler`, counting its requests.
-async fn function<H: RecordHandler>(
+async fn function<H: RecordHandler<Record = KafkaRecord>>(
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
@@ -34,7 +35,7 @@ async fn function<H: RecordHandler>(
     function_in(Ordering::Partition, config, counter, handler).await
 }
 
-async fn function_in<H: RecordHandler>(
+async fn function_in<H: RecordHandler<Record = KafkaRecord>>(
     ordering: Ordering,
     config: &StoreConfig,
     counter: &RequestCounter,
@@ -212,12 +213,18 @@ struct Guarded {
 }
 
 impl RecordHandler for Guarded {
+    type Record = KafkaRecord;
+
     fn commit_path(&self) -> CommitPath {
         CommitPath::LockFree
     }
 
-    async fn handle(&self, _: &FencingToken, payload: &[u8]) -> Result<Completion, HandlerError> {
-        let payment = Payment::parse(payload)?;
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion, HandlerError> {
+        let payment = Payment::parse(&record.value)?;
         let condition = (payment.amount_cents < 0).then(|| "balance_cents >= :needed".to_owned());
         let mut values = HashMap::from([(
             ":amount".to_owned(),
@@ -354,8 +361,8 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
     let work = Work {
         key: "poison".into(),
         payload_hash: payload_hash(&payload),
-        payload,
         origin: "payments-0@0".into(),
+        record: support::msk::kafka_record(payload),
     };
     let barrier = Arc::new(tokio::sync::Barrier::new(8));
     let tasks: Vec<_> = (0..8)

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use exactly_once::engine::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
+use exactly_once::lambda::KafkaRecord;
 use exactly_once::{ClaimOutcome, ClaimRequest, Status, StoreError};
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
 
@@ -77,11 +78,13 @@ struct Debit {
 }
 
 impl RecordHandler for Debit {
+    type Record = KafkaRecord;
+
     fn commit_path(&self) -> CommitPath {
         support::msk::commit_path()
     }
 
-    async fn handle(&self, _: &FencingToken, _: &[u8]) -> Result<Completion, HandlerError> {
+    async fn handle(&self, _: &FencingToken, _: &KafkaRecord) -> Result<Completion, HandlerError> {
         let guarded = add(&self.account, -500, Some("balance_cents >= :amount"));
         let mut writes = vec![guarded];
         writes.extend((1..self.writes).map(|i| add(&format!("{}-{i}", self.account), 1, None)));

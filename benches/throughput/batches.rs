@@ -3,6 +3,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use exactly_once::engine::{Work, payload_hash};
+use exactly_once::lambda::KafkaRecord;
 use serde_json::{Value, json};
 
 /// Distinct Kafka record keys (= ledger accounts) of every generated batch.
@@ -114,16 +115,27 @@ impl Batch {
 
     /// The baseline's input: the records flattened partition by partition,
     /// in offset order.
-    pub fn works(&self) -> Vec<Work> {
+    pub fn works(&self) -> Vec<Work<KafkaRecord>> {
         self.by_partition()
             .into_iter()
             .enumerate()
             .flat_map(|(partition, list)| {
                 list.into_iter().map(move |(offset, record)| Work {
                     key: record.idempotency_key.clone(),
-                    payload: record.value.clone(),
                     payload_hash: payload_hash(&record.value),
                     origin: format!("payments-{partition}@{offset}"),
+                    record: KafkaRecord {
+                        topic: "payments".into(),
+                        partition: partition as i64,
+                        offset,
+                        timestamp_ms: 0,
+                        timestamp_type: None,
+                        key: None,
+                        value: record.value.clone(),
+                        headers: Vec::new(),
+                        key_schema: None,
+                        value_schema: None,
+                    },
                 })
             })
             .collect()

@@ -7,6 +7,7 @@ use std::time::Instant;
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::dynamo::{CapacityUnits, RequestCounter};
 use exactly_once::engine::Work;
+use exactly_once::lambda::KafkaRecord;
 use serde_json::Value;
 
 use crate::Env;
@@ -55,7 +56,13 @@ impl Meter {
         }
     }
 
-    async fn time(&mut self, processor: &Processor, batch: &Batch, event: &Value, works: &[Work]) {
+    async fn time(
+        &mut self,
+        processor: &Processor,
+        batch: &Batch,
+        event: &Value,
+        works: &[Work<KafkaRecord>],
+    ) {
         self.counter.reset();
         self.served.reset();
         let started = Instant::now();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use exactly_once::IdempotencyStore;
 use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
-use exactly_once::lambda::{MskFunction, Settings};
+use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 
@@ -120,7 +120,12 @@ impl Processor {
     }
 
     /// Processes the batch; the records not finished.
-    pub async fn process(&self, batch: &Batch, event: &Value, works: &[Work]) -> usize {
+    pub async fn process(
+        &self,
+        batch: &Batch,
+        event: &Value,
+        works: &[Work<KafkaRecord>],
+    ) -> usize {
         match self {
             Self::Function(function) => {
                 let invocation = lambda_runtime::LambdaEvent::new(

@@ -1,16 +1,39 @@
 //! A warm container's memory of recently COMPLETED keys: a replayed record
-//! found here costs no DynamoDB request at all. Bounded (LRU), and an entry
-//! counts only until the item's own `expires_at`, like the table.
+//! found here costs no DynamoDB request at all. Bounded (LRU, and results
+//! over [`CACHED_RESULT_BYTES`] are not kept: those keys are read again), and
+//! an entry counts only until the item's own `expires_at`, like the table.
 
 use std::num::NonZeroUsize;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 
 use crate::clock::{ms_to_s, now_ms};
 
-/// Payload hash and `expires_at` (epoch seconds) of a COMPLETED key.
-type Entry = (String, u64);
+/// Keys whose stored result is larger than this are not cached, so that the
+/// cache holds at most `capacity` x 4 KiB of results.
+pub const CACHED_RESULT_BYTES: usize = 4096;
+
+/// What is known of a COMPLETED key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    /// The payload hash it was completed with.
+    pub payload_hash: String,
+    /// The result stored with it.
+    pub result: Option<Arc<str>>,
+}
+
+impl Completed {
+    pub fn new(payload_hash: &str, result: Option<&str>) -> Self {
+        Self {
+            payload_hash: payload_hash.to_owned(),
+            result: result.map(Arc::from),
+        }
+    }
+}
+
+/// A COMPLETED key and its `expires_at` (epoch seconds).
+type Entry = (Completed, u64);
 
 pub struct CompletedCache {
     entries: Option<Mutex<LruCache<String, Entry>>>,
@@ -24,27 +47,31 @@ impl CompletedCache {
         }
     }
 
-    /// The payload hash `key` was completed with, if known and not expired.
-    pub fn get(&self, key: &str) -> Option<String> {
+    /// What `key` was completed with, if known and not expired.
+    pub fn get(&self, key: &str) -> Option<Completed> {
         let mut entries = self
             .entries
             .as_ref()?
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let (hash, expires_at_s) = entries.get(key)?.clone();
+        let (completed, expires_at_s) = entries.get(key)?.clone();
         if expires_at_s < ms_to_s(now_ms()) {
             entries.pop(key);
             return None;
         }
-        Some(hash)
+        Some(completed)
     }
 
-    pub fn insert(&self, key: &str, payload_hash: &str, expires_at_s: u64) {
-        if let Some(entries) = &self.entries {
+    pub fn insert(&self, key: &str, completed: Completed, expires_at_s: u64) {
+        let too_large = completed
+            .result
+            .as_ref()
+            .is_some_and(|r| r.len() > CACHED_RESULT_BYTES);
+        if let Some(entries) = self.entries.as_ref().filter(|_| !too_large) {
             entries
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .put(key.to_owned(), (payload_hash.to_owned(), expires_at_s));
+                .put(key.to_owned(), (completed, expires_at_s));
         }
     }
 }
@@ -56,17 +83,30 @@ mod tests {
     #[test]
     fn entries_count_until_their_expiry_and_the_oldest_go_first() {
         let now_s = ms_to_s(now_ms());
+        let done = |hash: &str| Completed::new(hash, Some("reply"));
         let cache = CompletedCache::new(2);
-        cache.insert("a", "h-a", now_s + 60);
-        cache.insert("old", "h-old", now_s - 1);
-        assert_eq!(cache.get("a").as_deref(), Some("h-a"));
+        cache.insert("a", done("h-a"), now_s + 60);
+        cache.insert("old", done("h-old"), now_s - 1);
+        assert_eq!(cache.get("a"), Some(done("h-a")));
         assert_eq!(cache.get("old"), None, "past its expires_at");
-        cache.insert("b", "h-b", now_s + 60);
-        cache.insert("c", "h-c", now_s + 60);
+        cache.insert("b", done("h-b"), now_s + 60);
+        cache.insert("c", done("h-c"), now_s + 60);
         assert_eq!(cache.get("a"), None, "evicted: capacity 2");
-        assert_eq!(cache.get("c").as_deref(), Some("h-c"));
+        assert_eq!(cache.get("c"), Some(done("h-c")));
         let disabled = CompletedCache::new(0);
-        disabled.insert("a", "h-a", now_s + 60);
+        disabled.insert("a", done("h-a"), now_s + 60);
         assert_eq!(disabled.get("a"), None);
+    }
+
+    #[test]
+    fn large_results_are_not_cached() {
+        let now_s = ms_to_s(now_ms());
+        let cache = CompletedCache::new(10);
+        let large = "x".repeat(CACHED_RESULT_BYTES + 1);
+        cache.insert("large", Completed::new("h", Some(&large)), now_s + 60);
+        assert_eq!(cache.get("large"), None);
+        let small = Completed::new("h", Some(&large[..CACHED_RESULT_BYTES]));
+        cache.insert("small", small.clone(), now_s + 60);
+        assert_eq!(cache.get("small"), Some(small));
     }
 }

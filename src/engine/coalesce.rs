@@ -2,15 +2,35 @@
 //! its outcome instead of racing it for the lock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
+
+use super::Outcome;
 
 /// How the first copy of a key ended.
 #[derive(Debug, Clone)]
 pub struct Settled {
     pub payload_hash: String,
     pub finished: bool,
+    /// The key's stored result, when it is COMPLETED.
+    pub result: Option<Arc<str>>,
+}
+
+impl Settled {
+    pub fn new(payload_hash: &str, outcome: &Outcome) -> Self {
+        Self {
+            payload_hash: payload_hash.to_owned(),
+            finished: outcome.is_finished(),
+            result: outcome.stored_result(),
+        }
+    }
+
+    /// The stored result if a copy with `payload_hash` is a duplicate of
+    /// this finished first copy; `None` if it must run on its own.
+    pub fn duplicate_of(self, payload_hash: &str) -> Option<Option<Arc<str>>> {
+        (self.finished && self.payload_hash == payload_hash).then_some(self.result)
+    }
 }
 
 /// Whether this copy of a key runs first or waits.
@@ -40,8 +60,13 @@ impl InFlight {
     }
 }
 
-/// Waits for the first copy's outcome; `None` if it was abandoned.
-pub async fn settled(mut receiver: watch::Receiver<Option<Settled>>) -> Option<Settled> {
-    let settled = receiver.wait_for(Option::is_some).await.ok()?;
-    settled.clone()
+/// The stored result if the copy with `payload_hash` is a duplicate of its
+/// first copy (waited for); `None` if the first copy did not finish, was
+/// abandoned or had another payload.
+pub async fn duplicate_of(
+    mut receiver: watch::Receiver<Option<Settled>>,
+    payload_hash: &str,
+) -> Option<Option<Arc<str>>> {
+    let settled = receiver.wait_for(Option::is_some).await.ok()?.clone()?;
+    settled.duplicate_of(payload_hash)
 }

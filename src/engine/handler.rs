@@ -8,26 +8,32 @@ use crate::store::Lease;
 
 /// Handed to the business logic with every message it runs.
 ///
-/// `key` + `version` identify this attempt at the work uniquely: a takeover
-/// raises the version. Pass [`FencingToken::idempotency_key`] to a downstream
-/// system's own idempotency mechanism (a payment API's `Idempotency-Key`
-/// header, a conditional write on `version`), so that a worker whose lock was
-/// taken over cannot get a second call accepted.
+/// Two different things for two different jobs:
+/// - [`FencingToken::idempotency_key`] is the SAME for every delivery,
+///   takeover and release of one idempotency key: pass it to a downstream
+///   system's own idempotency mechanism (a payment API's `Idempotency-Key`
+///   header), so that the attempt after a crash or a takeover is recognised
+///   there as the same request and applied at most once.
+/// - `version` grows with every takeover and release: a fencing number for
+///   systems that compare it (a conditional write that accepts only a
+///   version above the one stored), so that a worker whose lock was taken
+///   over cannot overwrite the newer owner's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FencingToken {
     /// The item's partition key (key prefix + idempotency key).
     pub key: String,
-    /// Grows with every takeover of the key.
+    /// Fencing number: grows with every takeover and release of the key.
     pub version: u64,
     /// Unique to this claim.
     pub owner: String,
 }
 
 impl FencingToken {
-    /// `<key>#v<version>`: the same for every retry of one attempt, new for
-    /// every takeover.
-    pub fn idempotency_key(&self) -> String {
-        format!("{}#v{}", self.key, self.version)
+    /// The key to hand to downstream idempotency mechanisms: the item's
+    /// partition key, unchanged by takeovers and releases (so never the
+    /// version, which would make every retry a new request downstream).
+    pub fn idempotency_key(&self) -> &str {
+        &self.key
     }
 }
 
@@ -58,7 +64,11 @@ pub enum HandlerError {
 /// What finished work leaves for the engine to record.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Completion {
-    /// A short text kept on the COMPLETED item for operators (cut to 1 KiB).
+    /// The work's result, stored on the COMPLETED item and handed to
+    /// [`RecordHandler::on_duplicate`] when a duplicate arrives (e.g. the
+    /// reply a request-reply consumer sends). At most
+    /// [`crate::store::MAX_RESULT_BYTES`] (64 KiB); a larger one fails the
+    /// message permanently, since a cut reply would be a wrong reply.
     pub result: Option<String>,
     /// The work's effect as DynamoDB writes (Put, Update, Delete,
     /// ConditionCheck on any table), committed in ONE transaction with the
@@ -96,6 +106,18 @@ impl Completion {
             on_condition_failure: ConditionFailure::Permanent,
         }
     }
+
+    /// Why this completion cannot be stored, if so (a permanent failure of
+    /// the message: retrying gives the same result).
+    pub(super) fn refusal(&self) -> Option<HandlerError> {
+        let bytes = self.result.as_ref().map_or(0, String::len);
+        (bytes > crate::store::MAX_RESULT_BYTES).then(|| {
+            HandlerError::Permanent(format!(
+                "the handler's result is {bytes} bytes; at most {} are stored",
+                crate::store::MAX_RESULT_BYTES
+            ))
+        })
+    }
 }
 
 /// How the engine commits a handler's work.
@@ -116,19 +138,41 @@ pub enum CommitPath {
 }
 
 /// The business logic run once per idempotency key.
+///
+/// `Record` is what the edge hands over for each message (for MSK:
+/// [`crate::lambda::KafkaRecord`], the whole record); the engine never looks
+/// inside it.
 pub trait RecordHandler: Send + Sync + 'static {
+    /// One message as the edge delivers it.
+    type Record: Send + Sync + 'static;
+
     /// How this handler's work is committed (default: [`CommitPath::Locking`]).
     /// Answer [`CommitPath::LockFree`] only if `handle` performs no side
-    /// effect and derives its writes from the payload alone.
+    /// effect and derives its writes from the record alone.
     fn commit_path(&self) -> CommitPath {
         CommitPath::Locking
     }
 
-    /// Does the work for `payload`, or returns it as writes to commit (see
+    /// Does the work for `record`, or returns it as writes to commit (see
     /// [`Completion`]).
     fn handle(
         &self,
         token: &FencingToken,
-        payload: &[u8],
+        record: &Self::Record,
     ) -> impl Future<Output = Result<Completion, HandlerError>> + Send;
+
+    /// Called instead of [`Self::handle`] for a verified duplicate (the key
+    /// is COMPLETED for this payload), with the result stored by the first
+    /// delivery: a request-reply consumer sends that reply again here. The
+    /// work itself never runs again. An error reports the record, so that
+    /// it comes again (and this is called again); nothing is stored.
+    /// Default: nothing to do.
+    fn on_duplicate(
+        &self,
+        record: &Self::Record,
+        result: Option<&str>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        let _ = (record, result);
+        async { Ok(()) }
+    }
 }

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::store::{Lease, StoreError};
 
 use super::coalesce::{self, Settled, Turn};
-use super::{Batch, Engine, Item, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
+use super::{Batch, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
 
 /// The outcomes of a lane so far, and why it stopped starting messages.
 pub(super) struct LaneLog {
@@ -54,7 +54,7 @@ impl LaneLog {
     }
 
     /// The outcomes, the messages never looked at reported as not started.
-    pub fn finish(mut self, rest: impl Iterator<Item = Item>) -> Vec<RecordOutcome> {
+    pub fn finish<T>(mut self, rest: impl Iterator<Item = T>) -> Vec<RecordOutcome> {
         let reason = self.stop.unwrap_or(StopReason::EarlierRecordUnfinished);
         self.outcomes.extend(rest.map(|_| RecordOutcome {
             outcome: Outcome::NotStarted(reason),
@@ -77,16 +77,18 @@ enum Step {
     Waiting(watch::Receiver<Option<Settled>>),
 }
 
+type Prepared<R> = (Option<Work<R>>, Step);
+
 impl<H: RecordHandler> Engine<H> {
     /// Runs a lane in order, stopping at the first message not finished.
     pub(super) async fn run_lane(
         self: Arc<Self>,
-        lane: Vec<Item>,
+        lane: Vec<Message<H::Record>>,
         batch: Arc<Batch>,
     ) -> Vec<RecordOutcome> {
         let mut log = LaneLog::new(lane.len());
         let mut pending = lane.into_iter();
-        let mut prepared: VecDeque<(Option<Work>, Step)> = VecDeque::new();
+        let mut prepared: VecDeque<Prepared<H::Record>> = VecDeque::new();
         loop {
             while log.stop.is_none() && prepared.len() < self.config.claim_ahead.max(1) {
                 let Some(item) = pending.next() else { break };
@@ -97,8 +99,9 @@ impl<H: RecordHandler> Engine<H> {
             };
             let started = Instant::now();
             let outcome = match (log.stop_reason(&batch), work) {
-                (Some(reason), _) => {
-                    self.abandon(step).await;
+                (Some(reason), work) => {
+                    self.abandon(step, work.as_ref().map_or("", |w| &w.origin))
+                        .await;
                     Outcome::NotStarted(reason)
                 }
                 (None, work) => self.finish(work, step, &batch).await,
@@ -109,13 +112,20 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// Settles what can be settled without a claim, or starts the claim.
-    fn prepare(self: &Arc<Self>, item: Item, batch: &Batch) -> (Option<Work>, Step) {
-        let work = match item {
+    fn prepare(
+        self: &Arc<Self>,
+        message: Message<H::Record>,
+        batch: &Batch,
+    ) -> Prepared<H::Record> {
+        let work = match message {
             Ok(work) => work,
             Err(reason) => return (None, Step::Done(Outcome::Invalid { reason })),
         };
-        if batch.completed.get(&work.key) == Some(&work.payload_hash) {
-            return (Some(work), Step::Done(Outcome::Duplicate));
+        if let Some(known) = batch.completed.get(&work.key)
+            && known.payload_hash == work.payload_hash
+        {
+            let result = known.result.clone();
+            return (Some(work), Step::Done(Outcome::Duplicate { result }));
         }
         let step = match batch.in_flight.turn(&work.key) {
             Turn::Later(receiver) => Step::Waiting(receiver),
@@ -135,44 +145,46 @@ impl<H: RecordHandler> Engine<H> {
         (Some(work), step)
     }
 
-    /// The message's turn: its work runs (or its first copy's outcome counts).
-    async fn finish(&self, work: Option<Work>, step: Step, batch: &Batch) -> Outcome {
+    /// The message's turn: its work runs (or its first copy's outcome
+    /// counts); a duplicate goes to the handler's `on_duplicate`.
+    async fn finish(&self, work: Option<Work<H::Record>>, step: Step, batch: &Batch) -> Outcome {
         let deadline = batch.guard.deadline();
-        match (step, work) {
+        let outcome = match (step, &work) {
             (Step::Done(outcome), _) => outcome,
             (Step::Claiming(claim, sender), Some(work)) => {
                 let outcome = match claim.await {
-                    Ok(Ok(lease)) => self.work(&work, lease, deadline).await,
+                    Ok(Ok(lease)) => self.work(work, lease, deadline).await,
                     Ok(Err(outcome)) => outcome,
                     Err(err) => Outcome::StoreFailed(StoreError::Unavailable {
                         operation: "claim",
                         message: format!("the claim's task failed: {err}"),
                     }),
                 };
-                sender.send_replace(Some(Settled {
-                    payload_hash: work.payload_hash.clone(),
-                    finished: outcome.is_finished(),
-                }));
+                sender.send_replace(Some(Settled::new(&work.payload_hash, &outcome)));
                 outcome
             }
-            (Step::Waiting(receiver), Some(work)) => match coalesce::settled(receiver).await {
-                Some(first) if first.finished && first.payload_hash == work.payload_hash => {
-                    Outcome::Duplicate
+            (Step::Waiting(receiver), Some(work)) => {
+                match coalesce::duplicate_of(receiver, &work.payload_hash).await {
+                    Some(result) => Outcome::Duplicate { result },
+                    None => self.claim_and_run(work, deadline).await,
                 }
-                _ => self.run_once(&work, deadline).await,
-            },
+            }
             // A step other than Done always carries its message.
             (_, None) => Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+        };
+        match &work {
+            Some(work) => self.replayed(work, outcome).await,
+            None => outcome,
         }
     }
 
     /// A message that will not run: a claim made ahead for it is released at
     /// once, so that its redelivery need not wait for the lease to end.
-    async fn abandon(&self, step: Step) {
+    async fn abandon(&self, step: Step, origin: &str) {
         if let Step::Claiming(claim, _) = step
             && let Ok(Ok(lease)) = claim.await
         {
-            self.release(&lease).await;
+            self.release(&lease, origin).await;
         }
     }
 }

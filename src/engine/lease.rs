@@ -22,12 +22,14 @@ pub enum Held<T> {
     Cut { lease: Lease },
 }
 
-/// Runs `work` while renewing `lease`.
+/// Runs `work` while renewing `lease`; log lines name the message by its
+/// `origin`, never by its key.
 pub async fn hold<T>(
     store: &IdempotencyStore,
     lease: Lease,
     deadline: Deadline,
     work: impl Future<Output = T>,
+    origin: &str,
 ) -> Held<T> {
     let lock_timeout = store.config().lock_timeout;
     let current = Mutex::new(lease);
@@ -39,7 +41,7 @@ pub async fn hold<T>(
             let now = store.now_ms();
             let lease = latest();
             if lease.lock_expires_at_ms <= now {
-                tracing::warn!(key = %lease.pk, "lease ran out before it could be renewed");
+                tracing::warn!(origin, "lease ran out before it could be renewed");
                 return;
             }
             let wanted = now + duration_ms(lock_timeout);
@@ -53,7 +55,7 @@ pub async fn hold<T>(
                 Ok(renewed) => *current.lock().unwrap_or_else(|p| p.into_inner()) = renewed,
                 Err(StoreError::LockLost { .. }) => return,
                 // Try again at the next beat, while the lease still holds.
-                Err(err) => tracing::warn!(key = %lease.pk, error = %err, "lease renewal failed"),
+                Err(err) => tracing::warn!(origin, error = %err, "lease renewal failed"),
             }
         }
     };

@@ -39,30 +39,33 @@ pub use handler::{
 pub use outcome::Outcome;
 
 use crate::store::IdempotencyStore;
-use cache::CompletedCache;
+use cache::{Completed, CompletedCache};
 use coalesce::InFlight;
 use combine::Combiner;
 use deadline::BatchGuard;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
-pub struct Work {
+pub struct Work<R> {
     /// The idempotency key (without the table's prefix).
     pub key: String,
-    pub payload: Vec<u8>,
-    /// Hex SHA-256 of `payload`.
+    /// The message's fingerprint (hex SHA-256), stored as `payload_hash`: a
+    /// key seen again with another fingerprint is rejected.
     pub payload_hash: String,
-    /// Where it came from, kept on the item for operators.
+    /// Where it came from, kept on the item for operators and named in the
+    /// engine's log lines (never the key or the payload).
     pub origin: String,
+    /// The message itself, handed to the handler as it is.
+    pub record: R,
 }
 
-/// Hex SHA-256 of a payload, as stored in `payload_hash`.
+/// Hex SHA-256 of some bytes, the form of `payload_hash`.
 pub fn payload_hash(payload: &[u8]) -> String {
     hex::encode(Sha256::digest(payload))
 }
 
 /// A message of a batch: ready to run, or unreadable (with the reason).
-pub type Item = Result<Work, String>;
+pub type Message<R> = Result<Work<R>, String>;
 
 /// How much the engine does at once, and what it remembers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,8 +118,8 @@ struct Batch {
     /// batch, so that `in_flight` keeps its idempotency keys distinct.
     combiner: Arc<Combiner>,
     guard: BatchGuard,
-    /// Keys known COMPLETED before the batch started, with their payload hash.
-    completed: HashMap<String, String>,
+    /// Keys known COMPLETED before the batch started.
+    completed: HashMap<String, Completed>,
 }
 
 /// The idempotency engine: a store, the business logic, and a cache.
@@ -147,11 +150,11 @@ impl<H: RecordHandler> Engine<H> {
         &self.handler
     }
 
-    /// Runs every lane; returns one outcome per item, in the lanes' shape,
-    /// and whether DynamoDB failed during the batch.
+    /// Runs every lane; returns one outcome per message, in the lanes'
+    /// shape, and whether DynamoDB failed during the batch.
     pub async fn run_batch(
         self: &Arc<Self>,
-        lanes: Vec<Vec<Item>>,
+        lanes: Vec<Vec<Message<H::Record>>>,
         deadline: Deadline,
     ) -> BatchResult {
         let batch = Arc::new(Batch {
@@ -188,6 +191,26 @@ impl<H: RecordHandler> Engine<H> {
         BatchResult {
             outcomes: results,
             store_unavailable: batch.guard.is_store_down(),
+        }
+    }
+
+    /// A message's final outcome: a verified duplicate is handed to the
+    /// handler's [`RecordHandler::on_duplicate`] with its stored result (once
+    /// per delivery, at the message's turn in its lane); any other outcome
+    /// stays as it is.
+    async fn replayed(&self, work: &Work<H::Record>, outcome: Outcome) -> Outcome {
+        let Outcome::Duplicate { result } = outcome else {
+            return outcome;
+        };
+        match self
+            .handler
+            .on_duplicate(&work.record, result.as_deref())
+            .await
+        {
+            Ok(()) => Outcome::Duplicate { result },
+            Err(err) => Outcome::ReplayFailed {
+                error: err.to_string(),
+            },
         }
     }
 }

@@ -1,5 +1,7 @@
 //! What became of one message.
 
+use std::sync::Arc;
+
 use crate::store::StoreError;
 
 use super::StopReason;
@@ -7,11 +9,18 @@ use super::StopReason;
 /// The end of one message's processing in one invocation.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The work ran and the key is COMPLETED. `version` > 1 means the key was
-    /// taken over from an abandoned lock.
-    Processed { version: u64 },
-    /// The key was already COMPLETED for this payload; the work did not run.
-    Duplicate,
+    /// The work ran and the key is COMPLETED with `result`. `version` > 1
+    /// means the key was taken over from an abandoned lock.
+    Processed {
+        version: u64,
+        result: Option<Arc<str>>,
+    },
+    /// The key was already COMPLETED for this payload with `result`; the work
+    /// did not run ([`super::RecordHandler::on_duplicate`] did).
+    Duplicate { result: Option<Arc<str>> },
+    /// A verified duplicate whose [`super::RecordHandler::on_duplicate`]
+    /// failed: reported, so that it comes again.
+    ReplayFailed { error: String },
     /// Another worker holds the key's lock; the work did not run here.
     InProgress,
     /// The key was used before with another payload; the work never runs.
@@ -38,15 +47,24 @@ pub enum Outcome {
 impl Outcome {
     /// Finished messages need no redelivery; every other one is reported.
     pub fn is_finished(&self) -> bool {
-        matches!(self, Self::Processed { .. } | Self::Duplicate)
+        matches!(self, Self::Processed { .. } | Self::Duplicate { .. })
+    }
+
+    /// The result stored for the key, when the key is COMPLETED.
+    pub fn stored_result(&self) -> Option<Arc<str>> {
+        match self {
+            Self::Processed { result, .. } | Self::Duplicate { result } => result.clone(),
+            _ => None,
+        }
     }
 
     /// A short, stable name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
-            Self::Processed { version: 1 } => "processed",
+            Self::Processed { version: 1, .. } => "processed",
             Self::Processed { .. } => "taken-over",
-            Self::Duplicate => "duplicate",
+            Self::Duplicate { .. } => "duplicate",
+            Self::ReplayFailed { .. } => "replay-failed",
             Self::InProgress => "in-progress",
             Self::PayloadMismatch => "rejected",
             Self::PreviouslyFailed { .. } => "previously-failed",
@@ -64,7 +82,9 @@ impl Outcome {
     pub fn detail(&self) -> Option<String> {
         match self {
             Self::PreviouslyFailed { error } => error.clone(),
-            Self::Failed { error } | Self::Retrying { error } => Some(error.clone()),
+            Self::Failed { error } | Self::Retrying { error } | Self::ReplayFailed { error } => {
+                Some(error.clone())
+            }
             Self::StoreFailed(err) => Some(err.to_string()),
             Self::Invalid { reason } => Some(reason.clone()),
             Self::PayloadMismatch => Some("key reused with another payload".into()),

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use crate::store::Status;
 
-use super::{Engine, Item, RecordHandler};
+use super::cache::Completed;
+use super::{Engine, Message, RecordHandler};
 
 /// Keys read by the first BatchGetItem call. If none of them is COMPLETED
 /// the batch is taken as new and the rest is not read: a new batch costs one
@@ -14,16 +15,19 @@ use super::{Engine, Item, RecordHandler};
 const SAMPLE_KEYS: usize = 100;
 
 impl<H: RecordHandler> Engine<H> {
-    /// Keys known COMPLETED, with the payload hash they were completed with.
-    /// Only a hint for speed: a key not listed still goes through the
-    /// conditional claim, which decides.
-    pub(super) async fn known_completed(&self, lanes: &[Vec<Item>]) -> HashMap<String, String> {
+    /// Keys known COMPLETED, with the payload hash and result they were
+    /// completed with. Only a hint for speed: a key not listed still goes
+    /// through the conditional claim, which decides.
+    pub(super) async fn known_completed(
+        &self,
+        lanes: &[Vec<Message<H::Record>>],
+    ) -> HashMap<String, Completed> {
         let mut known = HashMap::new();
         let mut unknown: Vec<&str> = Vec::new();
         for work in lanes.iter().flatten().filter_map(|item| item.as_ref().ok()) {
             match self.cache.get(&work.key) {
-                Some(hash) => {
-                    known.insert(work.key.clone(), hash);
+                Some(completed) => {
+                    known.insert(work.key.clone(), completed);
                 }
                 None => unknown.push(&work.key),
             }
@@ -40,7 +44,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// Adds the COMPLETED ones of `keys` to `known` (and to the cache);
     /// whether there was any.
-    async fn read_completed(&self, keys: &[&str], known: &mut HashMap<String, String>) -> bool {
+    async fn read_completed(&self, keys: &[&str], known: &mut HashMap<String, Completed>) -> bool {
         if keys.is_empty() {
             return false;
         }
@@ -55,9 +59,10 @@ impl<H: RecordHandler> Engine<H> {
         let mut any = false;
         for (key, item) in items {
             if item.status == Status::Completed {
+                let completed = Completed::new(&item.payload_hash, item.result.as_deref());
                 self.cache
-                    .insert(&key, &item.payload_hash, item.expires_at_s);
-                known.insert(key, item.payload_hash);
+                    .insert(&key, completed.clone(), item.expires_at_s);
+                known.insert(key, completed);
                 any = true;
             }
         }

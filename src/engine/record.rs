@@ -3,15 +3,28 @@
 use crate::clock::duration_ms;
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError};
 
+use super::cache::Completed;
 use super::deadline::Deadline;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lease::{Held, hold};
 use super::{Engine, Outcome, Work};
 
 impl<H: RecordHandler> Engine<H> {
-    /// Claim, run, record, one after the other. `deadline` bounds the lease
-    /// and cuts the work.
-    pub async fn run_once(&self, work: &Work, deadline: Deadline) -> Outcome {
+    /// One message on its own: claim, run, record, one after the other (a
+    /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
+    /// the lease and cuts the work.
+    pub async fn run_once(&self, work: &Work<H::Record>, deadline: Deadline) -> Outcome {
+        let outcome = self.claim_and_run(work, deadline).await;
+        self.replayed(work, outcome).await
+    }
+
+    /// Claim, run, record; a duplicate comes back as [`Outcome::Duplicate`]
+    /// for the caller to hand to the handler, once.
+    pub(super) async fn claim_and_run(
+        &self,
+        work: &Work<H::Record>,
+        deadline: Deadline,
+    ) -> Outcome {
         match self
             .claim(&work.key, &work.payload_hash, &work.origin, deadline)
             .await
@@ -44,9 +57,10 @@ impl<H: RecordHandler> Engine<H> {
         match claim {
             Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
             Ok(ClaimOutcome::Duplicate(item)) => {
-                self.cache
-                    .insert(key, &item.payload_hash, item.expires_at_s);
-                Err(Outcome::Duplicate)
+                let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+                let result = completed.result.clone();
+                self.cache.insert(key, completed, item.expires_at_s);
+                Err(Outcome::Duplicate { result })
             }
             Ok(ClaimOutcome::InProgress(_)) => Err(Outcome::InProgress),
             Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
@@ -58,15 +72,21 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// Runs the business logic under `lease` and records its outcome.
-    pub(super) async fn work(&self, work: &Work, lease: Lease, deadline: Deadline) -> Outcome {
+    pub(super) async fn work(
+        &self,
+        work: &Work<H::Record>,
+        lease: Lease,
+        deadline: Deadline,
+    ) -> Outcome {
         let _permit = self.permits.acquire().await;
         let lease = match self.refresh(lease, deadline).await {
             Ok(lease) => lease,
             Err(outcome) => return outcome,
         };
         let token = FencingToken::from(&lease);
-        let run = self.handler.handle(&token, &work.payload);
-        let (completion, lease) = match hold(&self.store, lease, deadline, run).await {
+        let run = self.handler.handle(&token, &work.record);
+        let origin = work.origin.as_str();
+        let (completion, lease) = match hold(&self.store, lease, deadline, run, origin).await {
             Held::Finished {
                 value: Ok(completion),
                 lease,
@@ -75,17 +95,24 @@ impl<H: RecordHandler> Engine<H> {
                 value: Err(error),
                 lease,
             } => {
-                return self.settle_failure(&lease, error).await;
+                return self.settle_failure(&lease, error, origin).await;
             }
             Held::LockLost => {
-                tracing::warn!(key = %token.key, version = token.version, "lock lost: the work was stopped and is not recorded");
+                tracing::warn!(
+                    origin,
+                    version = token.version,
+                    "lock lost: the work was stopped and is not recorded"
+                );
                 return Outcome::LockLost;
             }
             Held::Cut { lease } => {
-                self.release(&lease).await;
+                self.release(&lease, origin).await;
                 return Outcome::TimedOut;
             }
         };
+        if let Some(error) = completion.refusal() {
+            return self.settle_failure(&lease, error, origin).await;
+        }
         let policy = completion.on_condition_failure;
         let result = completion.result.as_deref();
         let recorded = if completion.writes.is_empty() {
@@ -97,10 +124,12 @@ impl<H: RecordHandler> Engine<H> {
         };
         match recorded {
             Ok(expires_at_s) => {
-                self.cache
-                    .insert(&work.key, &work.payload_hash, expires_at_s);
+                let completed = Completed::new(&work.payload_hash, result);
+                let result = completed.result.clone();
+                self.cache.insert(&work.key, completed, expires_at_s);
                 Outcome::Processed {
                     version: lease.version,
+                    result,
                 }
             }
             // Nothing was written: the effect's own condition decides.
@@ -110,10 +139,10 @@ impl<H: RecordHandler> Engine<H> {
                     ConditionFailure::Permanent => HandlerError::Permanent(error),
                     ConditionFailure::Retryable => HandlerError::Retryable(error),
                 };
-                self.settle_failure(&lease, error).await
+                self.settle_failure(&lease, error, origin).await
             }
             Err(err @ StoreError::TooManyWrites { .. }) => {
-                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()))
+                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()), origin)
                     .await
             }
             Err(err) => store_failure(err),
@@ -139,24 +168,25 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// Records a failed attempt: FAILED for good, or released for a retry.
-    async fn settle_failure(&self, lease: &Lease, error: HandlerError) -> Outcome {
+    async fn settle_failure(&self, lease: &Lease, error: HandlerError, origin: &str) -> Outcome {
         match error {
             HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
                 Ok(()) => Outcome::Failed { error },
                 Err(err) => store_failure(err),
             },
             HandlerError::Retryable(error) => {
-                self.release(lease).await;
+                self.release(lease, origin).await;
                 Outcome::Retrying { error }
             }
         }
     }
 
     /// Makes the key claimable at once; if that fails the lease still ends
-    /// by itself, and the record is reported either way.
-    pub(super) async fn release(&self, lease: &Lease) {
+    /// by itself, and the record is reported either way. Logged by the
+    /// message's origin: log lines never carry keys.
+    pub(super) async fn release(&self, lease: &Lease, origin: &str) {
         if let Err(err) = self.store.release(lease).await {
-            tracing::warn!(key = %lease.pk, error = %err, "could not release the key");
+            tracing::warn!(origin, error = %err, "could not release the key");
         }
     }
 }

@@ -1,16 +1,23 @@
 //! From Lambda's Kafka event to records: base64 key and value, headers as
 //! bytes, the coordinates Lambda wants back in a partial batch response.
+//!
+//! Records are read field by field (not through a generic deserializer) so
+//! that an error names the field and never echoes a value: keys, headers
+//! and payloads stay out of log lines. Fields this module does not know are
+//! ignored.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use aws_lambda_events::event::kafka::KafkaRecord;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-/// Event sources whose events this function reads.
-const KAFKA_SOURCES: &[&str] = &["aws:kafka", "SelfManagedKafka"];
+use super::record::{KafkaRecord, SchemaMetadata};
+
+/// Event sources whose events this function reads: MSK, and self-managed
+/// Kafka (spelt both ways seen in the wild).
+const KAFKA_SOURCES: &[&str] = &["aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"];
 
 /// An event that cannot be processed at all: an invocation error, so Lambda
 /// retries the whole batch and nothing is lost.
@@ -36,29 +43,9 @@ impl fmt::Display for Coordinates {
     }
 }
 
-/// A record's bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodedRecord {
-    pub key: Option<Vec<u8>>,
-    /// The value; empty for a null value (a tombstone).
-    pub value: Vec<u8>,
-    pub headers: Vec<(String, Vec<u8>)>,
-}
-
-impl DecodedRecord {
-    /// The last header of that name (Kafka's `lastHeader`).
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, value)| value.as_slice())
-    }
-}
-
-/// A record as decoded: its coordinates and its bytes, or why they could not
+/// A record as decoded: its coordinates and the record, or why it could not
 /// be read.
-pub type Decoded = (Coordinates, Result<DecodedRecord, String>);
+pub type Decoded = (Coordinates, Result<KafkaRecord, String>);
 
 /// Decodes an event into partitions (sorted by name), each a list of records
 /// in offset order. A record that cannot be decoded is an error of that
@@ -108,54 +95,122 @@ fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError>
         partition: partition.to_owned(),
         offset,
     };
-    let bytes = fractional_timestamp(record)
-        .and_then(|()| {
-            serde_json::from_value::<KafkaRecord>(record.clone())
-                .map_err(|err| format!("malformed record: {err}"))
-        })
-        .and_then(|record| decode_bytes(&record));
-    Ok((at, bytes))
+    let fields = match record {
+        Value::Object(fields) => Ok(fields),
+        _ => Err("malformed record: not an object".to_owned()),
+    };
+    let decoded = fields
+        .and_then(|fields| fields_of(partition, offset, fields))
+        .map_err(|reason| format!("malformed record: {reason}"));
+    // Base64 errors carry their own wording.
+    let decoded = decoded.and_then(|fields| fields.map_err(str::to_owned));
+    Ok((at, decoded))
 }
 
-/// `aws_lambda_events` panics (an `assert_eq!`) on a timestamp with a
-/// fractional part (`1.5`, `"1.5"`): refuse it before, as a malformed record.
-fn fractional_timestamp(record: &Value) -> Result<(), String> {
-    let number = match record.get("timestamp") {
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => s.parse::<f64>().ok(),
+/// The record's fields; the outer error is a malformed field, the inner one
+/// bytes that are not base64.
+fn fields_of(
+    partition: &str,
+    offset: i64,
+    fields: &Map<String, Value>,
+) -> Result<Result<KafkaRecord, &'static str>, String> {
+    let required = |name: &str| fields.get(name).ok_or(format!("missing field `{name}`"));
+    let partition_number = required("partition")?
+        .as_i64()
+        .ok_or("field `partition` is not an integer")?;
+    let timestamp_ms = timestamp(required("timestamp")?)?;
+    let text = |name: &str| match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.as_str())),
+        Some(_) => Err(format!("field `{name}` is not a string")),
+    };
+    let topic = match text("topic")? {
+        Some(topic) => topic.to_owned(),
+        // Older events carry only the map key `<topic>-<partition>`.
+        None => partition
+            .rsplit_once('-')
+            .map_or(partition, |(topic, _)| topic)
+            .to_owned(),
+    };
+    let timestamp_type = text("timestampType")?.map(str::to_owned);
+    let (key, value) = (text("key")?, text("value")?);
+    let headers = headers(required("headers")?)?;
+    let base64 = |text: &str, what| STANDARD.decode(text).map_err(|_| what);
+    let bytes = || -> Result<KafkaRecord, &'static str> {
+        Ok(KafkaRecord {
+            topic,
+            partition: partition_number,
+            offset,
+            timestamp_ms,
+            timestamp_type,
+            key: key
+                .map(|k| base64(k, "key is not valid base64"))
+                .transpose()?,
+            value: value
+                .map(|v| base64(v, "value is not valid base64"))
+                .transpose()?
+                .unwrap_or_default(),
+            headers,
+            key_schema: schema(fields.get("keySchemaMetadata")),
+            value_schema: schema(fields.get("valueSchemaMetadata")),
+        })
+    };
+    Ok(bytes())
+}
+
+/// Epoch milliseconds: a whole number, or a string holding one.
+fn timestamp(value: &Value) -> Result<i64, String> {
+    let number = match value {
+        Value::Number(n) => n.as_i64().map(|ms| ms as f64).or_else(|| n.as_f64()),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
         _ => None,
     };
     match number {
-        Some(n) if n.fract() != 0.0 => Err(format!(
-            "malformed record: timestamp {} is not a whole number of milliseconds",
-            record["timestamp"]
+        Some(n) if n.fract() == 0.0 && n.abs() < 9.2e18 => Ok(n as i64),
+        Some(_) => Err(format!(
+            "timestamp {value} is not a whole number of milliseconds"
         )),
-        _ => Ok(()),
+        None => Err("field `timestamp` is not a number".into()),
     }
 }
 
-fn decode_bytes(record: &KafkaRecord) -> Result<DecodedRecord, String> {
-    let base64 = |text: &str, what: &str| {
-        STANDARD
-            .decode(text)
-            .map_err(|err| format!("{what} is not valid base64: {err}"))
+/// `[{"name": [bytes...]}, ...]`, bytes as Java's signed bytes; every entry
+/// of every map, in order.
+fn headers(value: &Value) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let list = value.as_array().ok_or("field `headers` is not a list")?;
+    let mut headers = Vec::new();
+    for entry in list {
+        let map = entry.as_object().ok_or("a header is not an object")?;
+        for (name, bytes) in map {
+            let bytes = bytes
+                .as_array()
+                .and_then(|bytes| {
+                    bytes
+                        .iter()
+                        .map(|b| b.as_i64().and_then(|b| i8::try_from(b).ok()))
+                        .map(|b| b.map(|b| b as u8))
+                        .collect::<Option<Vec<u8>>>()
+                })
+                .ok_or_else(|| {
+                    format!("header {name:?} is not a list of signed bytes (-128 to 127)")
+                })?;
+            headers.push((name.clone(), bytes));
+        }
+    }
+    Ok(headers)
+}
+
+/// Schema registry metadata, when present; fields of another shape are
+/// ignored (the record is processed normally).
+fn schema(value: Option<&Value>) -> Option<SchemaMetadata> {
+    let fields = value?.as_object()?;
+    let text = |name: &str| match fields.get(name)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     };
-    Ok(DecodedRecord {
-        key: record
-            .key
-            .as_deref()
-            .map(|k| base64(k, "key"))
-            .transpose()?,
-        value: match record.value.as_deref() {
-            Some(v) => base64(v, "value")?,
-            None => Vec::new(),
-        },
-        headers: record
-            .headers
-            .iter()
-            .flat_map(|header| header.iter())
-            // Lambda sends header bytes as Java's signed bytes.
-            .map(|(name, bytes)| (name.clone(), bytes.iter().map(|&b| b as u8).collect()))
-            .collect(),
+    Some(SchemaMetadata {
+        data_format: text("dataFormat"),
+        schema_id: text("schemaId"),
     })
 }

@@ -1,6 +1,14 @@
 //! Where a record's idempotency key comes from.
 
-use super::decode::{Coordinates, DecodedRecord};
+use serde_json::Value;
+
+use super::decode::Coordinates;
+use super::record::KafkaRecord;
+use crate::redact::{json_error, json_type};
+
+/// A record's value parsed as JSON, when something needs it (parsed once per
+/// record for keys and fingerprint alike).
+pub type ParsedValue = Option<Result<Value, serde_json::Error>>;
 
 /// One source of (part of) the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +90,18 @@ impl KeySpec {
         self.missing
     }
 
+    /// Whether a part reads the value as JSON.
+    pub fn reads_json(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, KeyPart::JsonPointer(_)))
+    }
+
     /// The record's idempotency key, or why it has none usable.
     pub fn key_for(
         &self,
-        record: &DecodedRecord,
+        record: &KafkaRecord,
+        json: &ParsedValue,
         at: &Coordinates,
         payload_hash: &str,
     ) -> Result<String, String> {
@@ -94,7 +110,7 @@ impl KeySpec {
         let mut values = Vec::with_capacity(self.parts.len());
         let mut missing = None;
         for part in &self.parts {
-            match self.part(part, record)? {
+            match self.part(part, record, json)? {
                 Some(value) => values.push(value),
                 None => missing = missing.or(Some(part)),
             }
@@ -113,7 +129,12 @@ impl KeySpec {
         })
     }
 
-    fn part(&self, part: &KeyPart, record: &DecodedRecord) -> Result<Option<String>, String> {
+    fn part(
+        &self,
+        part: &KeyPart,
+        record: &KafkaRecord,
+        json: &ParsedValue,
+    ) -> Result<Option<String>, String> {
         let text = |bytes: &[u8], what: &str| {
             String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not valid UTF-8"))
         };
@@ -127,14 +148,25 @@ impl KeySpec {
                 None => None,
             },
             KeyPart::JsonPointer(pointer) => {
-                let json: serde_json::Value = serde_json::from_slice(&record.value)
-                    .map_err(|err| format!("payload is not JSON, cannot read {pointer}: {err}"))?;
+                let json = match json {
+                    Some(Ok(json)) => json,
+                    Some(Err(err)) => {
+                        return Err(format!(
+                            "payload is not JSON, cannot read {pointer}: {}",
+                            json_error(err)
+                        ));
+                    }
+                    None => return Err(format!("payload not parsed, cannot read {pointer}")),
+                };
                 match json.pointer(pointer) {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(serde_json::Value::String(s)) => Some(s.clone()),
-                    Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Number(n)) => Some(n.to_string()),
                     Some(other) => {
-                        return Err(format!("{pointer} is not a string or number: {other}"));
+                        return Err(format!(
+                            "{pointer} is not a string or number (it is {})",
+                            json_type(other)
+                        ));
                     }
                 }
             }

@@ -2,7 +2,9 @@
 //! derive keys, run the engine, answer with a partial batch response.
 
 pub mod decode;
+pub mod fingerprint;
 pub mod keys;
+pub mod record;
 pub mod report;
 pub mod response;
 pub mod settings;
@@ -17,10 +19,12 @@ use serde_json::Value;
 use crate::clock::now_ms;
 use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
-    Deadline, Engine, Item, Outcome, RecordHandler, RecordOutcome, StopReason, Work,
+    Deadline, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work,
 };
 use decode::Decoded;
 pub use decode::{Coordinates, EventError};
+pub use fingerprint::Fingerprint;
+pub use record::{KafkaRecord, SchemaMetadata};
 use report::InvocationReport;
 pub use report::KeyLogging;
 pub use response::KafkaBatchResponse;
@@ -89,7 +93,7 @@ pub struct MskFunction<H> {
     metrics: bool,
 }
 
-impl<H: RecordHandler> MskFunction<H> {
+impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
     pub fn new(engine: Engine<H>, settings: FunctionSettings) -> Self {
         Self {
             engine: Arc::new(engine),
@@ -128,15 +132,15 @@ impl<H: RecordHandler> MskFunction<H> {
         let partitions = decode::decode_event(&event.payload)?;
         // Per lane: each record's coordinates and key (for the log), and the
         // items the engine runs.
-        let (labels, lanes): (Vec<Vec<Label>>, Vec<Vec<Item>>) = partitions
+        let (labels, lanes): (Vec<Vec<Label>>, Vec<Vec<Message<KafkaRecord>>>) = partitions
             .into_iter()
             .flat_map(|records| self.lanes(records))
             .map(|lane| {
                 lane.into_iter()
                     .map(|(at, record)| {
-                        let item = self.item(at.clone(), record);
-                        let key = item.as_ref().ok().map(|work| work.key.clone());
-                        ((at, key), item)
+                        let message = self.message(at.clone(), record);
+                        let key = message.as_ref().ok().map(|work| work.key.clone());
+                        ((at, key), message)
                     })
                     .unzip()
             })
@@ -233,15 +237,24 @@ impl<H: RecordHandler> MskFunction<H> {
         println!("{}", report.metrics(function_name, &requests, now_ms()));
     }
 
-    fn item(&self, at: Coordinates, record: Result<decode::DecodedRecord, String>) -> Item {
+    /// A decoded record as the engine runs it: its key and fingerprint, or
+    /// why it has none (an error of that record only).
+    fn message(
+        &self,
+        at: Coordinates,
+        record: Result<KafkaRecord, String>,
+    ) -> Message<KafkaRecord> {
         let record = record?;
-        let payload_hash = crate::engine::payload_hash(&record.value);
-        let key = self.settings.keys.key_for(&record, &at, &payload_hash)?;
+        let (keys, fingerprint) = (&self.settings.keys, &self.settings.fingerprint);
+        let json = (keys.reads_json() || fingerprint.reads_json())
+            .then(|| serde_json::from_slice(&record.value));
+        let payload_hash = fingerprint.of(&record.value, json.as_ref())?;
+        let key = keys.key_for(&record, &json, &at, &payload_hash)?;
         Ok(Work {
             key,
-            payload: record.value,
             payload_hash,
             origin: at.to_string(),
+            record,
         })
     }
 }

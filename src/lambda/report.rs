@@ -145,6 +145,7 @@ const ALL_OUTCOMES: &[&str] = &[
     "processed",
     "taken-over",
     "duplicate",
+    "replay-failed",
     "in-progress",
     "rejected",
     "previously-failed",
@@ -272,13 +273,19 @@ mod tests {
         report.record(
             &at(1),
             Some("p-1"),
-            &record(Outcome::Processed { version: 1 }),
+            &record(Outcome::Processed {
+                version: 1,
+                result: None,
+            }),
             KeyLogging::Hash,
         );
         report.record(
             &at(2),
             Some("p-2"),
-            &record(Outcome::Processed { version: 2 }),
+            &record(Outcome::Processed {
+                version: 2,
+                result: None,
+            }),
             KeyLogging::Plain,
         );
         report.record(&at(3), None, &record(Outcome::LockLost), KeyLogging::Plain);

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use crate::config::StoreConfig;
+use crate::config::{LongKeyPolicy, StoreConfig};
 use crate::engine::EngineConfig;
 
 use super::Ordering;
+use super::fingerprint::Fingerprint;
 use super::keys::{KeySpec, MissingKeyPolicy};
 use super::report::KeyLogging;
 
@@ -18,6 +19,8 @@ pub const ENV_VARS: &[&str] = &[
     "IDEMPOTENCY_KEY_SOURCE",
     "MISSING_KEY_POLICY",
     "IDEMPOTENCY_KEY_PREFIX",
+    "LONG_KEY_POLICY",
+    "PAYLOAD_HASH",
     "LOCK_TIMEOUT_SECONDS",
     "RECORD_RETENTION_SECONDS",
     "SAFETY_MARGIN_MS",
@@ -46,6 +49,8 @@ pub struct SettingsError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSettings {
     pub keys: KeySpec,
+    /// What makes two deliveries of a key the same payload.
+    pub fingerprint: Fingerprint,
     pub ordering: Ordering,
     /// No record starts within this of the invocation's deadline.
     pub safety_margin: Duration,
@@ -58,6 +63,7 @@ impl FunctionSettings {
     pub fn new(keys: KeySpec) -> Self {
         Self {
             keys,
+            fingerprint: Fingerprint::Raw,
             ordering: Ordering::Partition,
             safety_margin: DEFAULT_SAFETY_MARGIN,
             log_keys: KeyLogging::Plain,
@@ -92,7 +98,15 @@ impl Settings {
             _ => Err("expected a whole number above 0".to_owned()),
         };
         let store = StoreConfig {
-            key_prefix: var("IDEMPOTENCY_KEY_PREFIX").unwrap_or_default(),
+            key_prefix: parsed(var, "IDEMPOTENCY_KEY_PREFIX", String::new(), |text| {
+                StoreConfig::check_prefix(text).map(|()| text.to_owned())
+            })?,
+            long_keys: parsed(
+                var,
+                "LONG_KEY_POLICY",
+                LongKeyPolicy::Reject,
+                LongKeyPolicy::parse,
+            )?,
             lock_timeout: parsed(
                 var,
                 "LOCK_TIMEOUT_SECONDS",
@@ -147,6 +161,7 @@ impl Settings {
         })?;
         let function = FunctionSettings {
             keys,
+            fingerprint: parsed(var, "PAYLOAD_HASH", Fingerprint::Raw, Fingerprint::parse)?,
             ordering: parsed(var, "ORDERING_MODE", Ordering::Partition, Ordering::parse)?,
             safety_margin: parsed(var, "SAFETY_MARGIN_MS", DEFAULT_SAFETY_MARGIN, |text| {
                 text.parse::<u64>()
@@ -225,6 +240,8 @@ mod tests {
             ("IDEMPOTENCY_KEY_SOURCE", "record-key,json:/payment_id"),
             ("MISSING_KEY_POLICY", "payload-hash"),
             ("IDEMPOTENCY_KEY_PREFIX", "payments#"),
+            ("LONG_KEY_POLICY", "hash"),
+            ("PAYLOAD_HASH", "json:/payment_id,/amount_cents"),
             ("LOCK_TIMEOUT_SECONDS", "12"),
             ("RECORD_RETENTION_SECONDS", "3600"),
             ("SAFETY_MARGIN_MS", "750"),
@@ -237,6 +254,11 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!(settings.store.key_prefix, "payments#");
+        assert_eq!(settings.store.long_keys, LongKeyPolicy::Hash);
+        assert_eq!(
+            settings.function.fingerprint,
+            Fingerprint::Fields(vec!["/payment_id".into(), "/amount_cents".into()])
+        );
         assert_eq!(settings.store.lock_timeout, Duration::from_secs(12));
         assert_eq!(settings.store.retention, Duration::from_secs(3600));
         let function = &settings.function;
@@ -276,6 +298,12 @@ mod tests {
                 "RECORD_RETENTION_SECONDS",
             ),
             (vec![("MISSING_KEY_POLICY", "ignore")], "MISSING_KEY_POLICY"),
+            (
+                vec![("IDEMPOTENCY_KEY_PREFIX", "p#v2#")],
+                "IDEMPOTENCY_KEY_PREFIX",
+            ),
+            (vec![("LONG_KEY_POLICY", "truncate")], "LONG_KEY_POLICY"),
+            (vec![("PAYLOAD_HASH", "md5")], "PAYLOAD_HASH"),
             (vec![("SAFETY_MARGIN_MS", "5s")], "SAFETY_MARGIN_MS"),
             (vec![("ORDERING_MODE", "offset")], "ORDERING_MODE"),
             (vec![("MAX_IN_FLIGHT", "0")], "MAX_IN_FLIGHT"),

@@ -24,8 +24,9 @@ pub enum StoreError {
     },
     /// The fenced write found the item no longer ours: another worker took the
     /// lock over (a newer version) or the item left STARTED. The work must
-    /// not be completed by this worker.
-    #[error("lock lost on key {key:?}: version {version} is no longer ours")]
+    /// not be completed by this worker. (No error text names a key: keys may
+    /// be sensitive, and log lines show them only as `LOG_KEYS` allows.)
+    #[error("lock lost: version {version} is no longer ours")]
     LockLost { key: String, version: u64 },
     /// The idempotency key cannot be stored (empty, or longer than DynamoDB's
     /// 2048-byte partition key limit). Permanent for this record.
@@ -34,7 +35,7 @@ pub enum StoreError {
     /// The stored item lacks an attribute this library writes, or holds it
     /// with the wrong type: someone else wrote it. Permanent until an operator
     /// repairs or deletes it.
-    #[error("malformed idempotency item {key:?}: {reason}")]
+    #[error("malformed idempotency item: {reason}")]
     MalformedItem { key: String, reason: String },
     /// A condition of the work's own writes failed, so the completion
     /// transaction wrote nothing. The handler decides whether that is
@@ -49,12 +50,12 @@ pub enum StoreError {
     TooManyWrites { count: usize },
     /// Other workers kept changing the item while this one tried to claim it.
     /// Retryable.
-    #[error("claim of key {key:?} kept racing with other workers")]
+    #[error("the claim kept racing with other workers")]
     Contention { key: String },
     /// An operator's write (release, retry-failed) found the key not in the
     /// status and version the operator named: absent, in another status, or
     /// at another version (someone took it over). Nothing was written.
-    #[error("key {key:?} is not {expected} at version {version} (found: {found}); nothing written")]
+    #[error("the key is not {expected} at version {version} (found: {found}); nothing written")]
     NotInState {
         key: String,
         expected: &'static str,

@@ -17,12 +17,18 @@ pub use item::{Standing, Status, StoredItem, attr};
 pub(crate) use transitions::names_in;
 pub use transitions::{MAX_EFFECT_WRITES, NewCommit, Refused};
 
-use crate::config::StoreConfig;
+use crate::config::{LongKeyPolicy, StoreConfig};
+use crate::engine::payload_hash;
 
 /// DynamoDB's limit on a partition key value, in bytes.
 pub const MAX_KEY_BYTES: usize = 2048;
-/// Result and error texts are cut to this many bytes before they are stored.
+/// Error texts (and origins) are cut to this many bytes before they are
+/// stored.
 pub const MAX_TEXT_BYTES: usize = 1024;
+/// The largest result a COMPLETED item keeps (64 KiB, well within
+/// DynamoDB's 400 KB item). Results are stored whole, never cut: the engine
+/// fails a message whose result is larger.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// The idempotency table, seen through the transitions of its keys.
 #[derive(Debug, Clone)]
@@ -93,19 +99,24 @@ impl IdempotencyStore {
     }
 
     /// The partition key for an idempotency key, checked against DynamoDB's
-    /// limits.
+    /// limits: a longer key is refused, or hashed under
+    /// [`LongKeyPolicy::Hash`].
     pub fn pk(&self, key: &str) -> Result<String, StoreError> {
         if key.is_empty() {
             return Err(StoreError::InvalidKey("the key is empty".into()));
         }
-        let pk = format!("{}{key}", self.config.key_prefix);
-        if pk.len() > MAX_KEY_BYTES {
-            return Err(StoreError::InvalidKey(format!(
-                "the key is {} bytes with its prefix; DynamoDB allows at most {MAX_KEY_BYTES}",
-                pk.len()
-            )));
+        let prefix = &self.config.key_prefix;
+        let bytes = prefix.len() + key.len();
+        if bytes <= MAX_KEY_BYTES {
+            return Ok(format!("{prefix}{key}"));
         }
-        Ok(pk)
+        match self.config.long_keys {
+            LongKeyPolicy::Hash => Ok(format!("{prefix}sha256:{}", payload_hash(key.as_bytes()))),
+            LongKeyPolicy::Reject => Err(StoreError::InvalidKey(format!(
+                "the key is {bytes} bytes with its prefix; DynamoDB allows at most \
+                 {MAX_KEY_BYTES} (LONG_KEY_POLICY=hash stores a SHA-256 of it instead)"
+            ))),
+        }
     }
 }
 

@@ -45,9 +45,12 @@ impl IdempotencyStore {
         &self,
         keys: &[&str],
     ) -> Result<HashMap<String, StoredItem>, StoreError> {
-        let mut pks: Vec<String> = keys.iter().filter_map(|key| self.pk(key).ok()).collect();
-        pks.sort();
-        pks.dedup();
+        // Each key by its pk (a long key's pk may be its hash).
+        let key_of: HashMap<String, &str> = keys
+            .iter()
+            .filter_map(|key| Some((self.pk(key).ok()?, *key)))
+            .collect();
+        let pks: Vec<String> = key_of.keys().cloned().collect();
         let mut calls = JoinSet::new();
         for chunk in pks.chunks(KEYS_PER_BATCH_GET) {
             let (store, chunk) = (self.clone(), chunk.to_vec());
@@ -62,10 +65,9 @@ impl IdempotencyStore {
             })??;
             for raw in items {
                 let item = StoredItem::parse(&raw)?;
-                // Every key asked for carries the prefix; anything else is ignored.
-                let key = item.pk.strip_prefix(self.config.key_prefix.as_str());
-                if let Some(key) = key.filter(|_| !item.is_expired(now)) {
-                    found.insert(key.to_owned(), item);
+                // Only items asked for count; an expired one is absent.
+                if let Some(key) = key_of.get(&item.pk).filter(|_| !item.is_expired(now)) {
+                    found.insert((*key).to_owned(), item);
                 }
             }
         }

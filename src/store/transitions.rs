@@ -188,7 +188,8 @@ impl IdempotencyStore {
     }
 
     /// Complete: the work is done; redeliveries become duplicates until the
-    /// retention ends. `result` is cut to [`super::MAX_TEXT_BYTES`]. Returns
+    /// retention ends. `result` is stored whole (the engine keeps it within
+    /// [`super::MAX_RESULT_BYTES`]). Returns
     /// the item's new `expires_at` (epoch seconds).
     pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<u64, StoreError> {
         let (update, values, expires_at_s) = self.completion(result);
@@ -248,7 +249,7 @@ impl IdempotencyStore {
         ];
         let update = match result {
             Some(text) => {
-                values.push((":result", s(bounded(text))));
+                values.push((":result", s(text)));
                 "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms, \
                  #result = :result REMOVE #lock_expires_at"
             }
@@ -356,7 +357,7 @@ pub struct NewCommit {
     pub origin: Option<String>,
     /// Unique to this attempt (the handler's fencing token).
     pub owner: String,
-    /// Kept on the COMPLETED item (cut to [`super::MAX_TEXT_BYTES`]).
+    /// Kept whole on the COMPLETED item (within [`super::MAX_RESULT_BYTES`]).
     pub result: Option<String>,
     /// The work's effect.
     pub writes: Vec<TransactWriteItem>,
@@ -412,7 +413,7 @@ impl IdempotencyStore {
             let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
             item.insert("expires_at".to_owned(), n(expires_at_s));
             if let Some(result) = &commit.result {
-                item.insert("result".to_owned(), s(bounded(result)));
+                item.insert("result".to_owned(), s(result));
             }
             items.push(self.put_new(item, now)?);
             owners.push((index, None));

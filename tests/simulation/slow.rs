@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+use exactly_once::lambda::KafkaRecord;
 use exactly_once::ledger::LedgerHandler;
 
 pub struct SlowLedger {
@@ -41,16 +42,18 @@ impl Slowness {
 }
 
 impl RecordHandler for SlowLedger {
+    type Record = KafkaRecord;
+
     async fn handle(
         &self,
         token: &FencingToken,
-        payload: &[u8],
+        record: &KafkaRecord,
     ) -> Result<Completion, HandlerError> {
         let pause = self.slowness.pause();
         if let Some((pause, false)) = pause {
             tokio::time::sleep(pause).await;
         }
-        let completion = self.ledger.handle(token, payload).await;
+        let completion = self.ledger.handle(token, record).await;
         if let Some((pause, true)) = pause {
             tokio::time::sleep(pause).await;
         }

@@ -5,6 +5,7 @@
 //! random key prefix, so tests run in parallel on one table.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod charges;
 pub mod faults;
 pub mod proxy;
 
@@ -109,7 +110,9 @@ pub mod msk {
     use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-    use exactly_once::lambda::{FunctionSettings, KafkaBatchResponse, MskFunction, Ordering};
+    use exactly_once::lambda::{
+        FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, Ordering,
+    };
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
     use serde_json::{Value, json};
@@ -222,6 +225,14 @@ pub mod msk {
     }
 
     pub async fn ledger_function_in(mode: LedgerMode, keys: KeySpec) -> MskFunction<LedgerHandler> {
+        ledger_function_with(mode, settings(keys)).await
+    }
+
+    /// The demo function under `settings`, on a fresh key prefix.
+    pub async fn ledger_function_with(
+        mode: LedgerMode,
+        settings: FunctionSettings,
+    ) -> MskFunction<LedgerHandler> {
         let client = super::client().await;
         let store = exactly_once::IdempotencyStore::new(
             client.clone(),
@@ -230,12 +241,29 @@ pub mod msk {
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
         MskFunction::new(
             Engine::new(store, ledger, EngineConfig::default()),
-            settings(keys),
+            settings,
         )
         .without_metrics()
     }
 
-    pub fn function_with<H: RecordHandler>(
+    /// A record of `payments-0` at offset 0 holding `value`, no key, no
+    /// headers (for tests that hand messages to the engine directly).
+    pub fn kafka_record(value: Vec<u8>) -> KafkaRecord {
+        KafkaRecord {
+            topic: "payments".into(),
+            partition: 0,
+            offset: 0,
+            timestamp_ms: 0,
+            timestamp_type: None,
+            key: None,
+            value,
+            headers: Vec::new(),
+            key_schema: None,
+            value_schema: None,
+        }
+    }
+
+    pub fn function_with<H: RecordHandler<Record = KafkaRecord>>(
         store: exactly_once::IdempotencyStore,
         handler: H,
         keys: KeySpec,
@@ -247,7 +275,7 @@ pub mod msk {
         .without_metrics()
     }
 
-    pub async fn invoke<H: RecordHandler>(
+    pub async fn invoke<H: RecordHandler<Record = KafkaRecord>>(
         function: &MskFunction<H>,
         event: &Value,
     ) -> KafkaBatchResponse {
@@ -261,7 +289,10 @@ pub mod msk {
     /// response reports (or the whole batch after an invocation error, e.g.
     /// DynamoDB timing out under a load of concurrent workers), until nothing
     /// is reported.
-    pub async fn invoke_until_done<H: RecordHandler>(function: &MskFunction<H>, event: &Value) {
+    pub async fn invoke_until_done<H: RecordHandler<Record = KafkaRecord>>(
+        function: &MskFunction<H>,
+        event: &Value,
+    ) {
         for _ in 0..200 {
             let response = function
                 .handle(LambdaEvent::new(event.clone(), Context::default()))

@@ -14,8 +14,8 @@ use crate::engine::{Completion, FencingToken};
 use crate::store::MAX_EFFECT_WRITES;
 
 /// A message whose effect is computed and not yet committed.
-pub(super) struct Planned {
-    pub work: Work,
+pub(super) struct Planned<R> {
+    pub work: Work<R>,
     pub token: FencingToken,
     pub completion: Completion,
     /// The items its writes touch, or None if one is unknown (a Put, whose
@@ -28,17 +28,26 @@ pub(super) struct Planned {
 }
 
 /// Consecutive planned messages that commit in one transaction.
-#[derive(Default)]
-pub(super) struct Group {
-    pub members: Vec<Planned>,
+pub(super) struct Group<R> {
+    pub members: Vec<Planned<R>>,
     pub touched: HashSet<String>,
     actions: usize,
 }
 
-impl Group {
+impl<R> Default for Group<R> {
+    fn default() -> Self {
+        Self {
+            members: Vec::new(),
+            touched: HashSet::new(),
+            actions: 0,
+        }
+    }
+}
+
+impl<R> Group<R> {
     /// Whether `planned` may share this group's transaction: room left, and
     /// no item touched twice (DynamoDB refuses that, and order would matter).
-    pub fn admits(&self, planned: &Planned, limit: usize) -> bool {
+    pub fn admits(&self, planned: &Planned<R>, limit: usize) -> bool {
         let Some(touches) = &planned.touches else {
             return self.members.is_empty();
         };
@@ -49,7 +58,7 @@ impl Group {
                 && touches.iter().all(|item| !self.touched.contains(item)))
     }
 
-    pub fn add(&mut self, planned: Planned) {
+    pub fn add(&mut self, planned: Planned<R>) {
         self.actions += 1 + planned.completion.writes.len();
         self.touched
             .extend(planned.touches.iter().flatten().cloned());
@@ -102,14 +111,14 @@ mod tests {
         TransactWriteItem::builder().put(put).build()
     }
 
-    fn planned(writes: Vec<TransactWriteItem>) -> Planned {
+    fn planned(writes: Vec<TransactWriteItem>) -> Planned<()> {
         Planned {
             touches: writes.iter().map(touched_item).collect(),
             work: Work {
                 key: "k".into(),
-                payload: Vec::new(),
                 payload_hash: "h".into(),
                 origin: "t-0@0".into(),
+                record: (),
             },
             token: FencingToken {
                 key: "k".into(),

@@ -22,11 +22,12 @@ mod group;
 
 use group::{Group, Planned, touched_item};
 
+use super::cache::Completed;
 use super::coalesce::{self, Settled, Turn};
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lane::LaneLog;
 use super::record::store_failure;
-use super::{Batch, Engine, Item, Outcome, RecordOutcome, Work};
+use super::{Batch, Engine, Message, Outcome, RecordOutcome, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
 /// at most this often.
@@ -43,15 +44,17 @@ enum Unplanned {
 }
 
 /// What a message of a lane needs next.
-enum Next {
-    /// Settled without a write: unreadable, or known COMPLETED.
-    Settled(Outcome),
+enum Next<R> {
+    /// Unreadable: settled without a write.
+    Invalid(String),
+    /// Known COMPLETED before the batch, with the stored result.
+    Known(Work<R>, Option<Arc<str>>),
     /// Planned: may join the lane's next transaction.
-    Planned(Planned),
+    Planned(Planned<R>),
     /// A later copy of a key in flight: waits for the first copy.
-    Copy(Work, watch::Receiver<Option<Settled>>),
+    Copy(Work<R>, watch::Receiver<Option<Settled>>),
     /// No effect to commit; settled after the messages before it.
-    Unplanned(Work, Unplanned, watch::Sender<Option<Settled>>),
+    Unplanned(Work<R>, Unplanned, watch::Sender<Option<Settled>>),
 }
 
 impl<H: RecordHandler> Engine<H> {
@@ -59,7 +62,7 @@ impl<H: RecordHandler> Engine<H> {
     /// message not finished.
     pub(super) async fn run_lane_lock_free(
         self: Arc<Self>,
-        lane: Vec<Item>,
+        lane: Vec<Message<H::Record>>,
         batch: Arc<Batch>,
     ) -> Vec<RecordOutcome> {
         let limit = self.config.max_records_per_transaction.max(1);
@@ -79,40 +82,50 @@ impl<H: RecordHandler> Engine<H> {
             // Anything else commits the group before it, in order.
             self.commit_group(std::mem::take(&mut group), &mut log, &batch)
                 .await;
-            match (log.stop_reason(&batch), next) {
-                (Some(reason), _) => log.push(Outcome::NotStarted(reason), started, &batch),
-                (None, Next::Settled(outcome)) => log.push(outcome, started, &batch),
-                (None, Next::Planned(planned)) => group.add(planned),
+            let outcome = match (log.stop_reason(&batch), next) {
+                (Some(reason), _) => Outcome::NotStarted(reason),
+                (None, Next::Invalid(reason)) => Outcome::Invalid { reason },
+                (None, Next::Planned(planned)) => {
+                    group.add(planned);
+                    continue;
+                }
+                (None, Next::Known(work, result)) => {
+                    self.replayed(&work, Outcome::Duplicate { result }).await
+                }
                 (None, Next::Unplanned(work, why, first_copy)) => {
                     let outcome = self.refused(&work, why, &batch).await;
-                    first_copy.send_replace(Some(settled(&work, &outcome)));
-                    log.push(outcome, started, &batch);
+                    first_copy.send_replace(Some(Settled::new(&work.payload_hash, &outcome)));
+                    self.replayed(&work, outcome).await
                 }
                 (None, Next::Copy(work, first)) => {
-                    let outcome = match coalesce::settled(first).await {
-                        Some(first)
-                            if first.finished && first.payload_hash == work.payload_hash =>
-                        {
-                            Outcome::Duplicate
-                        }
-                        _ => self.plan_and_commit(work, &batch).await,
-                    };
-                    log.push(outcome, started, &batch);
+                    match coalesce::duplicate_of(first, &work.payload_hash).await {
+                        Some(result) => self.replayed(&work, Outcome::Duplicate { result }).await,
+                        None => self.plan_and_commit(work, &batch).await,
+                    }
                 }
-            }
+            };
+            log.push(outcome, started, &batch);
         }
         self.commit_group(group, &mut log, &batch).await;
         log.finish(pending)
     }
 
     /// Settles what needs no write, or computes the message's effect.
-    async fn plan_next(&self, item: Item, batch: &Batch, started: Instant) -> Next {
-        let work = match item {
+    async fn plan_next(
+        &self,
+        message: Message<H::Record>,
+        batch: &Batch,
+        started: Instant,
+    ) -> Next<H::Record> {
+        let work = match message {
             Ok(work) => work,
-            Err(reason) => return Next::Settled(Outcome::Invalid { reason }),
+            Err(reason) => return Next::Invalid(reason),
         };
-        if batch.completed.get(&work.key) == Some(&work.payload_hash) {
-            return Next::Settled(Outcome::Duplicate);
+        if let Some(known) = batch.completed.get(&work.key)
+            && known.payload_hash == work.payload_hash
+        {
+            let result = known.result.clone();
+            return Next::Known(work, result);
         }
         let first_copy = match batch.in_flight.turn(&work.key) {
             Turn::Later(first) => return Next::Copy(work, first),
@@ -131,10 +144,10 @@ impl<H: RecordHandler> Engine<H> {
     /// there is none.
     async fn plan(
         &self,
-        work: Work,
+        work: Work<H::Record>,
         started: Instant,
         batch: &Batch,
-    ) -> Result<Planned, (Work, Unplanned)> {
+    ) -> Result<Planned<H::Record>, (Work<H::Record>, Unplanned)> {
         let pk = match self.store.pk(&work.key) {
             Ok(pk) => pk,
             Err(err) => return Err((work, Unplanned::InvalidKey(err))),
@@ -146,9 +159,13 @@ impl<H: RecordHandler> Engine<H> {
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
-            planned = self.handler.handle(&token, &work.payload) => planned,
+            planned = self.handler.handle(&token, &work.record) => planned,
             () = deadline.cut() => return Err((work, Unplanned::Cut)),
         };
+        let planned = planned.and_then(|completion| match completion.refusal() {
+            Some(error) => Err(error),
+            None => Ok(completion),
+        });
         match planned {
             Ok(completion) => Ok(Planned {
                 touches: completion.writes.iter().map(touched_item).collect(),
@@ -164,7 +181,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// A message with no effect to commit: FAILED for a permanent error,
     /// reported otherwise.
-    async fn refused(&self, work: &Work, why: Unplanned, batch: &Batch) -> Outcome {
+    async fn refused(&self, work: &Work<H::Record>, why: Unplanned, batch: &Batch) -> Outcome {
         match why {
             Unplanned::Refused(HandlerError::Permanent(error)) => {
                 self.fail_new(work, error, batch).await
@@ -176,16 +193,19 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// A later copy of a key whose first copy did not finish: on its own.
-    async fn plan_and_commit(&self, work: Work, batch: &Batch) -> Outcome {
+    async fn plan_and_commit(&self, work: Work<H::Record>, batch: &Batch) -> Outcome {
         match self.plan(work, Instant::now(), batch).await {
             Ok(planned) => self.commit_alone(planned, batch).await,
-            Err((work, why)) => self.refused(&work, why, batch).await,
+            Err((work, why)) => {
+                let outcome = self.refused(&work, why, batch).await;
+                self.replayed(&work, outcome).await
+            }
         }
     }
 
     /// Commits a group's messages in order: together while they can, the
     /// one a shared transaction refused alone. Records their outcomes.
-    async fn commit_group(&self, group: Group, log: &mut LaneLog, batch: &Batch) {
+    async fn commit_group(&self, group: Group<H::Record>, log: &mut LaneLog, batch: &Batch) {
         if !group.members.is_empty()
             && batch.combiner.accepts(group.members.len())
             && log.stop_reason(batch).is_none()
@@ -198,7 +218,7 @@ impl<H: RecordHandler> Engine<H> {
                 return;
             }
         }
-        let mut members: VecDeque<Planned> = group.members.into();
+        let mut members: VecDeque<Planned<H::Record>> = group.members.into();
         let mut together = members.len();
         // Set when a shared transaction was refused at a member: once the
         // members before it are committed, it goes alone.
@@ -211,7 +231,7 @@ impl<H: RecordHandler> Engine<H> {
                 return;
             }
             let take = together.clamp(1, members.len());
-            let mut chunk: Vec<Planned> = members.drain(..take).collect();
+            let mut chunk: Vec<Planned<H::Record>> = members.drain(..take).collect();
             if chunk.len() == 1
                 && let Some(planned) = chunk.pop()
             {
@@ -258,22 +278,36 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// Records a message committed with others.
-    fn committed(&self, planned: Planned, expires_at_s: u64, log: &mut LaneLog, batch: &Batch) {
-        self.cache
-            .insert(&planned.work.key, &planned.work.payload_hash, expires_at_s);
-        let outcome = Outcome::Processed { version: 1 };
+    fn committed(
+        &self,
+        planned: Planned<H::Record>,
+        expires_at_s: u64,
+        log: &mut LaneLog,
+        batch: &Batch,
+    ) {
+        let outcome = self.processed(&planned, expires_at_s);
         announce(&planned, &outcome);
         log.push(outcome, planned.started, batch);
     }
 
-    /// Commits one message and says exactly what became of it.
-    async fn commit_alone(&self, planned: Planned, batch: &Batch) -> Outcome {
-        let outcome = self.commit_one(&planned, batch).await;
-        announce(&planned, &outcome);
-        outcome
+    /// A message whose COMPLETED item was written: remembered in the cache.
+    fn processed(&self, planned: &Planned<H::Record>, expires_at_s: u64) -> Outcome {
+        let work = &planned.work;
+        let completed = Completed::new(&work.payload_hash, planned.completion.result.as_deref());
+        let result = completed.result.clone();
+        self.cache.insert(&work.key, completed, expires_at_s);
+        Outcome::Processed { version: 1, result }
     }
 
-    async fn commit_one(&self, planned: &Planned, batch: &Batch) -> Outcome {
+    /// Commits one message and says exactly what became of it (a duplicate
+    /// handed to the handler's `on_duplicate`).
+    async fn commit_alone(&self, planned: Planned<H::Record>, batch: &Batch) -> Outcome {
+        let outcome = self.commit_one(&planned, batch).await;
+        announce(&planned, &outcome);
+        self.replayed(&planned.work, outcome).await
+    }
+
+    async fn commit_one(&self, planned: &Planned<H::Record>, batch: &Batch) -> Outcome {
         let work = &planned.work;
         for _ in 0..COMMIT_ROUNDS {
             let result = {
@@ -281,11 +315,7 @@ impl<H: RecordHandler> Engine<H> {
                 self.store.commit_new(vec![new_commit(planned)]).await
             };
             let item = match result {
-                Ok(Ok(expires_at_s)) => {
-                    self.cache
-                        .insert(&work.key, &work.payload_hash, expires_at_s);
-                    return Outcome::Processed { version: 1 };
-                }
+                Ok(Ok(expires_at_s)) => return self.processed(planned, expires_at_s),
                 Ok(Err(Refused::KeyTaken { item, .. })) => item,
                 // Nothing was written: the effect's own condition decides.
                 Ok(Err(Refused::EffectRefused { write, message, .. })) => {
@@ -311,7 +341,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// A poison message: its key becomes FAILED (if it is new), so that its
     /// redeliveries are refused without running the work.
-    async fn fail_new(&self, work: &Work, error: String, batch: &Batch) -> Outcome {
+    async fn fail_new(&self, work: &Work<H::Record>, error: String, batch: &Batch) -> Outcome {
         let owner = uuid::Uuid::new_v4().to_string();
         for _ in 0..COMMIT_ROUNDS {
             let result = {
@@ -337,7 +367,7 @@ impl<H: RecordHandler> Engine<H> {
     /// taken over by the locking path.
     async fn found(
         &self,
-        work: &Work,
+        work: &Work<H::Record>,
         item: Option<Box<StoredItem>>,
         batch: &Batch,
     ) -> Option<Outcome> {
@@ -347,20 +377,21 @@ impl<H: RecordHandler> Engine<H> {
                 Standing::Expired => return None,
                 Standing::OtherPayload => Outcome::PayloadMismatch,
                 Standing::Completed => {
-                    self.cache
-                        .insert(&work.key, &item.payload_hash, item.expires_at_s);
-                    Outcome::Duplicate
+                    let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+                    let result = completed.result.clone();
+                    self.cache.insert(&work.key, completed, item.expires_at_s);
+                    Outcome::Duplicate { result }
                 }
                 Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
                 Standing::Locked => Outcome::InProgress,
-                Standing::Abandoned => self.run_once(work, batch.guard.deadline()).await,
+                Standing::Abandoned => self.claim_and_run(work, batch.guard.deadline()).await,
             },
         )
     }
 }
 
 /// The claim request a message's items are written with.
-fn request(work: &Work) -> ClaimRequest<'_> {
+fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
     ClaimRequest {
         key: &work.key,
         payload_hash: &work.payload_hash,
@@ -369,7 +400,7 @@ fn request(work: &Work) -> ClaimRequest<'_> {
     }
 }
 
-fn new_commit(planned: &Planned) -> NewCommit {
+fn new_commit<R>(planned: &Planned<R>) -> NewCommit {
     let work = &planned.work;
     NewCommit {
         key: work.key.clone(),
@@ -383,7 +414,7 @@ fn new_commit(planned: &Planned) -> NewCommit {
 
 /// How many members commit together next: the refused one alone, after
 /// those before it; else all.
-fn next_together(refused_next: &mut bool, members: &VecDeque<Planned>) -> usize {
+fn next_together<R>(refused_next: &mut bool, members: &VecDeque<Planned<R>>) -> usize {
     if std::mem::take(refused_next) {
         1
     } else {
@@ -392,22 +423,15 @@ fn next_together(refused_next: &mut bool, members: &VecDeque<Planned>) -> usize 
 }
 
 /// Puts `chunk` back in front of `members`, in order.
-fn requeue(members: &mut VecDeque<Planned>, chunk: Vec<Planned>) {
+fn requeue<R>(members: &mut VecDeque<Planned<R>>, chunk: Vec<Planned<R>>) {
     for planned in chunk.into_iter().rev() {
         members.push_front(planned);
     }
 }
 
-fn settled(work: &Work, outcome: &Outcome) -> Settled {
-    Settled {
-        payload_hash: work.payload_hash.clone(),
-        finished: outcome.is_finished(),
-    }
-}
-
 /// Tells later copies of a first copy's key how it ended.
-fn announce(planned: &Planned, outcome: &Outcome) {
+fn announce<R>(planned: &Planned<R>, outcome: &Outcome) {
     if let Some(first_copy) = &planned.first_copy {
-        first_copy.send_replace(Some(settled(&planned.work, outcome)));
+        first_copy.send_replace(Some(Settled::new(&planned.work.payload_hash, outcome)));
     }
 }
