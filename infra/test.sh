@@ -24,7 +24,7 @@ cargo test
 # lock-free path, the demo ledger's default); the kill storms and
 # tests/lock_free.rs run both paths themselves.
 step "batch tests on the locking path"
-TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput
+TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput --test contract --test secrets
 
 # The batch tests again with records of different Kafka keys free to run
 # concurrently (ORDERING_MODE=key); tests/throughput.rs covers none.

@@ -93,3 +93,26 @@ fn the_function_is_the_msk_handler_binary() {
         Some("bootstrap")
     );
 }
+
+/// The README's handler snippet is the doctest of `RecordHandler` (which
+/// `cargo test` compiles), line for line: it cannot drift from the API.
+#[test]
+fn the_readme_handler_snippet_is_the_compiled_doctest() {
+    let readme = include_str!("../README.md");
+    let section = &readme[readme.find("## Writing a handler").expect("the section")..];
+    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
+    let snippet: Vec<&str> = section[start..]
+        .lines()
+        .take_while(|line| *line != "```")
+        .collect();
+    let source = include_str!("../src/engine/handler.rs");
+    let doc = &source[source.find("/// ```no_run").expect("the doctest")..];
+    let doctest: Vec<&str> = doc
+        .lines()
+        .skip(1)
+        .map(|line| line.trim_start_matches("///").strip_prefix(' ').unwrap_or(""))
+        .take_while(|line| *line != "```")
+        .filter(|line| !line.starts_with("# "))
+        .collect();
+    assert_eq!(snippet, doctest);
+}

@@ -142,6 +142,44 @@ pub enum CommitPath {
 /// `Record` is what the edge hands over for each message (for MSK:
 /// [`crate::lambda::KafkaRecord`], the whole record); the engine never looks
 /// inside it.
+///
+/// A handler calling a payment API (the README's example):
+///
+/// ```no_run
+/// use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+/// use exactly_once::lambda::KafkaRecord;
+/// use exactly_once::redact::json_error;
+/// # #[derive(serde::Deserialize)] struct Payment { id: String }
+/// # struct PaymentApi;
+/// # impl PaymentApi {
+/// #     async fn charge(&self, key: &str, p: &Payment) -> Result<String, String> { Ok(format!("{key} {}", p.id)) }
+/// # }
+///
+/// struct Payments { api: PaymentApi }
+///
+/// impl RecordHandler for Payments {
+///     type Record = KafkaRecord; // the whole record: key, headers, coordinates, value
+///
+///     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion, HandlerError> {
+///         let payment: Payment = serde_json::from_slice(&record.value)
+///             // Permanent: a poison record, stored FAILED. json_error names the
+///             // field and position, never the value (no card number in a log).
+///             .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
+///         // The same key for every delivery, takeover and release of this key:
+///         // the payment API applies the charge once.
+///         let receipt = self.api.charge(token.idempotency_key(), &payment).await
+///             .map_err(HandlerError::Retryable)?;
+///         Ok(Completion::done(receipt)) // stored (up to 64 KiB), given back to duplicates
+///     }
+///
+///     async fn on_duplicate(&self, record: &KafkaRecord, result: Option<&str>) -> Result<(), HandlerError> {
+///         // A duplicate never runs `handle` again; a request-reply consumer
+///         // sends the stored reply again here.
+///         let _ = (record, result);
+///         Ok(())
+///     }
+/// }
+/// ```
 pub trait RecordHandler: Send + Sync + 'static {
     /// One message as the edge delivers it.
     type Record: Send + Sync + 'static;
