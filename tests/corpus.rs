@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use exactly_once::engine::{Engine, EngineConfig};
+use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -219,7 +219,16 @@ async fn function(case: &Value) -> MskFunction<LedgerHandler> {
     // Partition ordering, whatever TEST_ORDERING_MODE says: the expectations
     // are written for it.
     MskFunction::new(
-        Engine::new(store, ledger, EngineConfig::default()),
+        // POISON_POLICY=report: a failed record's effect on its partition
+        // is part of what each case pins (parking: tests/handler.rs).
+        Engine::new(
+            store,
+            ledger,
+            EngineConfig {
+                poison: PoisonPolicy::Report,
+                ..EngineConfig::default()
+            },
+        ),
         FunctionSettings::new(keys),
     )
 }

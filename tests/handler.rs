@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use exactly_once::Status;
-use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::ledger::LedgerMode;
@@ -17,6 +17,7 @@ use serde_json::json;
 use support::msk::{
     Rec, account, balance, event, event_of, header_keys, invoke, invoke_until_done,
     ledger_function, ledger_mode, payment, payment_json, record_json, reported,
+    reporting_ledger_function,
 };
 
 #[tokio::test]
@@ -77,29 +78,35 @@ async fn the_same_batch_from_8_concurrent_invocations_applies_each_payment_once(
     }
 }
 
-#[tokio::test]
-async fn after_a_failure_the_rest_of_its_partition_waits_and_is_reported() {
-    let function = ledger_function(header_keys()).await;
-    let (a, b) = (account(), account());
-    let batch = event(vec![
+/// A partition with a poison record at offset 11 between good payments to
+/// `a`, and another partition of payments to `b`.
+fn poisoned_batch(a: &str, b: &str) -> serde_json::Value {
+    event(vec![
         (
             "payments-0",
             vec![
-                payment(10, "p-1", &a, 1),
+                payment(10, "p-1", a, 1),
                 Rec {
                     offset: 11,
                     key: Some("p-bad".into()),
                     value: b"{not json".to_vec(),
                 },
-                payment(12, "p-3", &a, 100),
-                payment(13, "p-4", &a, 1000),
+                payment(12, "p-3", a, 100),
+                payment(13, "p-4", a, 1000),
             ],
         ),
         (
             "payments-1",
-            vec![payment(3, "p-5", &b, 7), payment(4, "p-6", &b, 8)],
+            vec![payment(3, "p-5", b, 7), payment(4, "p-6", b, 8)],
         ),
-    ]);
+    ])
+}
+
+#[tokio::test]
+async fn with_poison_policy_report_the_rest_of_a_failed_records_partition_waits_and_is_reported() {
+    let function = reporting_ledger_function(header_keys()).await;
+    let (a, b) = (account(), account());
+    let batch = poisoned_batch(&a, &b);
     let response = invoke(&function, &batch).await;
     assert_eq!(
         serde_json::to_value(&response).expect("serialize"),
@@ -140,6 +147,31 @@ async fn after_a_failure_the_rest_of_its_partition_waits_and_is_reported() {
     }
 }
 
+#[tokio::test]
+async fn with_the_default_poison_policy_park_a_failed_record_is_kept_failed_and_its_partition_goes_on()
+ {
+    let function = ledger_function(header_keys()).await;
+    let (a, b) = (account(), account());
+    let batch = poisoned_batch(&a, &b);
+    for _ in 0..2 {
+        let response = invoke(&function, &batch).await;
+        assert_eq!(
+            serde_json::to_value(&response).expect("serialize"),
+            json!({"batchItemFailures": []})
+        );
+    }
+    // Every good payment once; the poison record durably FAILED, with its
+    // error, never run again.
+    assert_eq!((balance(&a).await, balance(&b).await), (1101, 15));
+    let bad = function_store(&function)
+        .get("p-bad")
+        .await
+        .expect("get")
+        .expect("item");
+    assert_eq!((bad.status, bad.attempts), (Status::Failed, Some(1)));
+    assert!(bad.error.unwrap_or_default().starts_with("not a payment:"));
+}
+
 fn function_store<H: RecordHandler<Record = KafkaRecord>>(
     function: &exactly_once::lambda::MskFunction<H>,
 ) -> &exactly_once::IdempotencyStore {
@@ -173,7 +205,11 @@ async fn a_redelivered_poison_record_is_answered_from_the_table_without_rerunnin
     };
     let batch = event(vec![("payments-0", vec![bad])]);
     for _ in 0..3 {
-        assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@5"]);
+        // Parked (the default poison policy): stored FAILED, not reported.
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
     }
     let item = function_store(&function)
         .get("p-poison")
@@ -425,6 +461,10 @@ struct Flaky {
 
 impl RecordHandler for Flaky {
     type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::Locking
+    }
 
     async fn handle(
         &self,

@@ -253,6 +253,79 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     assert_eq!(balance(&a).await, 250);
 }
 
+/// The event with a deadline `ms` from now (a real invocation's context).
+async fn invoke_within<H: RecordHandler<Record = KafkaRecord>>(
+    function: &MskFunction<H>,
+    event: &Value,
+    ms: u64,
+) -> Vec<String> {
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = exactly_once::clock::now_ms() + ms;
+    let response = function
+        .handle(lambda_runtime::LambdaEvent::new(event.clone(), context))
+        .await
+        .expect("not an invocation error");
+    reported(&response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocation() {
+    for mode in ["transactional", "lock-free"] {
+        let a = account();
+        let batch = event(vec![(
+            "payments-0",
+            vec![payment(0, "k-1", &a, 250), payment(1, "k-2", &a, 5)],
+        )]);
+        let config = WorkerConfig {
+            key_prefix: format!("wait-{}#", uuid::Uuid::new_v4()),
+            mode: "direct".into(),
+            lock_ms: 1500,
+            batches: batches_file(std::slice::from_ref(&batch)),
+            first_batch: 0,
+            pause_in_handler: true,
+            charge_api: None,
+        };
+        let mut worker = Worker::start(&config);
+        let claimed = worker.next().await.expect("the worker claims");
+        assert!(claimed.ends_with("k-1 v1"), "{claimed}");
+        worker.kill().await;
+
+        let client = support::client().await;
+        let store = IdempotencyStore::new(client.clone(), store_config(&config));
+        let function = MskFunction::new(
+            Engine::new(store.clone(), ledger(client, mode), EngineConfig::default()),
+            support::msk::settings(header_keys()),
+        )
+        .without_metrics();
+        // The lease outlives the time records may start (deadline in 5.5 s,
+        // safety margin 5 s): reported at once, as in progress.
+        let started = std::time::Instant::now();
+        assert_eq!(
+            invoke_within(&function, &batch, 5_500).await,
+            ["payments-0@0", "payments-0@1"],
+            "{mode}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "{mode}: no wait"
+        );
+        // A real invocation (a minute left): the lease is waited out and the
+        // key taken over in this invocation; nothing goes back to Lambda.
+        assert_eq!(
+            invoke_within(&function, &batch, 60_000).await,
+            Vec::<String>::new(),
+            "{mode}"
+        );
+        let item = store.get("k-1").await.expect("get").expect("item");
+        assert_eq!(
+            (item.status, item.version),
+            (Status::Completed, 2),
+            "{mode}"
+        );
+        assert_eq!(balance(&a).await, 255, "{mode}");
+    }
+}
+
 /// What a storm of kills did to one mode's ledger.
 #[derive(Debug)]
 struct Storm {

@@ -110,7 +110,11 @@ fn the_readme_handler_snippet_is_the_compiled_doctest() {
     let doctest: Vec<&str> = doc
         .lines()
         .skip(1)
-        .map(|line| line.trim_start_matches("///").strip_prefix(' ').unwrap_or(""))
+        .map(|line| {
+            line.trim_start_matches("///")
+                .strip_prefix(' ')
+                .unwrap_or("")
+        })
         .take_while(|line| *line != "```")
         .filter(|line| !line.starts_with("# "))
         .collect();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use exactly_once::dynamo::{RequestCounter, RequestStats};
-use exactly_once::engine::{Engine, EngineConfig};
+use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, StoreConfig};
@@ -26,6 +26,17 @@ async fn counted(
 ) -> MskFunction<LedgerHandler> {
     let mode = support::msk::ledger_mode();
     counted_with(mode, EngineConfig::default(), config, ordering, counter).await
+}
+
+/// The ledger function with `POISON_POLICY=report`: a FAILED record stops
+/// its lane.
+async fn reporting(config: &StoreConfig, ordering: Ordering) -> MskFunction<LedgerHandler> {
+    let engine = EngineConfig {
+        poison: PoisonPolicy::Report,
+        ..EngineConfig::default()
+    };
+    let (mode, counter) = (support::msk::ledger_mode(), RequestCounter::default());
+    counted_with(mode, engine, config, ordering, &counter).await
 }
 
 /// The ledger function in `mode` with `engine`'s settings, counting requests.
@@ -251,7 +262,7 @@ fn base64_of(text: &str) -> String {
 #[tokio::test]
 async fn in_key_mode_a_failure_stops_only_its_own_key() {
     let config = support::store_config(Duration::from_secs(30));
-    let function = counted(&config, Ordering::Key, &RequestCounter::default()).await;
+    let function = reporting(&config, Ordering::Key).await;
     let (a, b) = (account(), account());
     let response = invoke(&function, &keyed_partition(&a, &b)).await;
     // Key A stops at its poison record; key B finishes past it.
@@ -260,9 +271,28 @@ async fn in_key_mode_a_failure_stops_only_its_own_key() {
 }
 
 #[tokio::test]
-async fn in_partition_mode_a_failure_stops_the_whole_partition() {
+async fn with_the_default_poison_policy_park_the_partition_goes_on_past_a_failed_record() {
     let config = support::store_config(Duration::from_secs(30));
     let function = counted(&config, Ordering::Partition, &RequestCounter::default()).await;
+    let (a, b) = (account(), account());
+    let response = invoke(&function, &keyed_partition(&a, &b)).await;
+    // The poison record is FAILED in the table (the durable record of it),
+    // not reported: nothing of the partition goes back to Lambda.
+    assert_eq!(reported(&response), Vec::<String>::new());
+    assert_eq!((balance(&a).await, balance(&b).await), (101, 1010));
+    let store = IdempotencyStore::new(support::client().await, config);
+    let parked = store
+        .get("a-2")
+        .await
+        .expect("get")
+        .expect("the FAILED item");
+    assert_eq!(parked.status, exactly_once::Status::Failed);
+}
+
+#[tokio::test]
+async fn in_partition_mode_a_failure_stops_the_whole_partition() {
+    let config = support::store_config(Duration::from_secs(30));
+    let function = reporting(&config, Ordering::Partition).await;
     let (a, b) = (account(), account());
     let response = invoke(&function, &keyed_partition(&a, &b)).await;
     assert_eq!(

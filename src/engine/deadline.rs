@@ -54,6 +54,12 @@ impl Deadline {
         self.at_ms.is_none_or(|at| now_ms() + self.margin_ms < at)
     }
 
+    /// Whether a record could still start at `at_ms` (epoch ms). Only with a
+    /// known deadline: without one nothing is worth waiting for.
+    pub fn may_start_at(&self, at_ms: u64) -> bool {
+        self.at_ms.is_some_and(|at| at_ms + self.margin_ms < at)
+    }
+
     /// Epoch ms at which running work is cut.
     pub fn cut_at_ms(&self) -> Option<u64> {
         self.at_ms.map(|at| at.saturating_sub(self.margin_ms / 2))

@@ -121,12 +121,11 @@ impl Completion {
 }
 
 /// How the engine commits a handler's work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitPath {
     /// Claim the key (a lock), run the work under a renewed lease, record
     /// the outcome with fenced writes: for work with effects outside
     /// DynamoDB. Two requests per new message.
-    #[default]
     Locking,
     /// No claim, no lock: the work's whole effect is the DynamoDB writes it
     /// returns in [`Completion::writes`], computed WITHOUT side effects (the
@@ -146,7 +145,7 @@ pub enum CommitPath {
 /// A handler calling a payment API (the README's example):
 ///
 /// ```no_run
-/// use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+/// use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 /// use exactly_once::lambda::KafkaRecord;
 /// use exactly_once::redact::json_error;
 /// # #[derive(serde::Deserialize)] struct Payment { id: String }
@@ -159,6 +158,10 @@ pub enum CommitPath {
 ///
 /// impl RecordHandler for Payments {
 ///     type Record = KafkaRecord; // the whole record: key, headers, coordinates, value
+///
+///     fn commit_path(&self) -> CommitPath {
+///         CommitPath::Locking // the effect is outside DynamoDB: claim, then call
+///     }
 ///
 ///     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion, HandlerError> {
 ///         let payment: Payment = serde_json::from_slice(&record.value)
@@ -184,12 +187,12 @@ pub trait RecordHandler: Send + Sync + 'static {
     /// One message as the edge delivers it.
     type Record: Send + Sync + 'static;
 
-    /// How this handler's work is committed (default: [`CommitPath::Locking`]).
-    /// Answer [`CommitPath::LockFree`] only if `handle` performs no side
-    /// effect and derives its writes from the record alone.
-    fn commit_path(&self) -> CommitPath {
-        CommitPath::Locking
-    }
+    /// How this handler's work is committed. Required, with no default, so
+    /// that a wrapper around another handler must say (usually: forward the
+    /// inner handler's answer) and can never switch paths silently. Answer
+    /// [`CommitPath::LockFree`] only if `handle` performs no side effect and
+    /// derives its writes from the record alone.
+    fn commit_path(&self) -> CommitPath;
 
     /// Does the work for `record`, or returns it as writes to commit (see
     /// [`Completion`]).

@@ -35,8 +35,9 @@ impl LaneLog {
         self.stop
     }
 
-    /// Records the next message's outcome. One not finished stops the lane;
-    /// DynamoDB unavailable stops the whole batch (fail closed).
+    /// Records the next message's outcome. One not done (finished, or
+    /// parked) stops the lane; DynamoDB unavailable stops the whole batch
+    /// (fail closed).
     pub fn push(&mut self, outcome: Outcome, started: Instant, batch: &Batch) {
         if let Outcome::StoreFailed(err) = &outcome
             && err.is_retryable()
@@ -44,7 +45,7 @@ impl LaneLog {
             tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
             batch.guard.store_failed();
         }
-        if !outcome.is_finished() {
+        if !outcome.is_done(batch.poison) {
             self.stop = self.stop.or(Some(StopReason::EarlierRecordUnfinished));
         }
         self.outcomes.push(RecordOutcome {

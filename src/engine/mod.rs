@@ -36,7 +36,7 @@ pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
-pub use outcome::Outcome;
+pub use outcome::{Outcome, PoisonPolicy};
 
 use crate::store::IdempotencyStore;
 use cache::{Completed, CompletedCache};
@@ -83,6 +83,8 @@ pub struct EngineConfig {
     /// transaction (consecutive ones of a lane, or the groups of lanes ready
     /// at once; 1: each alone). Default 10.
     pub max_records_per_transaction: usize,
+    /// Whether a message stored FAILED stops its lane. Default: park.
+    pub poison: PoisonPolicy,
 }
 
 impl Default for EngineConfig {
@@ -92,6 +94,7 @@ impl Default for EngineConfig {
             claim_ahead: 16,
             completed_cache: 10_000,
             max_records_per_transaction: 10,
+            poison: PoisonPolicy::Park,
         }
     }
 }
@@ -118,6 +121,7 @@ struct Batch {
     /// batch, so that `in_flight` keeps its idempotency keys distinct.
     combiner: Arc<Combiner>,
     guard: BatchGuard,
+    poison: PoisonPolicy,
     /// Keys known COMPLETED before the batch started.
     completed: HashMap<String, Completed>,
 }
@@ -150,6 +154,10 @@ impl<H: RecordHandler> Engine<H> {
         &self.handler
     }
 
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
     /// Runs every lane; returns one outcome per message, in the lanes'
     /// shape, and whether DynamoDB failed during the batch.
     pub async fn run_batch(
@@ -166,6 +174,7 @@ impl<H: RecordHandler> Engine<H> {
                 self.config.max_records_per_transaction.max(1),
             ),
             guard: BatchGuard::new(deadline),
+            poison: self.config.poison,
         });
         let mut tasks = JoinSet::new();
         let lane_count = lanes.len();

@@ -44,10 +44,48 @@ pub enum Outcome {
     NotStarted(StopReason),
 }
 
+/// What becomes of a message whose permanent failure is durably stored
+/// (its key FAILED, with the error): `POISON_POLICY`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PoisonPolicy {
+    /// It counts as done: its lane goes on, it is not redelivered. The
+    /// FAILED item is the durable record (listed by `exactly-once-ops
+    /// failed`, counted in the `Parked` metric, alarmed on). The default.
+    #[default]
+    Park,
+    /// It is reported, and the rest of its lane with it: the event source
+    /// mapping redelivers them until its retries run out, then sends them
+    /// all to the on-failure destination.
+    Report,
+}
+
+impl PoisonPolicy {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "park" => Ok(Self::Park),
+            "report" => Ok(Self::Report),
+            other => Err(format!(
+                "unknown poison policy {other:?}; expected park or report"
+            )),
+        }
+    }
+}
+
 impl Outcome {
-    /// Finished messages need no redelivery; every other one is reported.
+    /// Processed or a verified duplicate: the key is COMPLETED.
     pub fn is_finished(&self) -> bool {
         matches!(self, Self::Processed { .. } | Self::Duplicate { .. })
+    }
+
+    /// A permanent failure durably stored: the key is FAILED.
+    pub fn is_parkable(&self) -> bool {
+        matches!(self, Self::Failed { .. } | Self::PreviouslyFailed { .. })
+    }
+
+    /// Needs no redelivery under `poison`: finished, or parked. Every other
+    /// message is reported, and the rest of its lane is not started.
+    pub fn is_done(&self, poison: PoisonPolicy) -> bool {
+        self.is_finished() || (poison == PoisonPolicy::Park && self.is_parkable())
     }
 
     /// The result stored for the key, when the key is COMPLETED.

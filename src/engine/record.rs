@@ -1,7 +1,9 @@
 //! The life of one message: claim, run under a renewed lease, record.
 
+use std::time::Duration;
+
 use crate::clock::duration_ms;
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError};
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError, StoredItem};
 
 use super::cache::Completed;
 use super::deadline::Deadline;
@@ -37,6 +39,9 @@ impl<H: RecordHandler> Engine<H> {
     /// Claims a message's key: the lease to do its work, or the outcome
     /// that makes the work unnecessary or impossible now. (The payload itself
     /// is not needed: claims made ahead do not copy it.)
+    /// A key held by another worker whose lease ends while records may
+    /// still start is waited for and claimed again (taken over if that
+    /// worker crashed, a duplicate if it finished).
     pub(super) async fn claim(
         &self,
         key: &str,
@@ -44,31 +49,57 @@ impl<H: RecordHandler> Engine<H> {
         origin: &str,
         deadline: Deadline,
     ) -> Result<Lease, Outcome> {
-        let _permit = self.permits.acquire().await;
-        let claim = self
-            .store
-            .claim(ClaimRequest {
-                key,
-                payload_hash,
-                origin: Some(origin),
-                lease_cap_ms: deadline.lease_cap_ms(),
-            })
-            .await;
-        match claim {
-            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
-            Ok(ClaimOutcome::Duplicate(item)) => {
-                let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-                let result = completed.result.clone();
-                self.cache.insert(key, completed, item.expires_at_s);
-                Err(Outcome::Duplicate { result })
-            }
-            Ok(ClaimOutcome::InProgress(_)) => Err(Outcome::InProgress),
-            Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
-            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
-                Err(Outcome::PreviouslyFailed { error: item.error })
-            }
-            Err(err) => Err(store_failure(err)),
+        loop {
+            let claim = {
+                let _permit = self.permits.acquire().await;
+                self.store
+                    .claim(ClaimRequest {
+                        key,
+                        payload_hash,
+                        origin: Some(origin),
+                        lease_cap_ms: deadline.lease_cap_ms(),
+                    })
+                    .await
+            };
+            return match claim {
+                Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
+                Ok(ClaimOutcome::Duplicate(item)) => {
+                    let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+                    let result = completed.result.clone();
+                    self.cache.insert(key, completed, item.expires_at_s);
+                    Err(Outcome::Duplicate { result })
+                }
+                Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline) {
+                    Some(wait) => {
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    None => Err(Outcome::InProgress),
+                },
+                Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
+                Ok(ClaimOutcome::PreviouslyFailed(item)) => {
+                    Err(Outcome::PreviouslyFailed { error: item.error })
+                }
+                Err(err) => Err(store_failure(err)),
+            };
         }
+    }
+
+    /// How long to wait for another worker's lease on a key to end, if it
+    /// ends while records of this invocation may still start: a crashed
+    /// container's key is then taken over here, instead of the record being
+    /// reported (and redelivered at once, again and again) until the event
+    /// source mapping's retries run out and it lands in the on-failure
+    /// destination although nothing is wrong with it. `None` without a
+    /// known deadline, or when the lease outlives the invocation.
+    pub(super) fn lease_wait(&self, item: &StoredItem, deadline: Deadline) -> Option<Duration> {
+        let now = self.store.now_ms();
+        // Just past the lease's end (the takeover condition is strict), with
+        // a little spread so that waiting takers do not all come at once.
+        let left = item.lock_expires_at_ms?.saturating_sub(now) + 1 + now % 20;
+        deadline
+            .may_start_at(crate::clock::now_ms() + left)
+            .then(|| Duration::from_millis(left))
     }
 
     /// Runs the business logic under `lease` and records its outcome.

@@ -158,8 +158,8 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
                     outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
                     elapsed: Duration::ZERO,
                 });
-                report.record(&at, key.as_deref(), &result, self.settings.log_keys);
-                if !result.outcome.is_finished() {
+                let poison = self.engine.config().poison;
+                if report.record(&at, key.as_deref(), &result, self.settings.log_keys, poison) {
                     failures.push(at);
                 }
             }
@@ -168,6 +168,7 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
             request_id = %event.context.request_id,
             records = report.records,
             finished = report.finished,
+            parked = report.parked,
             reported = report.reported,
             store_unavailable = batch.store_unavailable,
             elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,

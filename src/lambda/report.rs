@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::dynamo::RequestStats;
-use crate::engine::RecordOutcome;
+use crate::engine::{PoisonPolicy, RecordOutcome};
 
 use super::Coordinates;
 
@@ -51,6 +51,8 @@ pub struct InvocationReport {
     outcomes: BTreeMap<&'static str, u64>,
     pub records: u64,
     pub finished: u64,
+    /// Stored FAILED and not reported (`POISON_POLICY=park`).
+    pub parked: u64,
     pub reported: u64,
 }
 
@@ -61,32 +63,41 @@ impl InvocationReport {
             outcomes: BTreeMap::new(),
             records: 0,
             finished: 0,
+            parked: 0,
             reported: 0,
         }
     }
 
-    /// Logs one record's outcome and counts it.
+    /// Logs one record's outcome and counts it; whether it is reported.
     pub fn record(
         &mut self,
         at: &Coordinates,
         key: Option<&str>,
         result: &RecordOutcome,
         keys: KeyLogging,
-    ) {
+        poison: PoisonPolicy,
+    ) -> bool {
         let outcome = &result.outcome;
         let name = outcome.name();
         let key = key.map(|k| keys.show(k)).unwrap_or_default();
         let elapsed_ms = result.elapsed.as_secs_f64() * 1000.0;
+        self.records += 1;
+        *self.outcomes.entry(name).or_default() += 1;
         if outcome.is_finished() {
             tracing::info!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, "record finished");
             self.finished += 1;
+            false
+        } else if outcome.is_done(poison) {
+            let detail = outcome.detail().unwrap_or_default();
+            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record failed permanently, parked (its key is FAILED)");
+            self.parked += 1;
+            false
         } else {
             let detail = outcome.detail().unwrap_or_default();
             tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record not finished, reported");
             self.reported += 1;
+            true
         }
-        self.records += 1;
-        *self.outcomes.entry(name).or_default() += 1;
     }
 
     pub fn elapsed(&self) -> Duration {
@@ -105,6 +116,7 @@ impl InvocationReport {
         let mut metrics: Vec<(String, f64, &str)> = vec![
             ("Records".into(), self.records as f64, "Count"),
             ("Reported".into(), self.reported as f64, "Count"),
+            ("Parked".into(), self.parked as f64, "Count"),
             (
                 "BatchDuration".into(),
                 self.elapsed().as_secs_f64() * 1000.0,
@@ -278,6 +290,7 @@ mod tests {
                 result: None,
             }),
             KeyLogging::Hash,
+            PoisonPolicy::Report,
         );
         report.record(
             &at(2),
@@ -287,8 +300,15 @@ mod tests {
                 result: None,
             }),
             KeyLogging::Plain,
+            PoisonPolicy::Report,
         );
-        report.record(&at(3), None, &record(Outcome::LockLost), KeyLogging::Plain);
+        report.record(
+            &at(3),
+            None,
+            &record(Outcome::LockLost),
+            KeyLogging::Plain,
+            PoisonPolicy::Report,
+        );
         let requests = BTreeMap::from([
             (
                 "PutItem".to_owned(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::config::{LongKeyPolicy, StoreConfig};
-use crate::engine::EngineConfig;
+use crate::engine::{EngineConfig, PoisonPolicy};
 
 use super::Ordering;
 use super::fingerprint::Fingerprint;
@@ -29,6 +29,7 @@ pub const ENV_VARS: &[&str] = &[
     "CLAIM_AHEAD",
     "COMPLETED_CACHE_SIZE",
     "MAX_RECORDS_PER_TRANSACTION",
+    "POISON_POLICY",
     "LOG_KEYS",
 ];
 
@@ -143,6 +144,12 @@ impl Settings {
                     _ => Err("expected a whole number from 1 to 50".to_owned()),
                 },
             )?,
+            poison: parsed(
+                var,
+                "POISON_POLICY",
+                PoisonPolicy::Park,
+                PoisonPolicy::parse,
+            )?,
         };
         let header = var("IDEMPOTENCY_KEY_HEADER").unwrap_or_else(|| "idempotency-key".into());
         let missing = parsed(
@@ -250,6 +257,7 @@ mod tests {
             ("CLAIM_AHEAD", "4"),
             ("COMPLETED_CACHE_SIZE", "0"),
             ("MAX_RECORDS_PER_TRANSACTION", "1"),
+            ("POISON_POLICY", "report"),
             ("LOG_KEYS", "hash"),
         ])
         .expect("valid");
@@ -280,6 +288,7 @@ mod tests {
                 claim_ahead: 4,
                 completed_cache: 0,
                 max_records_per_transaction: 1,
+                poison: PoisonPolicy::Report,
             }
         );
     }
@@ -313,6 +322,7 @@ mod tests {
                 "MAX_RECORDS_PER_TRANSACTION",
             ),
             (vec![("COMPLETED_CACHE_SIZE", "-1")], "COMPLETED_CACHE_SIZE"),
+            (vec![("POISON_POLICY", "skip")], "POISON_POLICY"),
             (
                 vec![("IDEMPOTENCY_KEY_SOURCE", "json:payment_id")],
                 "IDEMPOTENCY_KEY_SOURCE",

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exactly_once::engine::{Completion, FencingToken, HandlerError, RecordHandler};
+use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::ledger::LedgerHandler;
 
@@ -43,6 +43,12 @@ impl Slowness {
 
 impl RecordHandler for SlowLedger {
     type Record = KafkaRecord;
+
+    /// The ledger's own path: a wrapper that answered anything else would
+    /// run every lock-free schedule on the locking path.
+    fn commit_path(&self) -> CommitPath {
+        self.ledger.commit_path()
+    }
 
     async fn handle(
         &self,

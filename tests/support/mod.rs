@@ -225,13 +225,24 @@ pub mod msk {
     }
 
     pub async fn ledger_function_in(mode: LedgerMode, keys: KeySpec) -> MskFunction<LedgerHandler> {
-        ledger_function_with(mode, settings(keys)).await
+        ledger_function_with(mode, settings(keys), EngineConfig::default()).await
     }
 
-    /// The demo function under `settings`, on a fresh key prefix.
+    /// The demo function with `POISON_POLICY=report` (a FAILED record stops
+    /// its lane), in the ledger mode of [`ledger_mode`].
+    pub async fn reporting_ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
+        let engine = EngineConfig {
+            poison: exactly_once::engine::PoisonPolicy::Report,
+            ..EngineConfig::default()
+        };
+        ledger_function_with(ledger_mode(), settings(keys), engine).await
+    }
+
+    /// The demo function under `settings` and `engine`, on a fresh key prefix.
     pub async fn ledger_function_with(
         mode: LedgerMode,
         settings: FunctionSettings,
+        engine: EngineConfig,
     ) -> MskFunction<LedgerHandler> {
         let client = super::client().await;
         let store = exactly_once::IdempotencyStore::new(
@@ -239,11 +250,7 @@ pub mod msk {
             super::store_config(std::time::Duration::from_secs(30)),
         );
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
-        MskFunction::new(
-            Engine::new(store, ledger, EngineConfig::default()),
-            settings,
-        )
-        .without_metrics()
+        MskFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
     }
 
     /// A record of `payments-0` at offset 0 holding `value`, no key, no

@@ -363,8 +363,8 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// What the item found under a message's key means for it; None: the
-    /// item has expired, try again. An abandoned lock of the locking path is
-    /// taken over by the locking path.
+    /// item has expired, or a lease was waited out: try again. An abandoned
+    /// lock of the locking path is taken over by the locking path.
     async fn found(
         &self,
         work: &Work<H::Record>,
@@ -383,7 +383,13 @@ impl<H: RecordHandler> Engine<H> {
                     Outcome::Duplicate { result }
                 }
                 Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
-                Standing::Locked => Outcome::InProgress,
+                Standing::Locked => match self.lease_wait(&item, batch.guard.deadline()) {
+                    Some(wait) => {
+                        tokio::time::sleep(wait).await;
+                        return None;
+                    }
+                    None => Outcome::InProgress,
+                },
                 Standing::Abandoned => self.claim_and_run(work, batch.guard.deadline()).await,
             },
         )
