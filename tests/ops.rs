@@ -202,9 +202,14 @@ async fn inspect_an_item_past_its_ttl_says_it_counts_as_absent() {
 
 /// The keys a `stuck` run listed (first field of every line but the summary).
 fn listed(run: &Run) -> BTreeSet<String> {
+    listed_as(run, " stuck STARTED key(s)")
+}
+
+/// The keys a listing run printed, its summary holding `summary`.
+fn listed_as(run: &Run, summary_holds: &str) -> BTreeSet<String> {
     let lines: Vec<&str> = run.stdout.lines().collect();
     let (summary, keys) = lines.split_last().expect("a summary line");
-    assert!(summary.contains(" stuck STARTED key(s)"), "{run:?}");
+    assert!(summary.contains(summary_holds), "{run:?}");
     keys.iter()
         .map(|line| line.split('\t').next().unwrap_or_default().to_owned())
         .collect()
@@ -254,6 +259,20 @@ async fn stuck_lists_exactly_the_stale_started_keys() {
     assert!(run.has("lock=live until "), "{run:?}");
     assert!(run.has("reason=older than 100ms"), "{run:?}");
     assert!(run.has("over 3 segment(s)"), "{run:?}");
+}
+
+#[tokio::test]
+async fn failed_lists_exactly_the_failed_keys_with_their_error() {
+    let (store, _) = stores().await;
+    acquire(&store, "live").await;
+    completed(&store, "done").await;
+    failed(&store, "poison-1").await;
+    failed(&store, "poison-2").await;
+    let run = ops(store.config(), &["failed", "--segments", "2"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let expected: BTreeSet<String> = ["poison-1", "poison-2"].map(String::from).into();
+    assert_eq!(listed_as(&run, "2 FAILED key(s)"), expected, "{run:?}");
+    assert!(run.has("\terror=not a payment"), "{run:?}");
 }
 
 #[tokio::test]

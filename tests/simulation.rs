@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use exactly_once::ledger::LedgerMode;
 use exactly_once::{IdempotencyStore, StoreConfig};
 use simulation::container::{ClockSkew, Containers};
 use simulation::invariants::{check, final_items};
@@ -49,7 +50,13 @@ const SCHEDULE_LIMIT: Duration = Duration::from_secs(120);
 struct Report {
     records: u64,
     completed: u64,
+    parked: u64,
+    produced_bad: u64,
     dead_lettered: u64,
+    /// Destination records by cause.
+    causes: BTreeMap<String, u64>,
+    /// Schedules run in lock-free mode (their path asserted).
+    lock_free_schedules: u64,
     repeats: u64,
     invocations: u64,
     /// Invocation errors (batches retried whole) and bisections of them.
@@ -65,6 +72,12 @@ impl Report {
     fn add(&mut self, other: &Report) {
         self.records += other.records;
         self.completed += other.completed;
+        self.parked += other.parked;
+        self.produced_bad += other.produced_bad;
+        self.lock_free_schedules += other.lock_free_schedules;
+        for (cause, count) in &other.causes {
+            *self.causes.entry(cause.clone()).or_default() += count;
+        }
         self.dead_lettered += other.dead_lettered;
         self.repeats += other.repeats;
         self.invocations += other.invocations;
@@ -150,6 +163,11 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     .await;
     report.records = findings.records;
     report.completed = findings.completed;
+    report.parked = findings.parked;
+    report.produced_bad = findings.produced_bad;
+    for cause in mapping.destination_causes.values() {
+        *report.causes.entry(cause.clone()).or_default() += 1;
+    }
     report.dead_lettered = findings.dead_lettered;
     report.repeats = findings.repeats;
     report.invocations = counts.invocations;
@@ -158,8 +176,32 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report.writes = log.len() as u64;
     report.violations = mapping.violations.clone();
     report.violations.extend(findings.violations);
+    report
+        .violations
+        .extend(path_violations(&schedule, &log, report.completed));
+    report.lock_free_schedules = u64::from(schedule.ledger_mode == LedgerMode::LockFree);
     report.violations.extend(log.check(&items));
     report
+}
+
+/// The schedule ran the commit path its ledger mode declares: lock-free
+/// schedules created their items lock-free (no claim at all: a wrapper that
+/// lost the path would show here), locking ones by claims only.
+fn path_violations(schedule: &Schedule, log: &WriteLog, completed: u64) -> Vec<String> {
+    let paths = log.paths();
+    let wrong = match schedule.ledger_mode {
+        LedgerMode::LockFree => paths.claims > 0 || (completed > 0 && paths.lock_free == 0),
+        LedgerMode::Transactional | LedgerMode::Direct => paths.lock_free > 0,
+    };
+    wrong
+        .then(|| {
+            format!(
+                "{:?} mode ran another path: {} claims, {} lock-free creations",
+                schedule.ledger_mode, paths.claims, paths.lock_free
+            )
+        })
+        .into_iter()
+        .collect()
 }
 
 /// `client` with long timeouts and many retries: for the checks' reads.
@@ -230,11 +272,19 @@ async fn randomized_schedules_keep_every_invariant() {
         .iter()
         .map(|(kind, count)| format!("{kind} {count}"))
         .collect();
+    let share = |n: u64| 100.0 * n as f64 / total.records.max(1) as f64;
+    let causes: Vec<String> = total
+        .causes
+        .iter()
+        .map(|(cause, count)| format!("{cause} {count} ({:.1}%)", share(*count)))
+        .collect();
     let summary = format!(
-        "simulation: seed {seed}, {schedules} schedules in {:.1} s, {} invocations \
-         ({} invocation errors, {} bisections), \
-         faults injected: {} ({}), records checked {} ({} completed, {} in the destination), \
+        "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted) in {:.1} s, \
+         {} invocations ({} invocation errors, {} bisections), \
+         faults injected: {} ({}), records checked {} ({} produced bad: {:.1}%; {} completed, \
+         {} parked, {} in the destination: {:.1}%, by cause: {}), \
          writes checked {}, direct-mode repeats {}, violations: {}",
+        total.lock_free_schedules,
         started.elapsed().as_secs_f64(),
         total.invocations,
         total.invocation_errors,
@@ -242,8 +292,13 @@ async fn randomized_schedules_keep_every_invariant() {
         total.faults.values().sum::<u64>(),
         faults.join(", "),
         total.records,
+        total.produced_bad,
+        share(total.produced_bad),
         total.completed,
+        total.parked,
         total.dead_lettered,
+        share(total.dead_lettered),
+        causes.join(", "),
         total.writes,
         total.repeats,
         failures.iter().map(|(_, v)| v.len()).sum::<usize>(),

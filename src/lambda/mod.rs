@@ -81,6 +81,26 @@ impl Ordering {
     }
 }
 
+/// One invocation's answer, and what became of each record.
+#[derive(Debug)]
+pub struct Invocation {
+    pub response: KafkaBatchResponse,
+    /// Every record of the event, in the lanes' order.
+    pub records: Vec<RecordReport>,
+}
+
+/// What became of one record (what its log line says).
+#[derive(Debug, Clone)]
+pub struct RecordReport {
+    pub at: Coordinates,
+    /// The outcome's name (`processed`, `duplicate`, `failed`, ...).
+    pub outcome: &'static str,
+    /// Why it did not finish, if so (never payload content).
+    pub detail: Option<String>,
+    /// Listed in the response's failures.
+    pub reported: bool,
+}
+
 /// A record's coordinates and, if it has one, its idempotency key.
 type Label = (Coordinates, Option<String>);
 
@@ -122,11 +142,21 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
     }
 
     /// Handles one invocation. Every record is either finished (processed or
-    /// a verified duplicate) or listed in the response's failures.
+    /// a verified duplicate), parked (FAILED, under `POISON_POLICY=park`) or
+    /// listed in the response's failures.
     pub async fn handle(
         &self,
         event: LambdaEvent<Value>,
     ) -> Result<KafkaBatchResponse, InvocationError> {
+        self.invoke(event)
+            .await
+            .map(|invocation| invocation.response)
+    }
+
+    /// [`Self::handle`], with what became of each record (for tests, custom
+    /// metrics, or a wrapper of the runtime).
+    pub async fn invoke(&self, event: LambdaEvent<Value>) -> Result<Invocation, InvocationError> {
+        let mut reports = Vec::new();
         let mut report = InvocationReport::new();
         let requests_before = self.requests.as_ref().map(RequestCounter::stats);
         let partitions = decode::decode_event(&event.payload)?;
@@ -159,7 +189,15 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
                     elapsed: Duration::ZERO,
                 });
                 let poison = self.engine.config().poison;
-                if report.record(&at, key.as_deref(), &result, self.settings.log_keys, poison) {
+                let reported =
+                    report.record(&at, key.as_deref(), &result, self.settings.log_keys, poison);
+                reports.push(RecordReport {
+                    outcome: result.outcome.name(),
+                    detail: result.outcome.detail(),
+                    reported,
+                    at: at.clone(),
+                });
+                if reported {
                     failures.push(at);
                 }
             }
@@ -188,8 +226,11 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
             });
         }
         failures.sort();
-        Ok(KafkaBatchResponse {
-            batch_item_failures: failures.into_iter().map(Into::into).collect(),
+        Ok(Invocation {
+            response: KafkaBatchResponse {
+                batch_item_failures: failures.into_iter().map(Into::into).collect(),
+            },
+            records: reports,
         })
     }
 

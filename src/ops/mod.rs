@@ -83,6 +83,20 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         page_size: Option<u32>,
     },
+    /// List FAILED keys, with their error: every poison record (parked by
+    /// `POISON_POLICY=park`, or refused on every delivery).
+    ///
+    /// COST: a Scan, like `stuck` (it reads every item of the table). A
+    /// FAILED key runs again only after `retry-failed` and a redelivery of
+    /// its record.
+    Failed {
+        /// Parallel scan segments (1 to 1000).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        segments: u32,
+        /// Items DynamoDB evaluates per page (its `Limit`); default: 1 MB pages.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        page_size: Option<u32>,
+    },
     /// Make a STARTED key claimable at once (its lock ends now).
     ///
     /// The next delivery takes it over as version + 1. Fenced: written only
@@ -141,7 +155,14 @@ pub async fn run(cli: Cli) -> ExitCode {
             older_than,
             segments,
             page_size,
-        } => ops.stuck(older_than, segments, page_size).await,
+        } => {
+            let listing = stuck::Listing::Stuck { older_than };
+            ops.list(listing, segments, page_size).await
+        }
+        Command::Failed {
+            segments,
+            page_size,
+        } => ops.list(stuck::Listing::Failed, segments, page_size).await,
         Command::Release { key, version } => ops.release(&key, version).await,
         Command::RetryFailed { key, version } => ops.retry_failed(&key, version).await,
     };
@@ -247,9 +268,9 @@ impl Ops {
         })
     }
 
-    async fn stuck(
+    async fn list(
         &self,
-        older_than: Duration,
+        listing: stuck::Listing,
         segments: u32,
         page_size: Option<u32>,
     ) -> Result<ExitCode, StoreError> {
@@ -258,7 +279,7 @@ impl Ops {
             table: self.table().to_owned(),
             key_prefix: self.store.config().key_prefix.clone(),
             now_ms: now,
-            older_than,
+            listing,
             segments,
             page_size,
         };

@@ -1,7 +1,9 @@
 //! `stuck`: STARTED keys whose lock expired (or was released) and nobody
-//! took over, or that were created longer ago than a given age. One Scan
-//! (optionally in parallel segments), filtered and projected on the server;
-//! it still reads, and is billed for, every item of the table.
+//! took over, or that were created longer ago than a given age; `failed`:
+//! FAILED keys (poison records, parked under `POISON_POLICY=park`), with
+//! their error. One Scan (optionally in parallel segments), filtered and
+//! projected on the server; it still reads, and is billed for, every item of
+//! the table.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,18 +24,29 @@ pub struct Query {
     pub key_prefix: String,
     /// The time the scan judges locks and ages by (epoch ms).
     pub now_ms: u64,
-    /// STARTED keys created before `now - older_than` are listed too.
-    pub older_than: Duration,
+    pub listing: Listing,
     /// Parallel scan segments (1: a plain scan).
     pub segments: u32,
     /// DynamoDB's `Limit` per page (items evaluated); `None`: 1 MB pages.
     pub page_size: Option<u32>,
 }
 
+/// Which keys a scan lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// STARTED keys whose lock ended, or created before `now - older_than`.
+    Stuck { older_than: Duration },
+    /// FAILED keys: the durable record of every poison record.
+    Failed,
+}
+
 impl Query {
-    /// Epoch ms before which a creation counts as too old.
+    /// Epoch ms before which a creation counts as too old (stuck keys).
     pub fn cutoff_ms(&self) -> u64 {
-        self.now_ms.saturating_sub(duration_ms(self.older_than))
+        match self.listing {
+            Listing::Stuck { older_than } => self.now_ms.saturating_sub(duration_ms(older_than)),
+            Listing::Failed => 0,
+        }
     }
 }
 
@@ -48,6 +61,8 @@ pub struct StuckKey {
     pub updated_at_ms: Option<u64>,
     pub attempts: Option<u64>,
     pub origin: Option<String>,
+    /// The error of a FAILED key.
+    pub error: Option<String>,
 }
 
 /// What the scan cost.
@@ -74,30 +89,41 @@ impl ScanStats {
 
 /// STARTED, still live (not past its TTL), and either its lock ended or it
 /// is older than the cutoff; under the prefix when there is one.
-const FILTER: &str = "#status = :started AND #expires_at >= :now_s \
-                      AND (#lock_expires_at < :now_ms OR #created_at < :cutoff_ms)";
+const STUCK: &str = "#status = :started AND #expires_at >= :now_s \
+                     AND (#lock_expires_at < :now_ms OR #created_at < :cutoff_ms)";
+/// FAILED and still live (not past its TTL).
+const FAILED: &str = "#status = :failed AND #expires_at >= :now_s";
 const UNDER_PREFIX: &str = " AND begins_with(#pk, :prefix)";
 /// Only what a line shows is returned.
 const PROJECTION: &str =
-    "#pk, #version, #lock_expires_at, #created_at, #updated_at, #attempts, #origin";
+    "#pk, #version, #lock_expires_at, #created_at, #updated_at, #attempts, #origin, #error";
 
 /// The filter expression for `query`.
 pub fn filter_expression(query: &Query) -> String {
+    let filter = match query.listing {
+        Listing::Stuck { .. } => STUCK,
+        Listing::Failed => FAILED,
+    };
     if query.key_prefix.is_empty() {
-        FILTER.to_owned()
+        filter.to_owned()
     } else {
-        format!("{FILTER}{UNDER_PREFIX}")
+        format!("{filter}{UNDER_PREFIX}")
     }
 }
 
 fn filter_values(query: &Query) -> HashMap<String, AttributeValue> {
     let n = |v: u64| AttributeValue::N(v.to_string());
-    let mut values = HashMap::from([
-        (":started".to_owned(), AttributeValue::S("STARTED".into())),
-        (":now_s".to_owned(), n(ms_to_s(query.now_ms))),
-        (":now_ms".to_owned(), n(query.now_ms)),
-        (":cutoff_ms".to_owned(), n(query.cutoff_ms())),
-    ]);
+    let mut values = HashMap::from([(":now_s".to_owned(), n(ms_to_s(query.now_ms)))]);
+    match query.listing {
+        Listing::Stuck { .. } => values.extend([
+            (":started".to_owned(), AttributeValue::S("STARTED".into())),
+            (":now_ms".to_owned(), n(query.now_ms)),
+            (":cutoff_ms".to_owned(), n(query.cutoff_ms())),
+        ]),
+        Listing::Failed => {
+            values.insert(":failed".to_owned(), AttributeValue::S("FAILED".into()));
+        }
+    }
     if !query.key_prefix.is_empty() {
         values.insert(
             ":prefix".into(),
@@ -202,6 +228,7 @@ fn parse(item: &HashMap<String, AttributeValue>, prefix: &str) -> Result<StuckKe
         updated_at_ms: number("updated_at")?,
         attempts: number("attempts")?,
         origin: item.get("origin").and_then(|v| v.as_s().ok()).cloned(),
+        error: item.get("error").and_then(|v| v.as_s().ok()).cloned(),
     })
 }
 
@@ -214,17 +241,30 @@ pub fn reasons(key: &StuckKey, query: &Query) -> Vec<String> {
         None => reasons.push("no lock".to_owned()),
         Some(_) => {}
     }
-    if key.created_at_ms.is_some_and(|at| at < query.cutoff_ms()) {
+    if let Listing::Stuck { older_than } = query.listing
+        && key.created_at_ms.is_some_and(|at| at < query.cutoff_ms())
+    {
         reasons.push(format!(
             "older than {}",
-            humantime::format_duration(query.older_than)
+            humantime::format_duration(older_than)
         ));
     }
     reasons
 }
 
-/// One line per stuck key: the key first, then `name=value` fields.
+/// One line per listed key: the key first, then `name=value` fields.
 pub fn line(key: &StuckKey, query: &Query) -> String {
+    if query.listing == Listing::Failed {
+        return format!(
+            "{}\tversion={}\tfailed_at={}\tattempts={}\torigin={}\terror={}",
+            key.key,
+            key.version,
+            key.updated_at_ms.map_or("-".to_owned(), time_ms),
+            key.attempts.map_or("-".to_owned(), |a| a.to_string()),
+            key.origin.as_deref().unwrap_or("-"),
+            key.error.as_deref().unwrap_or("-"),
+        );
+    }
     let lock = match key.lock_expires_at_ms {
         None => "none".to_owned(),
         Some(0) => "released".to_owned(),
@@ -254,15 +294,18 @@ pub fn line(key: &StuckKey, query: &Query) -> String {
 
 /// The closing summary: how many were found and what the scan cost.
 pub fn summary(found: usize, stats: &ScanStats, query: &Query) -> String {
+    let what = match query.listing {
+        Listing::Stuck { .. } => format!(
+            "stuck STARTED key(s) (lock ended before {}, or created before {})",
+            time_ms(query.now_ms),
+            time_ms(query.cutoff_ms())
+        ),
+        Listing::Failed => "FAILED key(s) (poison records: parked, or refused)".to_owned(),
+    };
     format!(
-        "{found} stuck STARTED key(s) (lock ended before {}, or created before {}); \
+        "{found} {what}; \
          scanned {} item(s) in {} page(s) over {} segment(s); consumed {:.1} read capacity units",
-        time_ms(query.now_ms),
-        time_ms(query.cutoff_ms()),
-        stats.scanned,
-        stats.pages,
-        query.segments,
-        stats.capacity_units,
+        stats.scanned, stats.pages, query.segments, stats.capacity_units,
     )
 }
 
@@ -278,7 +321,9 @@ mod tests {
             table: "t".into(),
             key_prefix: prefix.into(),
             now_ms: NOW,
-            older_than: Duration::from_secs(300),
+            listing: Listing::Stuck {
+                older_than: Duration::from_secs(300),
+            },
             segments: 1,
             page_size: None,
         }
@@ -293,6 +338,7 @@ mod tests {
             updated_at_ms: Some(created),
             attempts: Some(2),
             origin: Some("payments-0@7".into()),
+            error: None,
         }
     }
 

@@ -70,6 +70,7 @@ impl Containers {
         };
         let engine_config = EngineConfig {
             claim_ahead: schedule.claim_ahead,
+            poison: schedule.poison,
             ..EngineConfig::default()
         };
         let settings = FunctionSettings {

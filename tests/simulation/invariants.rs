@@ -1,7 +1,9 @@
 //! The invariants checked against DynamoDB Local after a schedule drained:
 //!
 //! - every produced record is finished (its key COMPLETED with its payload
-//!   hash) or in the on-failure destination: never silently dropped;
+//!   hash), parked (`POISON_POLICY=park`: its key FAILED with its payload
+//!   hash, the durable record of it) or in the on-failure destination: never
+//!   silently dropped;
 //! - each account's balance and payment count equal the unique payments
 //!   whose keys are COMPLETED (transactional mode: exactly). Direct mode
 //!   counts the repeats and allows them only from the documented window: a
@@ -12,7 +14,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::engine::payload_hash;
+use exactly_once::engine::{PoisonPolicy, payload_hash};
 use exactly_once::ledger::{LedgerMode, Payment};
 use exactly_once::{IdempotencyStore, Status, StoredItem};
 
@@ -26,7 +28,11 @@ use crate::support::msk::ledger_entry_with;
 pub struct Findings {
     pub records: u64,
     pub completed: u64,
+    pub parked: u64,
     pub dead_lettered: u64,
+    /// Records produced bad: without a key, not a payment, or a key reused
+    /// with another payload (the one whose payload the key did not keep).
+    pub produced_bad: u64,
     /// Payments applied more than once (direct mode only).
     pub repeats: u64,
     pub violations: Vec<String>,
@@ -70,10 +76,14 @@ pub async fn check(
             let at = format!("{}@{offset}", Schedule::partition_name(partition));
             let hash = payload_hash(&record.value);
             let item = record.key.as_deref().and_then(item_of);
-            let finished = item
-                .is_some_and(|item| item.status == Status::Completed && item.payload_hash == hash);
-            if finished {
+            let kept = item.is_some_and(|item| item.payload_hash == hash);
+            let bad = record.key.is_none() || Payment::parse(&record.value).is_err() || !kept;
+            findings.produced_bad += u64::from(bad);
+            let status = item.filter(|_| kept).map(|item| item.status);
+            if status == Some(Status::Completed) {
                 findings.completed += 1;
+            } else if status == Some(Status::Failed) && schedule.poison == PoisonPolicy::Park {
+                findings.parked += 1;
             } else if destination.contains(&(partition, offset)) {
                 findings.dead_lettered += 1;
             } else {

@@ -9,13 +9,18 @@
 //! Chaos on top: invocations aborted at a random time or killed at a short
 //! deadline (the container is replaced, as after a crash), a second poller
 //! delivering the same batch at once, committed ranges delivered again.
+//!
+//! Every record that lands in the destination is classified by the cause of
+//! its last failed delivery (what the function said of it, or how the
+//! invocation ended), so that the destination's contents can be explained.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use exactly_once::clock::now_ms;
-use exactly_once::lambda::MskFunction;
+use exactly_once::engine::PoisonPolicy;
+use exactly_once::lambda::{MskFunction, RecordReport};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -54,6 +59,26 @@ enum Answer {
     Failed,
 }
 
+/// Why a record's delivery failed, as the destination's contents are
+/// explained: the function's outcome for it, or how the invocation ended.
+fn cause_of(record: &RecordReport, blocker: Option<&str>) -> String {
+    let detail = record.detail.as_deref().unwrap_or_default();
+    match record.outcome {
+        "failed" | "previously-failed" => "poison".into(),
+        "invalid" => "keyless or malformed".into(),
+        "rejected" => "reused key".into(),
+        "store-error" => "store outage".into(),
+        "in-progress" => "live lease".into(),
+        "timed-out" => "deadline".into(),
+        "lock-lost" => "lock lost".into(),
+        "retrying" => "retryable error".into(),
+        "not-started" if detail.contains("unavailable") => "store outage".into(),
+        "not-started" if detail.contains("deadline") => "deadline".into(),
+        "not-started" => format!("behind {}", blocker.unwrap_or("an unknown record")),
+        other => other.into(),
+    }
+}
+
 pub struct Mapping {
     schedule: Arc<Schedule>,
     containers: Containers,
@@ -65,6 +90,10 @@ pub struct Mapping {
     head_failures: Vec<(usize, u32)>,
     /// The on-failure destination.
     pub destination: BTreeSet<At>,
+    /// Each destination record's cause, and the last cause of every record
+    /// delivered without success.
+    pub destination_causes: BTreeMap<At, String>,
+    last_cause: HashMap<At, String>,
     pub counts: MappingCounts,
     pub violations: Vec<String>,
     rng: fastrand::Rng,
@@ -83,6 +112,8 @@ impl Mapping {
             committed: vec![0; partitions],
             head_failures: vec![(usize::MAX, 0); partitions],
             destination: BTreeSet::new(),
+            destination_causes: BTreeMap::new(),
+            last_cause: HashMap::new(),
             counts: MappingCounts::default(),
             violations: Vec::new(),
             background: JoinSet::new(),
@@ -158,6 +189,12 @@ impl Mapping {
                 }
                 Answer::Failed => {
                     retries += 1;
+                    for &at in &batch {
+                        // The invocation's end stands for every record of it.
+                        self.last_cause
+                            .entry(at)
+                            .or_insert_with(|| "invocation failed".into());
+                    }
                     if retries > self.schedule.max_retries {
                         for &at in &batch {
                             self.dead_letter(at);
@@ -216,6 +253,20 @@ impl Mapping {
     }
 
     fn dead_letter(&mut self, (partition, offset): At) {
+        let cause = self
+            .last_cause
+            .get(&(partition, offset))
+            .cloned()
+            .unwrap_or_else(|| "unknown".into());
+        if self.schedule.poison == PoisonPolicy::Park
+            && (cause == "poison" || cause == "behind poison")
+        {
+            self.violations.push(format!(
+                "payments-{partition}@{offset} went to the destination ({cause}) although \
+                 poison records are parked"
+            ));
+        }
+        self.destination_causes.insert((partition, offset), cause);
         self.destination.insert((partition, offset));
         self.counts.dead_lettered += 1;
         self.committed[partition] = self.committed[partition].max(offset + 1);
@@ -244,38 +295,45 @@ impl Mapping {
                     .await;
             });
         }
-        let deadline_in = (self.rng.f64() < chaos.short_deadline).then(|| self.rng.u64(150..=1200));
+        // Every invocation has the function's timeout as its deadline, or a
+        // shorter one (chaos); Lambda ends it there.
+        let short = (self.rng.f64() < chaos.short_deadline).then(|| self.rng.u64(150..=1200));
+        if short.is_some() {
+            self.counts.short_deadlines += 1;
+        }
+        let deadline_in = short.unwrap_or(self.schedule.function_timeout.as_millis() as u64);
         let abort_in =
             (self.rng.f64() < chaos.abort).then(|| self.rng.u64(0..=chaos.abort_within_ms));
         let mut context = Context::default();
-        if let Some(ms) = deadline_in {
-            self.counts.short_deadlines += 1;
-            context.deadline = now_ms() + ms;
-        }
+        context.deadline = now_ms() + deadline_in;
         let function = Arc::clone(&self.poller);
         let mut task =
-            tokio::spawn(async move { function.handle(LambdaEvent::new(event, context)).await });
-        let joined = match deadline_in.into_iter().chain(abort_in).min() {
-            None => (&mut task).await,
-            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), &mut task).await {
-                Ok(joined) => joined,
-                Err(_) => {
-                    task.abort();
-                    if Some(ms) == abort_in {
-                        self.counts.aborted += 1;
-                    } else {
-                        self.counts.deadline_kills += 1;
-                    }
-                    // The crashed container is replaced by a cold one.
-                    self.poller = self.containers.start();
-                    return Answer::Failed;
+            tokio::spawn(async move { function.invoke(LambdaEvent::new(event, context)).await });
+        let ms = abort_in.map_or(deadline_in, |abort| abort.min(deadline_in));
+        let joined = match tokio::time::timeout(Duration::from_millis(ms), &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                task.abort();
+                let cause = if Some(ms) == abort_in {
+                    self.counts.aborted += 1;
+                    "crash"
+                } else {
+                    self.counts.deadline_kills += 1;
+                    "deadline"
+                };
+                for &at in batch {
+                    self.last_cause.insert(at, cause.into());
                 }
-            },
+                // The crashed container is replaced by a cold one.
+                self.poller = self.containers.start();
+                return Answer::Failed;
+            }
         };
         match joined {
-            Ok(Ok(response)) => {
+            Ok(Ok(invocation)) => {
+                self.note_causes(&invocation.records, batch);
                 let mut reported = BTreeSet::new();
-                for failure in response.batch_item_failures {
+                for failure in invocation.response.batch_item_failures {
                     let id = failure.item_identifier;
                     match self.place(&id.partition, id.offset, batch) {
                         Some(at) => {
@@ -291,6 +349,10 @@ impl Mapping {
             }
             Ok(Err(_)) => {
                 self.counts.invocation_errors += 1;
+                for &at in batch {
+                    // The function's only invocation error: DynamoDB down.
+                    self.last_cause.insert(at, "store outage".into());
+                }
                 Answer::Failed
             }
             Err(err) => {
@@ -298,6 +360,23 @@ impl Mapping {
                     .push(format!("the invocation panicked or vanished: {err}"));
                 Answer::Failed
             }
+        }
+    }
+
+    /// Notes why each reported record of an answer was not finished; a
+    /// record not started behind another takes that one's cause.
+    fn note_causes(&mut self, records: &[RecordReport], batch: &[At]) {
+        let mut blockers: HashMap<String, String> = HashMap::new();
+        for record in records.iter().filter(|r| r.reported) {
+            let Some(at) = self.place(&record.at.partition, record.at.offset, batch) else {
+                continue;
+            };
+            let blocker = blockers.get(&record.at.partition).map(String::as_str);
+            let cause = cause_of(record, blocker);
+            if record.outcome != "not-started" {
+                blockers.insert(record.at.partition.clone(), cause.clone());
+            }
+            self.last_cause.insert(at, cause);
         }
     }
 

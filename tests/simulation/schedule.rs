@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::Ordering;
 use exactly_once::ledger::LedgerMode;
 
@@ -63,7 +64,12 @@ pub struct Schedule {
     /// `BisectBatchOnFunctionError`.
     pub bisect: bool,
     pub lock_timeout: Duration,
+    /// The function's timeout: every invocation's deadline, unless a short
+    /// deadline (chaos) comes first. Longer than a lease plus the safety
+    /// margin, as the template's defaults are (120 s against 30 s + 5 s).
+    pub function_timeout: Duration,
     pub safety_margin: Duration,
+    pub poison: PoisonPolicy,
     pub claim_ahead: usize,
     pub dynamo: FaultPlan,
     pub chaos: Chaos,
@@ -127,6 +133,7 @@ impl Schedule {
             partitions[partition].push(record);
         }
         let lock_timeout = Duration::from_millis(rng.u64(300..=800));
+        let safety_margin = Duration::from_millis(rng.u64(20..=300));
         Self {
             seed,
             ledger_mode: LEDGER_MODES[rng.usize(..LEDGER_MODES.len())],
@@ -137,7 +144,9 @@ impl Schedule {
             max_retries: rng.u32(2..=6),
             bisect: rng.bool(),
             lock_timeout,
-            safety_margin: Duration::from_millis(rng.u64(20..=300)),
+            function_timeout: lock_timeout * rng.u32(3..=6) + safety_margin,
+            safety_margin,
+            poison: [PoisonPolicy::Park, PoisonPolicy::Report][rng.usize(..2)],
             claim_ahead: rng.usize(1..=4),
             dynamo: FaultPlan {
                 throttle: maybe(&mut rng, 0.3, 0.01, 0.08),

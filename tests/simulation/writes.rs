@@ -58,6 +58,17 @@ pub struct WriteLog {
     lost_ledger_answers: Mutex<HashMap<String, u64>>,
     /// Requests that could not be read (a violation of the log itself).
     unreadable: Mutex<Vec<String>>,
+    /// Items created by each path (see [`PathCounts`]).
+    paths: Mutex<PathCounts>,
+}
+
+/// Which commit path created the schedule's items: claims (a Put of a
+/// STARTED item: the locking path) and lock-free creations (a Put of a
+/// COMPLETED or FAILED item).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PathCounts {
+    pub claims: u64,
+    pub lock_free: u64,
 }
 
 impl WriteLog {
@@ -70,7 +81,12 @@ impl WriteLog {
             transaction_tokens: Mutex::default(),
             lost_ledger_answers: Mutex::default(),
             unreadable: Mutex::default(),
+            paths: Mutex::default(),
         }
+    }
+
+    pub fn paths(&self) -> PathCounts {
+        *self.paths.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Successful (applied) writes seen so far.
@@ -135,7 +151,15 @@ impl WriteLog {
                 version,
                 owner: owner.clone(),
             }];
-            if matches!(s(&item["status"]).as_deref(), Some("COMPLETED" | "FAILED")) {
+            let lock_free = matches!(s(&item["status"]).as_deref(), Some("COMPLETED" | "FAILED"));
+            let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+            if lock_free {
+                paths.lock_free += 1;
+            } else {
+                paths.claims += 1;
+            }
+            drop(paths);
+            if lock_free {
                 changes.push(Change::Fenced {
                     version,
                     owner,
