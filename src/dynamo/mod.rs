@@ -17,10 +17,17 @@ use std::time::Duration;
 /// `AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local), with an
 /// HTTPS client on rustls + ring and bounded retries and timeouts.
 pub async fn connect() -> Client {
+    Client::new(&sdk_config().await)
+}
+
+/// The AWS configuration every client of the function shares (the SQS
+/// dead-letter queue's too): the standard environment, rustls + ring,
+/// 3 attempts, 1 s per attempt, 2 s per operation.
+pub async fn sdk_config() -> aws_config::SdkConfig {
     let http_client = aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https();
-    let config = aws_config::defaults(BehaviorVersion::latest())
+    aws_config::defaults(BehaviorVersion::latest())
         .http_client(http_client)
         .retry_config(RetryConfig::standard().with_max_attempts(3))
         .timeout_config(
@@ -31,6 +38,5 @@ pub async fn connect() -> Client {
                 .build(),
         )
         .load()
-        .await;
-    Client::new(&config)
+        .await
 }

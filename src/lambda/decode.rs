@@ -30,7 +30,7 @@ pub enum EventError {
 }
 
 /// Where a record sits: what Lambda wants in `itemIdentifier`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Coordinates {
     /// `<topic>-<partition>`, the key of the event's `records` map.
     pub partition: String,

@@ -1,6 +1,7 @@
 //! The Lambda edge for Amazon MSK and self-managed Kafka: decode the event,
 //! derive keys, run the engine, answer with a partial batch response.
 
+pub mod dead_letter;
 pub mod decode;
 pub mod fingerprint;
 pub mod keys;
@@ -19,8 +20,10 @@ use serde_json::Value;
 use crate::clock::now_ms;
 use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
-    Deadline, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work,
+    Deadline, Engine, Message, Outcome, PoisonPolicy, RecordHandler, RecordOutcome, StopReason,
+    Work,
 };
+use dead_letter::{DeadLetterQueue, Parked};
 use decode::Decoded;
 pub use decode::{Coordinates, EventError};
 pub use fingerprint::Fingerprint;
@@ -111,6 +114,8 @@ pub struct MskFunction<H> {
     requests: Option<RequestCounter>,
     /// Whether each invocation prints its EMF document (on by default).
     metrics: bool,
+    /// Where parked records are forwarded, whole.
+    dead_letters: Option<DeadLetterQueue>,
 }
 
 impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
@@ -120,7 +125,15 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
             settings,
             requests: None,
             metrics: true,
+            dead_letters: None,
         }
+    }
+
+    /// Forwards every parked record (`POISON_POLICY=park`) to `queue`,
+    /// payload included; a record that cannot be sent is reported instead.
+    pub fn with_dead_letter_queue(mut self, queue: DeadLetterQueue) -> Self {
+        self.dead_letters = Some(queue);
+        self
     }
 
     /// Reports the requests `counter` sees (attached to the engine's
@@ -178,7 +191,7 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
         let batch = self.engine.run_batch(lanes, deadline).await;
 
-        let mut failures = Vec::new();
+        let mut results = Vec::new();
         for (records, outcomes) in labels.into_iter().zip(batch.outcomes) {
             let mut outcomes = outcomes.into_iter();
             for (at, key) in records {
@@ -188,18 +201,24 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
                     outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
                     elapsed: Duration::ZERO,
                 });
-                let poison = self.engine.config().poison;
-                let reported =
-                    report.record(&at, key.as_deref(), &result, self.settings.log_keys, poison);
-                reports.push(RecordReport {
-                    outcome: result.outcome.name(),
-                    detail: result.outcome.detail(),
-                    reported,
-                    at: at.clone(),
-                });
-                if reported {
-                    failures.push(at);
-                }
+                results.push((at, key, result));
+            }
+        }
+        let poison = self.engine.config().poison;
+        let unsent = self.forward_parked(&event.payload, &results, poison).await;
+        let mut failures = Vec::new();
+        for (at, key, result) in results {
+            let unparked = unsent.get(&at).map(String::as_str);
+            let log_keys = self.settings.log_keys;
+            let reported = report.record(&at, key.as_deref(), &result, log_keys, poison, unparked);
+            reports.push(RecordReport {
+                outcome: result.outcome.name(),
+                detail: result.outcome.detail(),
+                reported,
+                at: at.clone(),
+            });
+            if reported {
+                failures.push(at);
             }
         }
         tracing::info!(
@@ -232,6 +251,34 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
             },
             records: reports,
         })
+    }
+
+    /// Sends the records parked under `poison` to the dead-letter queue, if
+    /// there is one; the ones that could not be sent, with why.
+    async fn forward_parked(
+        &self,
+        event: &Value,
+        results: &[(Coordinates, Option<String>, RecordOutcome)],
+        poison: PoisonPolicy,
+    ) -> HashMap<Coordinates, String> {
+        let Some(queue) = &self.dead_letters else {
+            return HashMap::new();
+        };
+        let parked: Vec<Parked> = results
+            .iter()
+            .filter(|(_, _, result)| {
+                !result.outcome.is_finished() && result.outcome.is_done(poison)
+            })
+            .map(|(at, _, result)| Parked {
+                at: at.clone(),
+                outcome: result.outcome.name(),
+                error: result.outcome.detail(),
+            })
+            .collect();
+        if parked.is_empty() {
+            return HashMap::new();
+        }
+        queue.forward(event, parked).await.into_iter().collect()
     }
 
     /// Splits a partition's records (in offset order) into lanes that keep

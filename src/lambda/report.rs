@@ -69,6 +69,8 @@ impl InvocationReport {
     }
 
     /// Logs one record's outcome and counts it; whether it is reported.
+    /// `unparked`: why a record that would be parked could not be (its
+    /// dead-letter message was not sent): it is reported instead.
     pub fn record(
         &mut self,
         at: &Coordinates,
@@ -76,6 +78,7 @@ impl InvocationReport {
         result: &RecordOutcome,
         keys: KeyLogging,
         poison: PoisonPolicy,
+        unparked: Option<&str>,
     ) -> bool {
         let outcome = &result.outcome;
         let name = outcome.name();
@@ -87,13 +90,16 @@ impl InvocationReport {
             tracing::info!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, "record finished");
             self.finished += 1;
             false
-        } else if outcome.is_done(poison) {
+        } else if outcome.is_done(poison) && unparked.is_none() {
             let detail = outcome.detail().unwrap_or_default();
             tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record failed permanently, parked (its key is FAILED)");
             self.parked += 1;
             false
         } else {
-            let detail = outcome.detail().unwrap_or_default();
+            let mut detail = outcome.detail().unwrap_or_default();
+            if let Some(why) = unparked {
+                detail = format!("{detail}; not parked, {why}");
+            }
             tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record not finished, reported");
             self.reported += 1;
             true
@@ -291,6 +297,7 @@ mod tests {
             }),
             KeyLogging::Hash,
             PoisonPolicy::Report,
+            None,
         );
         report.record(
             &at(2),
@@ -301,6 +308,7 @@ mod tests {
             }),
             KeyLogging::Plain,
             PoisonPolicy::Report,
+            None,
         );
         report.record(
             &at(3),
@@ -308,6 +316,7 @@ mod tests {
             &record(Outcome::LockLost),
             KeyLogging::Plain,
             PoisonPolicy::Report,
+            None,
         );
         let requests = BTreeMap::from([
             (

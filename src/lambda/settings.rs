@@ -30,6 +30,7 @@ pub const ENV_VARS: &[&str] = &[
     "COMPLETED_CACHE_SIZE",
     "MAX_RECORDS_PER_TRANSACTION",
     "POISON_POLICY",
+    "DEAD_LETTER_QUEUE_URL",
     "LOG_KEYS",
 ];
 
@@ -57,6 +58,9 @@ pub struct FunctionSettings {
     pub safety_margin: Duration,
     /// How keys appear in the logs.
     pub log_keys: KeyLogging,
+    /// The SQS queue parked records are forwarded to, whole (none: the
+    /// FAILED item is their only record).
+    pub dead_letter_queue_url: Option<String>,
 }
 
 impl FunctionSettings {
@@ -68,6 +72,7 @@ impl FunctionSettings {
             ordering: Ordering::Partition,
             safety_margin: DEFAULT_SAFETY_MARGIN,
             log_keys: KeyLogging::Plain,
+            dead_letter_queue_url: None,
         }
     }
 }
@@ -176,6 +181,12 @@ impl Settings {
                     .map_err(|_| "expected a whole number of milliseconds".to_owned())
             })?,
             log_keys: parsed(var, "LOG_KEYS", KeyLogging::Plain, KeyLogging::parse)?,
+            dead_letter_queue_url: parsed(var, "DEAD_LETTER_QUEUE_URL", None, |url| {
+                match url.starts_with("https://") || url.starts_with("http://") {
+                    true => Ok(Some(url.to_owned())),
+                    false => Err("expected the queue's URL (https://sqs...)".to_owned()),
+                }
+            })?,
         };
         Ok(Self {
             store,
@@ -259,6 +270,10 @@ mod tests {
             ("MAX_RECORDS_PER_TRANSACTION", "1"),
             ("POISON_POLICY", "report"),
             ("LOG_KEYS", "hash"),
+            (
+                "DEAD_LETTER_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/parked",
+            ),
         ])
         .expect("valid");
         assert_eq!(settings.store.key_prefix, "payments#");
@@ -273,6 +288,10 @@ mod tests {
         assert_eq!(function.safety_margin, Duration::from_millis(750));
         assert_eq!(function.ordering, Ordering::Key);
         assert_eq!(function.log_keys, KeyLogging::Hash);
+        assert_eq!(
+            function.dead_letter_queue_url.as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/1/parked")
+        );
         assert_eq!(
             function.keys.parts(),
             [
@@ -323,6 +342,10 @@ mod tests {
             ),
             (vec![("COMPLETED_CACHE_SIZE", "-1")], "COMPLETED_CACHE_SIZE"),
             (vec![("POISON_POLICY", "skip")], "POISON_POLICY"),
+            (
+                vec![("DEAD_LETTER_QUEUE_URL", "parked")],
+                "DEAD_LETTER_QUEUE_URL",
+            ),
             (
                 vec![("IDEMPOTENCY_KEY_SOURCE", "json:payment_id")],
                 "IDEMPOTENCY_KEY_SOURCE",

@@ -1,0 +1,140 @@
+//! Parked records forwarded whole to the dead-letter queue (a real SQS API:
+//! moto's server, started by `infra/test.sh`), and a record that cannot be
+//! sent there reported instead of parked.
+
+mod support;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use exactly_once::Status;
+use exactly_once::engine::EngineConfig;
+use exactly_once::lambda::MskFunction;
+use exactly_once::lambda::dead_letter::DeadLetterQueue;
+use exactly_once::ledger::LedgerHandler;
+use serde_json::Value;
+use support::msk::{
+    Rec, account, balance, event, header_keys, invoke, ledger_function_with, ledger_mode, payment,
+    reported, settings,
+};
+
+async fn sqs() -> aws_sdk_sqs::Client {
+    support::env("AWS_ENDPOINT_URL_SQS");
+    aws_sdk_sqs::Client::new(&exactly_once::dynamo::sdk_config().await)
+}
+
+/// A new queue's URL.
+async fn queue(sqs: &aws_sdk_sqs::Client) -> String {
+    let name = format!("parked-{}", uuid::Uuid::new_v4().simple());
+    let created = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("create a queue");
+    created.queue_url().expect("a queue URL").to_owned()
+}
+
+async fn messages(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<Value> {
+    let received = sqs
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("receive");
+    received
+        .messages()
+        .iter()
+        .map(|m| serde_json::from_str(m.body().expect("a body")).expect("a JSON body"))
+        .collect()
+}
+
+/// A good payment, a poison record (not a payment), a good payment.
+fn poisoned(a: &str) -> Value {
+    event(vec![(
+        "payments-0",
+        vec![
+            payment(0, "p-1", a, 10),
+            Rec {
+                offset: 1,
+                key: Some("p-bad".into()),
+                value: b"{\"card\": \"4111\" not json".to_vec(),
+            },
+            payment(2, "p-3", a, 300),
+        ],
+    )])
+}
+
+async fn function_with(queue: DeadLetterQueue) -> MskFunction<LedgerHandler> {
+    let function = ledger_function_with(
+        ledger_mode(),
+        settings(header_keys()),
+        EngineConfig::default(),
+    )
+    .await;
+    function.with_dead_letter_queue(queue)
+}
+
+#[tokio::test]
+async fn a_parked_record_goes_to_the_dead_letter_queue_whole_and_its_partition_goes_on() {
+    let sqs = sqs().await;
+    let url = queue(&sqs).await;
+    let function = function_with(DeadLetterQueue::new(sqs.clone(), &url)).await;
+    let a = account();
+    let batch = poisoned(&a);
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&a).await, 310);
+
+    let messages = messages(&sqs, &url).await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let message = &messages[0];
+    assert_eq!(message["reason"], "failed");
+    assert!(
+        message["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("not a payment: not valid JSON")
+    );
+    assert_eq!(
+        (&message["partition"], &message["offset"]),
+        (&Value::from("payments-0"), &Value::from(1))
+    );
+    assert_eq!(message["eventSource"], "aws:kafka");
+    // The record as Lambda delivered it: its value, its headers.
+    assert_eq!(message["record"], batch["records"]["payments-0"][1]);
+    let value = STANDARD
+        .decode(message["record"]["value"].as_str().expect("base64 value"))
+        .expect("base64");
+    assert_eq!(value, b"{\"card\": \"4111\" not json");
+    let item = function
+        .engine()
+        .store()
+        .get("p-bad")
+        .await
+        .expect("get")
+        .expect("item");
+    assert_eq!(item.status, Status::Failed);
+}
+
+#[tokio::test]
+async fn a_parked_record_that_cannot_reach_the_queue_is_reported_not_lost() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+    drop(listener); // nothing listens there now
+    let config = exactly_once::dynamo::sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&config)
+            .endpoint_url(endpoint)
+            .build(),
+    );
+    let function = function_with(DeadLetterQueue::new(sqs, "http://127.0.0.1:1/q/parked")).await;
+    let a = account();
+    let batch = poisoned(&a);
+    // Reported, so that the mapping delivers it again (and its own
+    // destination keeps it if that keeps failing); the lane went on.
+    assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@1"]);
+    assert_eq!(balance(&a).await, 310);
+}
