@@ -65,14 +65,75 @@ fn poisoned(a: &str) -> Value {
     )])
 }
 
+/// The ledger with a dead-letter queue, refused records parked too (as
+/// `DEAD_LETTER_QUEUE_URL` sets it).
 async fn function_with(queue: DeadLetterQueue) -> MskFunction<LedgerHandler> {
-    let function = ledger_function_with(
-        ledger_mode(),
-        settings(header_keys()),
-        EngineConfig::default(),
-    )
-    .await;
-    function.with_dead_letter_queue(queue)
+    parking_refused().await.with_dead_letter_queue(queue)
+}
+
+async fn parking_refused() -> MskFunction<LedgerHandler> {
+    let engine = EngineConfig {
+        park_refused: true,
+        ..EngineConfig::default()
+    };
+    ledger_function_with(ledger_mode(), settings(header_keys()), engine).await
+}
+
+/// A keyless record and a key reused with another payload between good
+/// payments.
+fn refused(a: &str) -> Value {
+    event(vec![(
+        "payments-0",
+        vec![
+            payment(0, "p-1", a, 10),
+            Rec {
+                offset: 1,
+                key: None,
+                value: support::msk::payment_json("p-2", a, 20).into_bytes(),
+            },
+            payment(2, "p-1", a, 999),
+            payment(3, "p-4", a, 400),
+        ],
+    )])
+}
+
+#[tokio::test]
+async fn refused_records_go_to_the_queue_whole_too_and_never_hold_up_good_ones() {
+    let sqs = sqs().await;
+    let url = queue(&sqs).await;
+    let function = function_with(DeadLetterQueue::new(sqs.clone(), &url)).await;
+    let a = account();
+    let batch = refused(&a);
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&a).await, 410);
+    let mut reasons: Vec<(i64, String)> = messages(&sqs, &url)
+        .await
+        .iter()
+        .map(|m| {
+            let offset = m["offset"].as_i64().unwrap_or(-1);
+            (offset, m["reason"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [(1, "invalid".to_owned()), (2, "rejected".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn without_a_queue_a_refused_record_is_reported_since_nothing_would_keep_it() {
+    let function = parking_refused().await;
+    let a = account();
+    assert_eq!(
+        reported(&invoke(&function, &refused(&a)).await),
+        ["payments-0@1", "payments-0@2"],
+        "reported, though the lane went on"
+    );
+    assert_eq!(balance(&a).await, 410);
 }
 
 #[tokio::test]

@@ -45,7 +45,7 @@ impl LaneLog {
             tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
             batch.guard.store_failed();
         }
-        if !outcome.is_done(batch.poison) {
+        if !outcome.is_done(batch.parking) {
             self.stop = self.stop.or(Some(StopReason::EarlierRecordUnfinished));
         }
         self.outcomes.push(RecordOutcome {

@@ -36,7 +36,7 @@ pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
-pub use outcome::{Outcome, PoisonPolicy};
+pub use outcome::{Outcome, Parking, PoisonPolicy};
 
 use crate::store::IdempotencyStore;
 use cache::{Completed, CompletedCache};
@@ -85,6 +85,19 @@ pub struct EngineConfig {
     pub max_records_per_transaction: usize,
     /// Whether a message stored FAILED stops its lane. Default: park.
     pub poison: PoisonPolicy,
+    /// Under park, refused messages (unreadable, keyless, key reused) are
+    /// parked too: only for an edge that forwards them whole to a
+    /// dead-letter queue (it reports the ones it cannot send). Default: no.
+    pub park_refused: bool,
+}
+
+impl EngineConfig {
+    pub fn parking(&self) -> Parking {
+        Parking {
+            poison: self.poison,
+            refused: self.park_refused,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -95,6 +108,7 @@ impl Default for EngineConfig {
             completed_cache: 10_000,
             max_records_per_transaction: 10,
             poison: PoisonPolicy::Park,
+            park_refused: false,
         }
     }
 }
@@ -121,7 +135,7 @@ struct Batch {
     /// batch, so that `in_flight` keeps its idempotency keys distinct.
     combiner: Arc<Combiner>,
     guard: BatchGuard,
-    poison: PoisonPolicy,
+    parking: Parking,
     /// Keys known COMPLETED before the batch started.
     completed: HashMap<String, Completed>,
 }
@@ -174,7 +188,7 @@ impl<H: RecordHandler> Engine<H> {
                 self.config.max_records_per_transaction.max(1),
             ),
             guard: BatchGuard::new(deadline),
-            poison: self.config.poison,
+            parking: self.config.parking(),
         });
         let mut tasks = JoinSet::new();
         let lane_count = lanes.len();

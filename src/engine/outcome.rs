@@ -71,6 +71,29 @@ impl PoisonPolicy {
     }
 }
 
+/// Which messages that can never succeed count as done (not reported, their
+/// lane goes on): `POISON_POLICY`, and whether refused messages (unreadable,
+/// without a key, a key reused with another payload) are parked too, which
+/// the edge asks for only when it forwards them whole to a dead-letter queue
+/// (they have no FAILED item to be their durable record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parking {
+    pub poison: PoisonPolicy,
+    pub refused: bool,
+}
+
+impl Parking {
+    /// Whether `outcome` is parked.
+    pub fn parks(&self, outcome: &Outcome) -> bool {
+        self.poison == PoisonPolicy::Park
+            && match outcome {
+                Outcome::Failed { .. } | Outcome::PreviouslyFailed { .. } => true,
+                Outcome::Invalid { .. } | Outcome::PayloadMismatch => self.refused,
+                _ => false,
+            }
+    }
+}
+
 impl Outcome {
     /// Processed or a verified duplicate: the key is COMPLETED.
     pub fn is_finished(&self) -> bool {
@@ -78,14 +101,14 @@ impl Outcome {
     }
 
     /// A permanent failure durably stored: the key is FAILED.
-    pub fn is_parkable(&self) -> bool {
+    pub fn is_failed(&self) -> bool {
         matches!(self, Self::Failed { .. } | Self::PreviouslyFailed { .. })
     }
 
-    /// Needs no redelivery under `poison`: finished, or parked. Every other
-    /// message is reported, and the rest of its lane is not started.
-    pub fn is_done(&self, poison: PoisonPolicy) -> bool {
-        self.is_finished() || (poison == PoisonPolicy::Park && self.is_parkable())
+    /// Needs no redelivery: finished, or parked. Every other message is
+    /// reported, and the rest of its lane is not started.
+    pub fn is_done(&self, parking: Parking) -> bool {
+        self.is_finished() || parking.parks(self)
     }
 
     /// The result stored for the key, when the key is COMPLETED.

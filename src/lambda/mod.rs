@@ -20,8 +20,7 @@ use serde_json::Value;
 use crate::clock::now_ms;
 use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
-    Deadline, Engine, Message, Outcome, PoisonPolicy, RecordHandler, RecordOutcome, StopReason,
-    Work,
+    Deadline, Engine, Message, Outcome, Parking, RecordHandler, RecordOutcome, StopReason, Work,
 };
 use dead_letter::{DeadLetterQueue, Parked};
 use decode::Decoded;
@@ -204,13 +203,13 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
                 results.push((at, key, result));
             }
         }
-        let poison = self.engine.config().poison;
-        let unsent = self.forward_parked(&event.payload, &results, poison).await;
+        let parking = self.engine.config().parking();
+        let unsent = self.forward_parked(&event.payload, &results, parking).await;
         let mut failures = Vec::new();
         for (at, key, result) in results {
             let unparked = unsent.get(&at).map(String::as_str);
             let log_keys = self.settings.log_keys;
-            let reported = report.record(&at, key.as_deref(), &result, log_keys, poison, unparked);
+            let reported = report.record(&at, key.as_deref(), &result, log_keys, parking, unparked);
             reports.push(RecordReport {
                 outcome: result.outcome.name(),
                 detail: result.outcome.detail(),
@@ -253,22 +252,26 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
         })
     }
 
-    /// Sends the records parked under `poison` to the dead-letter queue, if
-    /// there is one; the ones that could not be sent, with why.
+    /// Sends the parked records to the dead-letter queue, if there is one;
+    /// the ones that could not be sent, with why. Without a queue, a parked
+    /// record that has no FAILED item (a refused one) cannot be parked: it
+    /// would leave no trace.
     async fn forward_parked(
         &self,
         event: &Value,
         results: &[(Coordinates, Option<String>, RecordOutcome)],
-        poison: PoisonPolicy,
+        parking: Parking,
     ) -> HashMap<Coordinates, String> {
-        let Some(queue) = &self.dead_letters else {
-            return HashMap::new();
-        };
-        let parked: Vec<Parked> = results
+        let parked = results
             .iter()
-            .filter(|(_, _, result)| {
-                !result.outcome.is_finished() && result.outcome.is_done(poison)
-            })
+            .filter(|(_, _, result)| parking.parks(&result.outcome));
+        let Some(queue) = &self.dead_letters else {
+            return parked
+                .filter(|(_, _, result)| !result.outcome.is_failed())
+                .map(|(at, _, _)| (at.clone(), "no dead-letter queue".to_owned()))
+                .collect();
+        };
+        let parked: Vec<Parked> = parked
             .map(|(at, _, result)| Parked {
                 at: at.clone(),
                 outcome: result.outcome.name(),

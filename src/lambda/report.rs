@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::dynamo::RequestStats;
-use crate::engine::{PoisonPolicy, RecordOutcome};
+use crate::engine::{Parking, RecordOutcome};
 
 use super::Coordinates;
 
@@ -77,7 +77,7 @@ impl InvocationReport {
         key: Option<&str>,
         result: &RecordOutcome,
         keys: KeyLogging,
-        poison: PoisonPolicy,
+        parking: Parking,
         unparked: Option<&str>,
     ) -> bool {
         let outcome = &result.outcome;
@@ -90,9 +90,9 @@ impl InvocationReport {
             tracing::info!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, "record finished");
             self.finished += 1;
             false
-        } else if outcome.is_done(poison) && unparked.is_none() {
+        } else if parking.parks(outcome) && unparked.is_none() {
             let detail = outcome.detail().unwrap_or_default();
-            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record failed permanently, parked (its key is FAILED)");
+            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record failed permanently, parked");
             self.parked += 1;
             false
         } else {
@@ -226,6 +226,12 @@ pub fn emf(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::PoisonPolicy;
+
+    const REPORT: Parking = Parking {
+        poison: PoisonPolicy::Report,
+        refused: false,
+    };
     use crate::engine::Outcome;
 
     /// The rules of the EMF specification a document must follow.
@@ -296,7 +302,7 @@ mod tests {
                 result: None,
             }),
             KeyLogging::Hash,
-            PoisonPolicy::Report,
+            REPORT,
             None,
         );
         report.record(
@@ -307,7 +313,7 @@ mod tests {
                 result: None,
             }),
             KeyLogging::Plain,
-            PoisonPolicy::Report,
+            REPORT,
             None,
         );
         report.record(
@@ -315,7 +321,7 @@ mod tests {
             None,
             &record(Outcome::LockLost),
             KeyLogging::Plain,
-            PoisonPolicy::Report,
+            REPORT,
             None,
         );
         let requests = BTreeMap::from([

@@ -128,7 +128,7 @@ impl Settings {
             ..StoreConfig::new(table_name)
         };
         let defaults = EngineConfig::default();
-        let engine = EngineConfig {
+        let mut engine = EngineConfig {
             max_in_flight: parsed(var, "MAX_IN_FLIGHT", defaults.max_in_flight, count)?,
             claim_ahead: parsed(var, "CLAIM_AHEAD", defaults.claim_ahead, count)?,
             completed_cache: parsed(
@@ -155,6 +155,7 @@ impl Settings {
                 PoisonPolicy::Park,
                 PoisonPolicy::parse,
             )?,
+            park_refused: false,
         };
         let header = var("IDEMPOTENCY_KEY_HEADER").unwrap_or_else(|| "idempotency-key".into());
         let missing = parsed(
@@ -188,6 +189,8 @@ impl Settings {
                 }
             })?,
         };
+        // Refused records are parked only where they go whole to a queue.
+        engine.park_refused = function.dead_letter_queue_url.is_some();
         Ok(Self {
             store,
             engine,
@@ -308,6 +311,7 @@ mod tests {
                 completed_cache: 0,
                 max_records_per_transaction: 1,
                 poison: PoisonPolicy::Report,
+                park_refused: true,
             }
         );
     }
