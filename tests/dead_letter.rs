@@ -17,38 +17,6 @@ use support::msk::{
     reported, settings,
 };
 
-async fn sqs() -> aws_sdk_sqs::Client {
-    support::env("AWS_ENDPOINT_URL_SQS");
-    aws_sdk_sqs::Client::new(&exactly_once::dynamo::sdk_config().await)
-}
-
-/// A new queue's URL.
-async fn queue(sqs: &aws_sdk_sqs::Client) -> String {
-    let name = format!("parked-{}", uuid::Uuid::new_v4().simple());
-    let created = sqs
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .expect("create a queue");
-    created.queue_url().expect("a queue URL").to_owned()
-}
-
-async fn messages(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<Value> {
-    let received = sqs
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .expect("receive");
-    received
-        .messages()
-        .iter()
-        .map(|m| serde_json::from_str(m.body().expect("a body")).expect("a JSON body"))
-        .collect()
-}
-
 /// A good payment, a poison record (not a payment), a good payment.
 fn poisoned(a: &str) -> Value {
     event(vec![(
@@ -99,8 +67,7 @@ fn refused(a: &str) -> Value {
 
 #[tokio::test]
 async fn refused_records_go_to_the_queue_whole_too_and_never_hold_up_good_ones() {
-    let sqs = sqs().await;
-    let url = queue(&sqs).await;
+    let (sqs, url) = support::sqs::queue().await;
     let function = function_with(DeadLetterQueue::new(sqs.clone(), &url)).await;
     let a = account();
     let batch = refused(&a);
@@ -109,7 +76,7 @@ async fn refused_records_go_to_the_queue_whole_too_and_never_hold_up_good_ones()
         Vec::<String>::new()
     );
     assert_eq!(balance(&a).await, 410);
-    let mut reasons: Vec<(i64, String)> = messages(&sqs, &url)
+    let mut reasons: Vec<(i64, String)> = support::sqs::drain(&sqs, &url)
         .await
         .iter()
         .map(|m| {
@@ -138,8 +105,7 @@ async fn without_a_queue_a_refused_record_is_reported_since_nothing_would_keep_i
 
 #[tokio::test]
 async fn a_parked_record_goes_to_the_dead_letter_queue_whole_and_its_partition_goes_on() {
-    let sqs = sqs().await;
-    let url = queue(&sqs).await;
+    let (sqs, url) = support::sqs::queue().await;
     let function = function_with(DeadLetterQueue::new(sqs.clone(), &url)).await;
     let a = account();
     let batch = poisoned(&a);
@@ -149,7 +115,7 @@ async fn a_parked_record_goes_to_the_dead_letter_queue_whole_and_its_partition_g
     );
     assert_eq!(balance(&a).await, 310);
 
-    let messages = messages(&sqs, &url).await;
+    let messages = support::sqs::drain(&sqs, &url).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     let message = &messages[0];
     assert_eq!(message["reason"], "failed");

@@ -21,7 +21,7 @@ mod simulation {
     pub mod writes;
 }
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use exactly_once::engine::PoisonPolicy;
+use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::ledger::LedgerMode;
 use exactly_once::{IdempotencyStore, StoreConfig};
 use simulation::container::{ClockSkew, Containers};
@@ -57,6 +59,10 @@ struct Report {
     causes: BTreeMap<String, u64>,
     /// Schedules run in lock-free mode (their path asserted).
     lock_free_schedules: u64,
+    /// Per poison setup: records, records in the destination, good records
+    /// in the destination (any cause but being poison, keyless or a reused
+    /// key themselves).
+    by_setup: BTreeMap<&'static str, [u64; 3]>,
     repeats: u64,
     invocations: u64,
     /// Invocation errors (batches retried whole) and bisections of them.
@@ -75,6 +81,12 @@ impl Report {
         self.parked += other.parked;
         self.produced_bad += other.produced_bad;
         self.lock_free_schedules += other.lock_free_schedules;
+        for (setup, counts) in &other.by_setup {
+            let total = self.by_setup.entry(setup).or_default();
+            for (total, count) in total.iter_mut().zip(counts) {
+                *total += count;
+            }
+        }
         for (cause, count) in &other.causes {
             *self.causes.entry(cause.clone()).or_default() += count;
         }
@@ -115,6 +127,10 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         rng: Mutex::new(fastrand::Rng::with_seed(seed.rotate_left(29))),
         skewed: AtomicU64::new(0),
     });
+    let queue = match schedule.dead_letter_queue {
+        true => Some(support::sqs::queue().await),
+        false => None,
+    };
     let containers = Containers {
         client: faults.attach(&base),
         store: store.clone(),
@@ -122,6 +138,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         schedule: Arc::clone(&schedule),
         slowness: Arc::clone(&slowness),
         skew: Arc::clone(&skew),
+        dead_letters: queue
+            .as_ref()
+            .map(|(client, url)| DeadLetterQueue::new(client.clone(), url)),
     };
     let mut mapping = Mapping::new(Arc::clone(&schedule), containers);
     mapping.run().await;
@@ -152,12 +171,27 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     let patient = patient(&base);
     let checker = IdempotencyStore::new(patient.clone(), store);
     let items = final_items(&schedule, &checker).await;
+    let queued: BTreeSet<(usize, usize)> = match &queue {
+        Some((client, url)) => support::sqs::drain(client, url)
+            .await
+            .iter()
+            .filter_map(|message| {
+                let partition = message["partition"].as_str()?.strip_prefix("payments-")?;
+                Some((
+                    partition.parse().ok()?,
+                    message["offset"].as_u64()? as usize,
+                ))
+            })
+            .collect(),
+        None => BTreeSet::new(),
+    };
     let findings = check(
         &schedule,
         &checker,
         &patient,
         &items,
         &mapping.destination,
+        &queued,
         &log,
     )
     .await;
@@ -168,6 +202,20 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     for cause in mapping.destination_causes.values() {
         *report.causes.entry(cause.clone()).or_default() += 1;
     }
+    let setup = match (schedule.poison, schedule.dead_letter_queue) {
+        (PoisonPolicy::Report, _) => "report",
+        (PoisonPolicy::Park, false) => "park",
+        (PoisonPolicy::Park, true) => "park + queue",
+    };
+    let good = mapping
+        .destination_causes
+        .values()
+        .filter(|cause| !["poison", "keyless or malformed", "reused key"].contains(&cause.as_str()))
+        .count() as u64;
+    let in_destination = mapping.destination_causes.len() as u64;
+    report
+        .by_setup
+        .insert(setup, [findings.records, in_destination, good]);
     report.dead_lettered = findings.dead_lettered;
     report.repeats = findings.repeats;
     report.invocations = counts.invocations;
@@ -278,12 +326,24 @@ async fn randomized_schedules_keep_every_invariant() {
         .iter()
         .map(|(cause, count)| format!("{cause} {count} ({:.1}%)", share(*count)))
         .collect();
+    let setups: Vec<String> = total
+        .by_setup
+        .iter()
+        .map(|(setup, [records, destination, good])| {
+            let pct = |n: &u64| 100.0 * *n as f64 / (*records).max(1) as f64;
+            format!(
+                "{setup}: {records} records, {:.1}% in the destination, good ones {:.1}%",
+                pct(destination),
+                pct(good)
+            )
+        })
+        .collect();
     let summary = format!(
         "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted) in {:.1} s, \
          {} invocations ({} invocation errors, {} bisections), \
          faults injected: {} ({}), records checked {} ({} produced bad: {:.1}%; {} completed, \
          {} parked, {} in the destination: {:.1}%, by cause: {}), \
-         writes checked {}, direct-mode repeats {}, violations: {}",
+         per poison setup: {}; writes checked {}, direct-mode repeats {}, violations: {}",
         total.lock_free_schedules,
         started.elapsed().as_secs_f64(),
         total.invocations,
@@ -299,6 +359,7 @@ async fn randomized_schedules_keep_every_invariant() {
         total.dead_lettered,
         share(total.dead_lettered),
         causes.join(", "),
+        setups.join("; "),
         total.writes,
         total.repeats,
         failures.iter().map(|(_, v)| v.len()).sum::<usize>(),

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
 use exactly_once::engine::{Engine, EngineConfig};
+use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::lambda::{FunctionSettings, MskFunction};
 use exactly_once::ledger::LedgerHandler;
 use exactly_once::{IdempotencyStore, StoreConfig};
@@ -22,6 +23,8 @@ pub struct Containers {
     pub schedule: Arc<Schedule>,
     pub slowness: Arc<Slowness>,
     pub skew: Arc<ClockSkew>,
+    /// The schedule's dead-letter queue, if it has one (without faults).
+    pub dead_letters: Option<DeadLetterQueue>,
 }
 
 /// Each container's clock is off by up to `max_ms` either way (0: none):
@@ -71,6 +74,7 @@ impl Containers {
         let engine_config = EngineConfig {
             claim_ahead: schedule.claim_ahead,
             poison: schedule.poison,
+            park_refused: self.dead_letters.is_some(),
             ..EngineConfig::default()
         };
         let settings = FunctionSettings {
@@ -78,8 +82,11 @@ impl Containers {
             safety_margin: schedule.safety_margin,
             ..FunctionSettings::new(header_keys())
         };
-        Arc::new(
-            MskFunction::new(Engine::new(store, ledger, engine_config), settings).without_metrics(),
-        )
+        let function =
+            MskFunction::new(Engine::new(store, ledger, engine_config), settings).without_metrics();
+        Arc::new(match &self.dead_letters {
+            Some(queue) => function.with_dead_letter_queue(queue.clone()),
+            None => function,
+        })
     }
 }

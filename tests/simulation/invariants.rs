@@ -2,8 +2,9 @@
 //!
 //! - every produced record is finished (its key COMPLETED with its payload
 //!   hash), parked (`POISON_POLICY=park`: its key FAILED with its payload
-//!   hash, the durable record of it) or in the on-failure destination: never
-//!   silently dropped;
+//!   hash, the durable record of it; or a refused record sent whole to the
+//!   dead-letter queue) or in the on-failure destination: never silently
+//!   dropped; only records that can never succeed are sent to the queue;
 //! - each account's balance and payment count equal the unique payments
 //!   whose keys are COMPLETED (transactional mode: exactly). Direct mode
 //!   counts the repeats and allows them only from the documented window: a
@@ -66,6 +67,7 @@ pub async fn check(
     client: &Client,
     items: &HashMap<String, StoredItem>,
     destination: &BTreeSet<At>,
+    queued: &BTreeSet<At>,
     log: &WriteLog,
 ) -> Findings {
     let mut findings = Findings::default();
@@ -79,10 +81,18 @@ pub async fn check(
             let kept = item.is_some_and(|item| item.payload_hash == hash);
             let bad = record.key.is_none() || Payment::parse(&record.value).is_err() || !kept;
             findings.produced_bad += u64::from(bad);
+            if !bad && queued.contains(&(partition, offset)) {
+                findings.violations.push(format!(
+                    "{at}: a good record was sent to the dead-letter queue"
+                ));
+            }
             let status = item.filter(|_| kept).map(|item| item.status);
             if status == Some(Status::Completed) {
                 findings.completed += 1;
             } else if status == Some(Status::Failed) && schedule.poison == PoisonPolicy::Park {
+                findings.parked += 1;
+            } else if queued.contains(&(partition, offset)) {
+                // A refused record, sent whole to the dead-letter queue.
                 findings.parked += 1;
             } else if destination.contains(&(partition, offset)) {
                 findings.dead_lettered += 1;

@@ -258,12 +258,23 @@ impl Mapping {
             .get(&(partition, offset))
             .cloned()
             .unwrap_or_else(|| "unknown".into());
-        if self.schedule.poison == PoisonPolicy::Park
-            && (cause == "poison" || cause == "behind poison")
-        {
+        let parked_causes: &[&str] = match (self.schedule.poison, self.schedule.dead_letter_queue) {
+            (PoisonPolicy::Report, _) => &[],
+            (PoisonPolicy::Park, false) => &["poison", "behind poison"],
+            // With a queue, refused records are parked too.
+            (PoisonPolicy::Park, true) => &[
+                "poison",
+                "behind poison",
+                "keyless or malformed",
+                "behind keyless or malformed",
+                "reused key",
+                "behind reused key",
+            ],
+        };
+        if parked_causes.contains(&cause.as_str()) {
             self.violations.push(format!(
                 "payments-{partition}@{offset} went to the destination ({cause}) although \
-                 poison records are parked"
+                 such records are parked"
             ));
         }
         self.destination_causes.insert((partition, offset), cause);

@@ -70,6 +70,9 @@ pub struct Schedule {
     pub function_timeout: Duration,
     pub safety_margin: Duration,
     pub poison: PoisonPolicy,
+    /// Parked records (and, then, refused ones) go whole to a dead-letter
+    /// queue (an SQS queue on moto's server).
+    pub dead_letter_queue: bool,
     pub claim_ahead: usize,
     pub dynamo: FaultPlan,
     pub chaos: Chaos,
@@ -147,6 +150,7 @@ impl Schedule {
             function_timeout: lock_timeout * rng.u32(3..=6) + safety_margin,
             safety_margin,
             poison: [PoisonPolicy::Park, PoisonPolicy::Report][rng.usize(..2)],
+            dead_letter_queue: rng.bool(),
             claim_ahead: rng.usize(1..=4),
             dynamo: FaultPlan {
                 throttle: maybe(&mut rng, 0.3, 0.01, 0.08),

@@ -8,6 +8,7 @@
 pub mod charges;
 pub mod faults;
 pub mod proxy;
+pub mod sqs;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,0 +1,47 @@
+//! The local SQS (moto's server, started by `infra/test.sh`): queues for
+//! the dead-letter tests, and what they hold.
+
+use serde_json::Value;
+
+/// A client of the local SQS.
+pub async fn client() -> aws_sdk_sqs::Client {
+    super::env("AWS_ENDPOINT_URL_SQS");
+    aws_sdk_sqs::Client::new(&exactly_once::dynamo::sdk_config().await)
+}
+
+/// A new queue: its client and URL.
+pub async fn queue() -> (aws_sdk_sqs::Client, String) {
+    let client = client().await;
+    let name = format!("parked-{}", uuid::Uuid::new_v4().simple());
+    let created = client
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("create a queue");
+    let url = created.queue_url().expect("a queue URL").to_owned();
+    (client, url)
+}
+
+/// Every message the queue holds, as JSON (received, so no longer visible).
+pub async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> Vec<Value> {
+    let mut messages = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .expect("receive");
+        if received.messages().is_empty() {
+            return messages;
+        }
+        messages.extend(
+            received
+                .messages()
+                .iter()
+                .map(|m| serde_json::from_str(m.body().unwrap_or("null")).expect("a JSON body")),
+        );
+    }
+}
