@@ -144,8 +144,9 @@ def missing_key():
 
 def bad_payload():
     # payments-0@701: not JSON; payments-1@801: amount_cents 12.5. Both FAILED
-    # (permanent), each stops its partition: @702 and @802 are not started.
-    # acc-5: 100 + 1000 = 1100 (2 payments)
+    # (permanent) and parked (POISON_POLICY=park, the default): @702 and @802
+    # are applied. acc-5: 100 + 200 + 1000 + 2000 = 3300 (4 payments). With
+    # POISON_POLICY=report each stops its partition (acc-5 1100).
     return (
         Batch()
         .pay(0, 700, "pay-bad-1", "p-bad-1", "acc-5", 100)
