@@ -114,6 +114,12 @@ async fn function_of<H: RecordHandler<Record = KafkaRecord>>(
     .without_metrics()
 }
 
+/// A [`Replier`] on `config` under header keys, counted by `counter`.
+async fn replier_function(config: &StoreConfig, counter: &RequestCounter) -> MskFunction<Replier> {
+    let settings = support::msk::settings(header_keys());
+    function_of(config, Replier::default(), counter, settings).await
+}
+
 fn reply(value: &str) -> Option<String> {
     Some(format!("reply to {value}"))
 }
@@ -197,8 +203,7 @@ async fn the_handler_gets_the_whole_record_with_every_field_lambda_sends() {
 async fn duplicates_get_the_stored_result_from_every_place_they_are_recognised() {
     let config = support::store_config(std::time::Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let settings = || support::msk::settings(header_keys());
-    let function = function_of(&config, Replier::default(), &counter, settings()).await;
+    let function = replier_function(&config, &counter).await;
     let batch = event(vec![(
         "payments-0",
         vec![
@@ -233,7 +238,7 @@ async fn duplicates_get_the_stored_result_from_every_place_they_are_recognised()
     assert_eq!(replier.take_replayed(), all);
 
     // Another container (cold cache): from the batch pre-check's read.
-    let cold = function_of(&config, Replier::default(), &counter, settings()).await;
+    let cold = replier_function(&config, &counter).await;
     counter.reset();
     assert_eq!(reported(&invoke(&cold, &batch).await), Vec::<String>::new());
     assert_eq!(
@@ -248,8 +253,7 @@ async fn duplicates_get_the_stored_result_from_every_place_they_are_recognised()
 async fn a_duplicate_the_pre_check_did_not_read_gets_its_result_from_the_conditional_write() {
     let config = support::store_config(std::time::Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let settings = || support::msk::settings(header_keys());
-    let first = function_of(&config, Replier::default(), &counter, settings()).await;
+    let first = replier_function(&config, &counter).await;
     let done = event(vec![("payments-0", vec![text(0, "z-done", "old")])]);
     assert_eq!(reported(&invoke(&first, &done).await), Vec::<String>::new());
 
@@ -261,7 +265,7 @@ async fn a_duplicate_the_pre_check_did_not_read_gets_its_result_from_the_conditi
         .collect();
     records.push(text(100, "z-done", "old"));
     let batch = event(vec![("payments-0", records)]);
-    let cold = function_of(&config, Replier::default(), &counter, settings()).await;
+    let cold = replier_function(&config, &counter).await;
     counter.reset();
     assert_eq!(reported(&invoke(&cold, &batch).await), Vec::<String>::new());
     let replier = cold.engine().handler();
@@ -284,13 +288,7 @@ async fn a_duplicate_the_pre_check_did_not_read_gets_its_result_from_the_conditi
 async fn a_failing_replay_reports_the_record_and_stores_nothing() {
     let config = support::store_config(std::time::Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let function = function_of(
-        &config,
-        Replier::default(),
-        &counter,
-        support::msk::settings(header_keys()),
-    )
-    .await;
+    let function = replier_function(&config, &counter).await;
     let batch = event(vec![(
         "payments-0",
         vec![text(0, "k-1", "one"), text(1, "k-2", "two")],
@@ -333,7 +331,6 @@ async fn a_failing_replay_reports_the_record_and_stores_nothing() {
 async fn results_are_stored_whole_up_to_64_kib_and_a_larger_one_fails_the_record() {
     let config = support::store_config(std::time::Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let settings = || support::msk::settings(header_keys());
     let store = IdempotencyStore::new(support::client().await, config.clone());
     for (bytes, key) in [
         (MAX_RESULT_BYTES, "fits"),
@@ -343,7 +340,13 @@ async fn results_are_stored_whole_up_to_64_kib_and_a_larger_one_fails_the_record
             result_bytes: Some(bytes),
             ..Replier::default()
         };
-        let function = function_of(&config, replier, &counter, settings()).await;
+        let function = function_of(
+            &config,
+            replier,
+            &counter,
+            support::msk::settings(header_keys()),
+        )
+        .await;
         let batch = event(vec![("payments-0", vec![text(0, key, "v")])]);
         let response = invoke(&function, &batch).await;
         let item = store.get(key).await.expect("get").expect("item");
@@ -474,13 +477,7 @@ async fn a_key_longer_than_dynamodb_allows_is_hashed_when_asked() {
         ..support::store_config(std::time::Duration::from_secs(30))
     };
     let counter = RequestCounter::default();
-    let function = function_of(
-        &config,
-        Replier::default(),
-        &counter,
-        support::msk::settings(header_keys()),
-    )
-    .await;
+    let function = replier_function(&config, &counter).await;
     let batch = event(vec![(
         "payments-0",
         vec![text(0, &long_key, "v"), text(1, &long_key, "v")],
@@ -505,13 +502,7 @@ async fn a_key_longer_than_dynamodb_allows_is_hashed_when_asked() {
     assert_eq!(support::string(&item, "status"), "COMPLETED");
     // Under the default policy the same key fails alone.
     let rejecting = support::store_config(std::time::Duration::from_secs(30));
-    let function = function_of(
-        &rejecting,
-        Replier::default(),
-        &counter,
-        support::msk::settings(header_keys()),
-    )
-    .await;
+    let function = replier_function(&rejecting, &counter).await;
     assert_eq!(
         reported(&invoke(&function, &batch).await),
         ["payments-0@0", "payments-0@1"]

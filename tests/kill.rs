@@ -211,15 +211,14 @@ fn batches_file(batches: &[Value]) -> PathBuf {
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lock() {
-    let a = account();
-    let batch = event(vec![("payments-0", vec![payment(0, "k-1", &a, 250)])]);
+/// A worker process claims k-1 of `batch` (a lock of `lock_ms`) and is
+/// killed before its effect: the key is left STARTED v1. Its configuration.
+async fn orphaned_claim(batch: &Value, lock_ms: u64) -> WorkerConfig {
     let config = WorkerConfig {
         key_prefix: format!("kill-{}#", uuid::Uuid::new_v4()),
         mode: "direct".into(),
-        lock_ms: 1000,
-        batches: batches_file(std::slice::from_ref(&batch)),
+        lock_ms,
+        batches: batches_file(std::slice::from_ref(batch)),
         first_batch: 0,
         pause_in_handler: true,
         charge_api: None,
@@ -228,6 +227,14 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let claimed = worker.next().await.expect("the worker claims");
     assert!(claimed.ends_with("k-1 v1"), "{claimed}");
     worker.kill().await;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lock() {
+    let a = account();
+    let batch = event(vec![("payments-0", vec![payment(0, "k-1", &a, 250)])]);
+    let config = orphaned_claim(&batch, 1000).await;
 
     let client = support::client().await;
     let store = IdempotencyStore::new(client.clone(), store_config(&config));
@@ -276,19 +283,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocat
             "payments-0",
             vec![payment(0, "k-1", &a, 250), payment(1, "k-2", &a, 5)],
         )]);
-        let config = WorkerConfig {
-            key_prefix: format!("wait-{}#", uuid::Uuid::new_v4()),
-            mode: "direct".into(),
-            lock_ms: 1500,
-            batches: batches_file(std::slice::from_ref(&batch)),
-            first_batch: 0,
-            pause_in_handler: true,
-            charge_api: None,
-        };
-        let mut worker = Worker::start(&config);
-        let claimed = worker.next().await.expect("the worker claims");
-        assert!(claimed.ends_with("k-1 v1"), "{claimed}");
-        worker.kill().await;
+        let config = orphaned_claim(&batch, 1500).await;
 
         let client = support::client().await;
         let store = IdempotencyStore::new(client.clone(), store_config(&config));
