@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 
 use crate::clock::now_ms;
 use crate::store::{IdempotencyStore, Status, StoreError, StoredItem};
-use crate::{StoreConfig, dynamo};
+use crate::{LongKeyPolicy, StoreConfig, dynamo};
 
 /// Variable naming the table when `--table` is not given.
 pub const TABLE_ENV: &str = "IDEMPOTENCY_TABLE";
@@ -212,8 +212,17 @@ pub fn store_config(
         .clone()
         .or_else(|| env(KEY_PREFIX_ENV))
         .unwrap_or_default();
+    StoreConfig::check_prefix(&key_prefix).map_err(|reason| format!("--key-prefix: {reason}"))?;
+    // The function's policy, so that a long key names the same item.
+    let long_keys = match env("LONG_KEY_POLICY").filter(|policy| !policy.is_empty()) {
+        Some(policy) => {
+            LongKeyPolicy::parse(&policy).map_err(|e| format!("LONG_KEY_POLICY: {e}"))?
+        }
+        None => LongKeyPolicy::Reject,
+    };
     Ok(StoreConfig {
         key_prefix,
+        long_keys,
         ..StoreConfig::new(table)
     })
 }
@@ -389,6 +398,19 @@ mod tests {
             ("t", "")
         );
         assert!(store_config(&cli_without_table(), |_| None).is_err());
+        // The function's rules: a prefix that could collide is refused, and
+        // a long key is found under the function's policy.
+        let cli = Cli::parse_from(["exactly-once-ops", "inspect", "k", "--key-prefix", "p#v2#"]);
+        assert!(store_config(&cli, env).is_err());
+        let hashing = |name: &str| match name {
+            "LONG_KEY_POLICY" => Some("hash".to_owned()),
+            other => env(other),
+        };
+        let config = store_config(
+            &Cli::parse_from(["exactly-once-ops", "inspect", "k"]),
+            hashing,
+        );
+        assert_eq!(config.map(|c| c.long_keys), Ok(LongKeyPolicy::Hash));
     }
 
     fn cli_without_table() -> Cli {
