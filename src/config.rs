@@ -1,5 +1,6 @@
 //! Configuration of the idempotency store: a plain struct, filled from the
-//! environment by the Lambda edge (see `lambda::settings`).
+//! environment by the Lambda edge (see `lambda::settings`); and the helpers
+//! every reader of environment variables shares (the edge, the demo ledger).
 
 use std::time::Duration;
 
@@ -90,6 +91,41 @@ impl LongKeyPolicy {
                 "unknown long key policy {other:?}; expected reject or hash"
             )),
         }
+    }
+}
+
+/// A variable that is missing or holds a value the function cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {variable}: {reason}")]
+pub struct SettingsError {
+    pub variable: &'static str,
+    pub reason: String,
+}
+
+/// A variable that must be set and not empty.
+pub fn required(
+    var: impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+) -> Result<String, SettingsError> {
+    var(variable).ok_or_else(|| SettingsError {
+        variable,
+        reason: "is required and not set".into(),
+    })
+}
+
+/// An optional variable read with `parse`, or `default` when unset.
+pub fn parsed<T>(
+    var: impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, SettingsError> {
+    match var(variable) {
+        None => Ok(default),
+        Some(text) => parse(text.trim()).map_err(|reason| SettingsError {
+            variable,
+            reason: format!("{reason}, got {text:?}"),
+        }),
     }
 }
 

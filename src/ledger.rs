@@ -9,9 +9,9 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use serde::Deserialize;
 
+use crate::config::{self, SettingsError};
 use crate::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use crate::lambda::KafkaRecord;
-use crate::lambda::settings::{self, SettingsError};
 use crate::redact::json_error;
 
 /// A payment message, as producers write it.
@@ -90,8 +90,8 @@ impl LedgerSettings {
     /// transactional or direct), read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
-        let table = settings::required(var, "LEDGER_TABLE")?;
-        let mode = settings::parsed(var, "LEDGER_MODE", LedgerMode::LockFree, LedgerMode::parse)?;
+        let table = config::required(var, "LEDGER_TABLE")?;
+        let mode = config::parsed(var, "LEDGER_MODE", LedgerMode::LockFree, LedgerMode::parse)?;
         Ok(Self { table, mode })
     }
 }

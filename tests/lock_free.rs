@@ -17,7 +17,7 @@ use exactly_once::engine::{
     RecordHandler, Work, payload_hash,
 };
 use exactly_once::lambda::KafkaRecord;
-use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
+use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
 use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Status, StoreConfig};
 use serde_json::json;
@@ -32,11 +32,11 @@ async fn function<H: RecordHandler<Record = KafkaRecord>>(
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
 ) -> MskFunction<H> {
-    function_in(Ordering::Partition, config, counter, handler).await
+    function_in(OrderingMode::Partition, config, counter, handler).await
 }
 
 async fn function_in<H: RecordHandler<Record = KafkaRecord>>(
-    ordering: Ordering,
+    ordering: OrderingMode,
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
@@ -59,7 +59,13 @@ async fn lock_free_by_key(
     config: &StoreConfig,
     counter: &RequestCounter,
 ) -> MskFunction<LedgerHandler> {
-    function_in(Ordering::Key, config, counter, ledger(LedgerMode::LockFree)).await
+    function_in(
+        OrderingMode::Key,
+        config,
+        counter,
+        ledger(LedgerMode::LockFree),
+    )
+    .await
 }
 
 /// One partition of `n` payments, each with its own Kafka key, idempotency

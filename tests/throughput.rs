@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use exactly_once::dynamo::{RequestCounter, RequestStats};
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
-use exactly_once::lambda::{FunctionSettings, MskFunction, Ordering};
+use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{IdempotencyStore, StoreConfig};
 use serde_json::Value;
@@ -21,7 +21,7 @@ use support::msk::{
 /// keys, counting requests.
 async fn counted(
     config: &StoreConfig,
-    ordering: Ordering,
+    ordering: OrderingMode,
     counter: &RequestCounter,
 ) -> MskFunction<LedgerHandler> {
     let mode = support::msk::ledger_mode();
@@ -30,7 +30,7 @@ async fn counted(
 
 /// The ledger function with `POISON_POLICY=report`: a FAILED record stops
 /// its lane.
-async fn reporting(config: &StoreConfig, ordering: Ordering) -> MskFunction<LedgerHandler> {
+async fn reporting(config: &StoreConfig, ordering: OrderingMode) -> MskFunction<LedgerHandler> {
     let engine = EngineConfig {
         poison: PoisonPolicy::Report,
         ..EngineConfig::default()
@@ -44,7 +44,7 @@ async fn counted_with(
     mode: LedgerMode,
     engine: EngineConfig,
     config: &StoreConfig,
-    ordering: Ordering,
+    ordering: OrderingMode,
     counter: &RequestCounter,
 ) -> MskFunction<LedgerHandler> {
     let client = counter.attach(&support::client().await);
@@ -92,7 +92,7 @@ async fn a_new_record_costs_one_claim_and_one_transaction_on_the_locking_path() 
     let counter = RequestCounter::default();
     let engine = EngineConfig::default();
     let mode = LedgerMode::Transactional;
-    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let function = counted_with(mode, engine, &config, OrderingMode::Partition, &counter).await;
     let accounts: Vec<String> = (0..5).map(|_| account()).collect();
     let batch = payments(1000, &accounts);
 
@@ -121,7 +121,7 @@ async fn lock_free_transactions(per_transaction: usize, accounts: usize) -> u64 
         ..EngineConfig::default()
     };
     let mode = LedgerMode::LockFree;
-    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let function = counted_with(mode, engine, &config, OrderingMode::Partition, &counter).await;
     let accounts: Vec<String> = (0..accounts).map(|_| account()).collect();
     let batch = payments(1000, &accounts);
     assert_eq!(
@@ -157,7 +157,7 @@ async fn consecutive_records_on_distinct_accounts_share_a_transaction() {
 async fn capacity_of_100(mode: LedgerMode, engine: EngineConfig) -> BTreeMap<String, RequestStats> {
     let config = support::store_config(Duration::from_secs(30));
     let counter = RequestCounter::with_consumed_capacity();
-    let function = counted_with(mode, engine, &config, Ordering::Partition, &counter).await;
+    let function = counted_with(mode, engine, &config, OrderingMode::Partition, &counter).await;
     let accounts: Vec<String> = (0..2).map(|_| account()).collect();
     assert_eq!(
         reported(&invoke(&function, &payments(100, &accounts)).await),
@@ -209,12 +209,12 @@ async fn a_replayed_batch_costs_one_read_per_100_records_and_nothing_when_warm()
     let accounts: Vec<String> = (0..5).map(|_| account()).collect();
     let batch = payments(1000, &accounts);
     let first = RequestCounter::default();
-    let warm = counted(&config, Ordering::Partition, &first).await;
+    let warm = counted(&config, OrderingMode::Partition, &first).await;
     assert_eq!(reported(&invoke(&warm, &batch).await), Vec::<String>::new());
 
     // Another container (cold cache): one BatchGetItem per 100 keys.
     let cold_counter = RequestCounter::default();
-    let cold = counted(&config, Ordering::Partition, &cold_counter).await;
+    let cold = counted(&config, OrderingMode::Partition, &cold_counter).await;
     assert_eq!(reported(&invoke(&cold, &batch).await), Vec::<String>::new());
     let counts = cold_counter.counts();
     assert_eq!(counts.get("BatchGetItem"), Some(&10), "{counts:?}");
@@ -262,7 +262,7 @@ fn base64_of(text: &str) -> String {
 #[tokio::test]
 async fn in_key_mode_a_failure_stops_only_its_own_key() {
     let config = support::store_config(Duration::from_secs(30));
-    let function = reporting(&config, Ordering::Key).await;
+    let function = reporting(&config, OrderingMode::Key).await;
     let (a, b) = (account(), account());
     let response = invoke(&function, &keyed_partition(&a, &b)).await;
     // Key A stops at its poison record; key B finishes past it.
@@ -273,7 +273,7 @@ async fn in_key_mode_a_failure_stops_only_its_own_key() {
 #[tokio::test]
 async fn with_the_default_poison_policy_park_the_partition_goes_on_past_a_failed_record() {
     let config = support::store_config(Duration::from_secs(30));
-    let function = counted(&config, Ordering::Partition, &RequestCounter::default()).await;
+    let function = counted(&config, OrderingMode::Partition, &RequestCounter::default()).await;
     let (a, b) = (account(), account());
     let response = invoke(&function, &keyed_partition(&a, &b)).await;
     // The poison record is FAILED in the table (the durable record of it),
@@ -292,7 +292,7 @@ async fn with_the_default_poison_policy_park_the_partition_goes_on_past_a_failed
 #[tokio::test]
 async fn in_partition_mode_a_failure_stops_the_whole_partition() {
     let config = support::store_config(Duration::from_secs(30));
-    let function = reporting(&config, Ordering::Partition).await;
+    let function = reporting(&config, OrderingMode::Partition).await;
     let (a, b) = (account(), account());
     let response = invoke(&function, &keyed_partition(&a, &b)).await;
     assert_eq!(
@@ -309,7 +309,11 @@ async fn in_partition_mode_a_failure_stops_the_whole_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_ordering_mode_applies_each_payment_once_under_concurrent_replays() {
-    for ordering in [Ordering::Partition, Ordering::Key, Ordering::Unordered] {
+    for ordering in [
+        OrderingMode::Partition,
+        OrderingMode::Key,
+        OrderingMode::Unordered,
+    ] {
         let config = support::store_config(Duration::from_secs(30));
         let accounts: Vec<String> = (0..3).map(|_| account()).collect();
         let mut batch = payments(200, &accounts);

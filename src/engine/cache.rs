@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 
-use crate::clock::{ms_to_s, now_ms};
+use crate::clock::ms_to_s;
 
 /// Keys whose stored result is larger than this are not cached, so that the
 /// cache holds at most `capacity` x 4 KiB of results.
@@ -47,15 +47,16 @@ impl CompletedCache {
         }
     }
 
-    /// What `key` was completed with, if known and not expired.
-    pub fn get(&self, key: &str) -> Option<Completed> {
+    /// What `key` was completed with, if known and not expired at `now_ms`
+    /// (the store's clock, which judges the table's items too).
+    pub fn get(&self, key: &str, now_ms: u64) -> Option<Completed> {
         let mut entries = self
             .entries
             .as_ref()?
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let (completed, expires_at_s) = entries.get(key)?.clone();
-        if expires_at_s < ms_to_s(now_ms()) {
+        if expires_at_s < ms_to_s(now_ms) {
             entries.pop(key);
             return None;
         }
@@ -82,31 +83,33 @@ mod tests {
 
     #[test]
     fn entries_count_until_their_expiry_and_the_oldest_go_first() {
-        let now_s = ms_to_s(now_ms());
+        let now = crate::clock::now_ms();
+        let now_s = ms_to_s(now);
         let done = |hash: &str| Completed::new(hash, Some("reply"));
         let cache = CompletedCache::new(2);
         cache.insert("a", done("h-a"), now_s + 60);
         cache.insert("old", done("h-old"), now_s - 1);
-        assert_eq!(cache.get("a"), Some(done("h-a")));
-        assert_eq!(cache.get("old"), None, "past its expires_at");
+        assert_eq!(cache.get("a", now), Some(done("h-a")));
+        assert_eq!(cache.get("old", now), None, "past its expires_at");
         cache.insert("b", done("h-b"), now_s + 60);
         cache.insert("c", done("h-c"), now_s + 60);
-        assert_eq!(cache.get("a"), None, "evicted: capacity 2");
-        assert_eq!(cache.get("c"), Some(done("h-c")));
+        assert_eq!(cache.get("a", now), None, "evicted: capacity 2");
+        assert_eq!(cache.get("c", now), Some(done("h-c")));
         let disabled = CompletedCache::new(0);
         disabled.insert("a", done("h-a"), now_s + 60);
-        assert_eq!(disabled.get("a"), None);
+        assert_eq!(disabled.get("a", now), None);
     }
 
     #[test]
     fn large_results_are_not_cached() {
-        let now_s = ms_to_s(now_ms());
+        let now = crate::clock::now_ms();
+        let now_s = ms_to_s(now);
         let cache = CompletedCache::new(10);
         let large = "x".repeat(CACHED_RESULT_BYTES + 1);
         cache.insert("large", Completed::new("h", Some(&large)), now_s + 60);
-        assert_eq!(cache.get("large"), None);
+        assert_eq!(cache.get("large", now), None);
         let small = Completed::new("h", Some(&large[..CACHED_RESULT_BYTES]));
         cache.insert("small", small.clone(), now_s + 60);
-        assert_eq!(cache.get("small"), Some(small));
+        assert_eq!(cache.get("small", now), Some(small));
     }
 }

@@ -24,8 +24,9 @@ impl<H: RecordHandler> Engine<H> {
     ) -> HashMap<String, Completed> {
         let mut known = HashMap::new();
         let mut unknown: Vec<&str> = Vec::new();
+        let now = self.store.now_ms();
         for work in lanes.iter().flatten().filter_map(|item| item.as_ref().ok()) {
-            match self.cache.get(&work.key) {
+            match self.cache.get(&work.key, now) {
                 Some(completed) => {
                     known.insert(work.key.clone(), completed);
                 }

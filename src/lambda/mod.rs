@@ -60,7 +60,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
 
 /// How records of one partition may run relative to each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ordering {
+pub enum OrderingMode {
     /// Strict offset order, one record at a time (the default).
     Partition,
     /// Records with the same Kafka record key in offset order; different
@@ -70,7 +70,7 @@ pub enum Ordering {
     Unordered,
 }
 
-impl Ordering {
+impl OrderingMode {
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "partition" => Ok(Self::Partition),
@@ -288,9 +288,9 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
     /// the configured order.
     fn lanes(&self, records: Vec<Decoded>) -> Vec<Vec<Decoded>> {
         match self.settings.ordering {
-            Ordering::Partition => vec![records],
-            Ordering::Unordered => records.into_iter().map(|record| vec![record]).collect(),
-            Ordering::Key => {
+            OrderingMode::Partition => vec![records],
+            OrderingMode::Unordered => records.into_iter().map(|record| vec![record]).collect(),
+            OrderingMode::Key => {
                 let mut lanes: Vec<Vec<Decoded>> = Vec::new();
                 let mut lane_of: HashMap<Option<Vec<u8>>, usize> = HashMap::new();
                 for record in records {

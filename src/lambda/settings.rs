@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::config::{LongKeyPolicy, StoreConfig};
+use crate::config::{LongKeyPolicy, SettingsError, StoreConfig, parsed, required};
 use crate::engine::{EngineConfig, PoisonPolicy};
 
-use super::Ordering;
+use super::OrderingMode;
 use super::fingerprint::Fingerprint;
 use super::keys::{KeySpec, MissingKeyPolicy};
 use super::report::KeyLogging;
@@ -39,21 +39,13 @@ pub const ENV_VARS: &[&str] = &[
 /// leaves a DynamoDB write (2 s at most, retries included) time to finish.
 pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(5000);
 
-/// A variable that is missing or holds a value the function cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("environment variable {variable}: {reason}")]
-pub struct SettingsError {
-    pub variable: &'static str,
-    pub reason: String,
-}
-
 /// How the Kafka edge reads an event: keys, order, time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSettings {
     pub keys: KeySpec,
     /// What makes two deliveries of a key the same payload.
     pub fingerprint: Fingerprint,
-    pub ordering: Ordering,
+    pub ordering: OrderingMode,
     /// No record starts within this of the invocation's deadline.
     pub safety_margin: Duration,
     /// How keys appear in the logs.
@@ -69,7 +61,7 @@ impl FunctionSettings {
         Self {
             keys,
             fingerprint: Fingerprint::Raw,
-            ordering: Ordering::Partition,
+            ordering: OrderingMode::Partition,
             safety_margin: DEFAULT_SAFETY_MARGIN,
             log_keys: KeyLogging::Plain,
             dead_letter_queue_url: None,
@@ -175,7 +167,12 @@ impl Settings {
         let function = FunctionSettings {
             keys,
             fingerprint: parsed(var, "PAYLOAD_HASH", Fingerprint::Raw, Fingerprint::parse)?,
-            ordering: parsed(var, "ORDERING_MODE", Ordering::Partition, Ordering::parse)?,
+            ordering: parsed(
+                var,
+                "ORDERING_MODE",
+                OrderingMode::Partition,
+                OrderingMode::parse,
+            )?,
             safety_margin: parsed(var, "SAFETY_MARGIN_MS", DEFAULT_SAFETY_MARGIN, |text| {
                 text.parse::<u64>()
                     .map(Duration::from_millis)
@@ -196,33 +193,6 @@ impl Settings {
             engine,
             function,
         })
-    }
-}
-
-/// A variable that must be set and not empty.
-pub fn required(
-    var: impl Fn(&str) -> Option<String>,
-    variable: &'static str,
-) -> Result<String, SettingsError> {
-    var(variable).ok_or_else(|| SettingsError {
-        variable,
-        reason: "is required and not set".into(),
-    })
-}
-
-/// An optional variable read with `parse`, or `default` when unset.
-pub fn parsed<T>(
-    var: impl Fn(&str) -> Option<String>,
-    variable: &'static str,
-    default: T,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, SettingsError> {
-    match var(variable) {
-        None => Ok(default),
-        Some(text) => parse(text.trim()).map_err(|reason| SettingsError {
-            variable,
-            reason: format!("{reason}, got {text:?}"),
-        }),
     }
 }
 
@@ -289,7 +259,7 @@ mod tests {
         assert_eq!(settings.store.retention, Duration::from_secs(3600));
         let function = &settings.function;
         assert_eq!(function.safety_margin, Duration::from_millis(750));
-        assert_eq!(function.ordering, Ordering::Key);
+        assert_eq!(function.ordering, OrderingMode::Key);
         assert_eq!(function.log_keys, KeyLogging::Hash);
         assert_eq!(
             function.dead_letter_queue_url.as_deref(),

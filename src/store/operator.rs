@@ -11,7 +11,6 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use super::item::{n, s};
 use super::transitions::{names_in, parse_old};
 use super::{IdempotencyStore, Status, StoreError};
-use crate::clock::now_ms;
 
 impl IdempotencyStore {
     /// Operator release: a STARTED key becomes claimable at once (the same
@@ -87,7 +86,7 @@ impl IdempotencyStore {
             Status::Failed => "operator retry (UpdateItem)",
             _ => "operator release (UpdateItem)",
         };
-        operator_outcome(result, pk, expected, version, operation)
+        operator_outcome(result, pk, expected, version, operation, self.now_ms())
     }
 }
 
@@ -99,6 +98,7 @@ fn operator_outcome<O, R>(
     expected: Status,
     version: u64,
     operation: &'static str,
+    now_ms: u64,
 ) -> Result<(), StoreError>
 where
     R: std::fmt::Debug,
@@ -114,7 +114,7 @@ where
     let found = match parse_old(conflict.item())? {
         None => "absent".to_owned(),
         Some(item) => {
-            let ttl = if item.is_expired(now_ms()) {
+            let ttl = if item.is_expired(now_ms) {
                 ", past its TTL: counts as absent"
             } else {
                 ""

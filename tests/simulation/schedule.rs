@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use exactly_once::engine::PoisonPolicy;
-use exactly_once::lambda::Ordering;
+use exactly_once::lambda::OrderingMode;
 use exactly_once::ledger::LedgerMode;
 
 use crate::support::faults::FaultPlan;
@@ -52,7 +52,7 @@ pub struct Chaos {
 pub struct Schedule {
     pub seed: u64,
     pub ledger_mode: LedgerMode,
-    pub ordering: Ordering,
+    pub ordering: OrderingMode,
     /// The log of each partition `payments-<index>`.
     pub partitions: Vec<Vec<Produced>>,
     /// The accounts the payments go to (unique to this schedule).
@@ -140,7 +140,11 @@ impl Schedule {
         Self {
             seed,
             ledger_mode: LEDGER_MODES[rng.usize(..LEDGER_MODES.len())],
-            ordering: [Ordering::Partition, Ordering::Key, Ordering::Unordered][rng.usize(..3)],
+            ordering: [
+                OrderingMode::Partition,
+                OrderingMode::Key,
+                OrderingMode::Unordered,
+            ][rng.usize(..3)],
             partitions,
             accounts,
             batch_size: rng.usize(1..=10),

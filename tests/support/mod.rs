@@ -112,7 +112,7 @@ pub mod msk {
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{
-        FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, Ordering,
+        FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, OrderingMode,
     };
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
     use lambda_runtime::{Context, LambdaEvent};
@@ -188,9 +188,10 @@ pub mod msk {
     /// `keys` in the ordering mode `TEST_ORDERING_MODE` names (`partition`
     /// when unset): `infra/test.sh` runs the batch tests in `key` mode too.
     pub fn settings(keys: KeySpec) -> FunctionSettings {
-        let ordering = std::env::var("TEST_ORDERING_MODE").map_or(Ordering::Partition, |mode| {
-            Ordering::parse(&mode).expect("TEST_ORDERING_MODE: partition, key or none")
-        });
+        let ordering = std::env::var("TEST_ORDERING_MODE")
+            .map_or(OrderingMode::Partition, |mode| {
+                OrderingMode::parse(&mode).expect("TEST_ORDERING_MODE: partition, key or none")
+            });
         FunctionSettings {
             ordering,
             ..FunctionSettings::new(keys)
