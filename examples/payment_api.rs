@@ -1,0 +1,87 @@
+//! A handler on the locking path that charges a payment API: the effect is
+//! outside DynamoDB, so the engine claims the key first, and the handler
+//! passes the fencing token's idempotency key to the API, the same for every
+//! delivery, takeover and release of the key, so the API charges once.
+//!
+//! Run it like the demo function, with `PAYMENTS_API_URL` (e.g.
+//! `http://127.0.0.1:8080`) and the settings of README: Configuration.
+
+use bytes::Bytes;
+use exactly_once::engine::{
+    CommitPath, Completion, Engine, FencingToken, HandlerError, RecordHandler,
+};
+use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
+use exactly_once::redact::json_error;
+use exactly_once::{IdempotencyStore, dynamo};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+#[derive(serde::Deserialize)]
+struct Payment {
+    payment_id: String,
+    amount_cents: i64,
+}
+
+struct PaymentApi {
+    http: Client<HttpConnector, Full<Bytes>>,
+    url: String,
+}
+
+impl RecordHandler for PaymentApi {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::Locking // the effect is outside DynamoDB: claim, then call
+    }
+
+    async fn handle(
+        &self,
+        token: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion, HandlerError> {
+        let payment: Payment = serde_json::from_slice(&record.value)
+            .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
+        let body =
+            serde_json::json!({"payment": payment.payment_id, "amount": payment.amount_cents});
+        let request = hyper::Request::post(format!("{}/charges", self.url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", token.idempotency_key())
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| HandlerError::Permanent(format!("bad request: {e}")))?;
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|e| HandlerError::Retryable(format!("payment API unreachable: {e}")))?;
+        let status = response.status();
+        let receipt = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| HandlerError::Retryable(format!("payment API answer lost: {e}")))?
+            .to_bytes();
+        match status.as_u16() {
+            200..=299 => Ok(Completion::done(String::from_utf8_lossy(&receipt))),
+            // The API refused this payment for good (e.g. card declined).
+            400..=499 => Err(HandlerError::Permanent(format!("payment API: {status}"))),
+            _ => Err(HandlerError::Retryable(format!("payment API: {status}"))),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let settings = Settings::from_env()?;
+    let store = IdempotencyStore::new(dynamo::connect().await, settings.store);
+    let http = Client::builder(TokioExecutor::new()).build_http();
+    let url = std::env::var("PAYMENTS_API_URL")?;
+    let engine = Engine::new(store, PaymentApi { http, url }, settings.engine);
+    let function = &MskFunction::new(engine, settings.function);
+    let handle = move |event: LambdaEvent<Value>| async move { function.handle(event).await };
+    lambda_runtime::run(service_fn(handle)).await
+}
