@@ -15,6 +15,7 @@ pub fn ms_to_s(ms: u64) -> u64 {
     ms / 1000
 }
 
+/// A duration in whole milliseconds.
 pub fn duration_ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }

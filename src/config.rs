@@ -33,7 +33,9 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
+    /// The default lease of a claim: 30 s.
     pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The default retention of an item: 8 days.
     pub const DEFAULT_RETENTION: Duration = Duration::from_secs(8 * 24 * 3600);
 
     /// A configuration with the defaults for everything but the table.
@@ -83,6 +85,7 @@ pub enum LongKeyPolicy {
 }
 
 impl LongKeyPolicy {
+    /// Parses `LONG_KEY_POLICY`: `reject` or `hash`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "reject" => Ok(Self::Reject),
@@ -98,7 +101,9 @@ impl LongKeyPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("environment variable {variable}: {reason}")]
 pub struct SettingsError {
+    /// The variable's name.
     pub variable: &'static str,
+    /// What is wrong with its value.
     pub reason: String,
 }
 

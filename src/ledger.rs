@@ -17,9 +17,13 @@ use crate::redact::json_error;
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Payment {
+    /// The payment's own id (the usual idempotency key).
     pub payment_id: String,
+    /// The account credited.
     pub account_id: String,
+    /// The amount in cents (negative: a debit).
     pub amount_cents: i64,
+    /// ISO currency code.
     pub currency: String,
 }
 
@@ -63,6 +67,7 @@ pub enum LedgerMode {
 }
 
 impl LedgerMode {
+    /// Parses `LEDGER_MODE`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim() {
             "lock-free" => Ok(Self::LockFree),
@@ -81,7 +86,9 @@ pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE"];
 /// Where the ledger is and how it applies payments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerSettings {
+    /// The ledger table.
     pub table: String,
+    /// How payments are applied.
     pub mode: LedgerMode,
 }
 
@@ -108,6 +115,7 @@ pub struct LedgerHandler {
 }
 
 impl LedgerHandler {
+    /// A ledger on `table`, applying payments as `mode` says.
     pub fn new(client: Client, table: impl Into<String>, mode: LedgerMode) -> Self {
         Self {
             client,
@@ -116,6 +124,7 @@ impl LedgerHandler {
         }
     }
 
+    /// A ledger as `settings` say.
     pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
         Self::new(client, settings.table, settings.mode)
     }

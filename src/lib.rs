@@ -9,6 +9,8 @@
 //!   response, configuration from the environment.
 //! - [`ledger`]: the demo business logic, a payments ledger.
 
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod config;
 pub mod dynamo;

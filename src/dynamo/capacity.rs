@@ -39,7 +39,9 @@ const READS: [&str; 5] = [
 /// Capacity units consumed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CapacityUnits {
+    /// Read capacity units.
     pub read: f64,
+    /// Write capacity units.
     pub write: f64,
 }
 

@@ -22,9 +22,11 @@ use super::capacity::{self, CapacityUnits};
 /// Requests of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RequestStats {
+    /// Requests sent (retries included).
     pub count: u64,
     /// Sum of the requests' round trips, milliseconds.
     pub total_ms: f64,
+    /// The longest round trip, ms.
     pub max_ms: f64,
     /// Capacity units the responses reported (counted only by
     /// [`RequestCounter::with_consumed_capacity`]).

@@ -93,6 +93,7 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The reason as a log detail.
     pub fn text(self) -> &'static str {
         match self {
             Self::EarlierRecordUnfinished => "an earlier record of its partition did not finish",

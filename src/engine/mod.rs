@@ -92,6 +92,7 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// Which messages that can never succeed are parked.
     pub fn parking(&self) -> Parking {
         Parking {
             poison: self.poison,
@@ -116,13 +117,16 @@ impl Default for EngineConfig {
 /// How one message of a batch ended, and how long its turn took.
 #[derive(Debug)]
 pub struct RecordOutcome {
+    /// How it ended.
     pub outcome: Outcome,
+    /// How long its turn took.
     pub elapsed: std::time::Duration,
 }
 
 /// The outcomes of a batch, in the shape of its lanes.
 #[derive(Debug)]
 pub struct BatchResult {
+    /// One outcome per message, lane by lane, in the lanes' order.
     pub outcomes: Vec<Vec<RecordOutcome>>,
     /// DynamoDB failed during the batch, so records were not started.
     pub store_unavailable: bool,
@@ -150,6 +154,7 @@ pub struct Engine<H> {
 }
 
 impl<H: RecordHandler> Engine<H> {
+    /// An engine running `handler` over `store`.
     pub fn new(store: IdempotencyStore, handler: H, config: EngineConfig) -> Self {
         Self {
             cache: CompletedCache::new(config.completed_cache),
@@ -160,14 +165,17 @@ impl<H: RecordHandler> Engine<H> {
         }
     }
 
+    /// The idempotency store.
     pub fn store(&self) -> &IdempotencyStore {
         &self.store
     }
 
+    /// The business logic.
     pub fn handler(&self) -> &H {
         &self.handler
     }
 
+    /// How much it does at once, what it remembers, what it parks.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }

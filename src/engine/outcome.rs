@@ -12,31 +12,51 @@ pub enum Outcome {
     /// The work ran and the key is COMPLETED with `result`. `version` > 1
     /// means the key was taken over from an abandoned lock.
     Processed {
+        /// The version that completed (1: a first claim).
         version: u64,
+        /// The result stored with it.
         result: Option<Arc<str>>,
     },
     /// The key was already COMPLETED for this payload with `result`; the work
     /// did not run ([`super::RecordHandler::on_duplicate`] did).
-    Duplicate { result: Option<Arc<str>> },
+    Duplicate {
+        /// The result stored by the first delivery.
+        result: Option<Arc<str>>,
+    },
     /// A verified duplicate whose [`super::RecordHandler::on_duplicate`]
     /// failed: reported, so that it comes again.
-    ReplayFailed { error: String },
+    ReplayFailed {
+        /// Why the handler's `on_duplicate` failed.
+        error: String,
+    },
     /// Another worker holds the key's lock; the work did not run here.
     InProgress,
     /// The key was used before with another payload; the work never runs.
     PayloadMismatch,
     /// The key failed permanently before; the work never runs again.
-    PreviouslyFailed { error: Option<String> },
+    PreviouslyFailed {
+        /// The stored error.
+        error: Option<String>,
+    },
     /// The business logic failed permanently; the key is now FAILED.
-    Failed { error: String },
+    Failed {
+        /// The handler's error, as stored.
+        error: String,
+    },
     /// The business logic failed for now; the key was released.
-    Retrying { error: String },
+    Retrying {
+        /// The handler's error.
+        error: String,
+    },
     /// The lock was taken over while the work ran; the result was not recorded.
     LockLost,
     /// The idempotency table could not be used; see the error.
     StoreFailed(StoreError),
     /// The message could not be read (undecodable, no usable key).
-    Invalid { reason: String },
+    Invalid {
+        /// Why (never payload content).
+        reason: String,
+    },
     /// The invocation's deadline came near while the work ran: it was
     /// stopped and the key released.
     TimedOut,
@@ -60,6 +80,7 @@ pub enum PoisonPolicy {
 }
 
 impl PoisonPolicy {
+    /// Parses `POISON_POLICY`: `park` or `report`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "park" => Ok(Self::Park),
@@ -78,7 +99,9 @@ impl PoisonPolicy {
 /// (they have no FAILED item to be their durable record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parking {
+    /// `POISON_POLICY`.
     pub poison: PoisonPolicy,
+    /// Whether refused messages (unreadable, keyless, key reused) are parked too.
     pub refused: bool,
 }
 

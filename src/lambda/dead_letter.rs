@@ -17,6 +17,7 @@ use super::decode::Coordinates;
 /// One parked record to forward.
 #[derive(Debug, Clone)]
 pub struct Parked {
+    /// Where the record sits.
     pub at: Coordinates,
     /// The outcome's name (`failed`, `previously-failed`).
     pub outcome: &'static str,
@@ -32,6 +33,7 @@ pub struct DeadLetterQueue {
 }
 
 impl DeadLetterQueue {
+    /// The queue at `url`, sent to with `client`.
     pub fn new(client: Client, url: impl Into<String>) -> Self {
         Self {
             client,

@@ -24,8 +24,10 @@ const KAFKA_SOURCES: &[&str] = &["aws:kafka", "SelfManagedKafka", "aws:SelfManag
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
     #[error("not a Kafka event: eventSource is {0}; expected aws:kafka or SelfManagedKafka")]
+    /// `eventSource` is missing or names another service.
     NotKafka(String),
     #[error("malformed Kafka event: {0}")]
+    /// The event's shape is wrong (records not a map of lists, a record without offset).
     Malformed(String),
 }
 
@@ -34,6 +36,7 @@ pub enum EventError {
 pub struct Coordinates {
     /// `<topic>-<partition>`, the key of the event's `records` map.
     pub partition: String,
+    /// The record's offset in its partition.
     pub offset: i64,
 }
 

@@ -33,6 +33,7 @@ pub enum MissingKeyPolicy {
 }
 
 impl MissingKeyPolicy {
+    /// Parses `MISSING_KEY_POLICY`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim() {
             "reject" => Ok(Self::Reject),
@@ -82,10 +83,12 @@ impl KeySpec {
         })
     }
 
+    /// The parts, in order.
     pub fn parts(&self) -> &[KeyPart] {
         &self.parts
     }
 
+    /// What happens to a record whose key is missing.
     pub fn missing(&self) -> MissingKeyPolicy {
         self.missing
     }

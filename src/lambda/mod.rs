@@ -36,12 +36,16 @@ pub use settings::{FunctionSettings, Settings};
 #[derive(Debug, thiserror::Error)]
 pub enum InvocationError {
     #[error(transparent)]
+    /// The event itself cannot be processed.
     Event(#[from] EventError),
     /// DynamoDB was unavailable and no record could be finished.
     #[error(
         "DynamoDB unavailable: no record of the batch could be processed ({reported} reported)"
     )]
-    StoreUnavailable { reported: usize },
+    StoreUnavailable {
+        /// Records reported.
+        reported: usize,
+    },
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -71,6 +75,7 @@ pub enum OrderingMode {
 }
 
 impl OrderingMode {
+    /// Parses `ORDERING_MODE`: `partition`, `key` or `none`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "partition" => Ok(Self::Partition),
@@ -86,6 +91,7 @@ impl OrderingMode {
 /// One invocation's answer, and what became of each record.
 #[derive(Debug)]
 pub struct Invocation {
+    /// What Lambda is answered.
     pub response: KafkaBatchResponse,
     /// Every record of the event, in the lanes' order.
     pub records: Vec<RecordReport>,
@@ -94,6 +100,7 @@ pub struct Invocation {
 /// What became of one record (what its log line says).
 #[derive(Debug, Clone)]
 pub struct RecordReport {
+    /// Where the record sits.
     pub at: Coordinates,
     /// The outcome's name (`processed`, `duplicate`, `failed`, ...).
     pub outcome: &'static str,
@@ -118,6 +125,7 @@ pub struct MskFunction<H> {
 }
 
 impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
+    /// The function of `engine`, reading events as `settings` say.
     pub fn new(engine: Engine<H>, settings: FunctionSettings) -> Self {
         Self {
             engine: Arc::new(engine),
@@ -149,6 +157,7 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
         self
     }
 
+    /// The engine it runs.
     pub fn engine(&self) -> &Engine<H> {
         &self.engine
     }

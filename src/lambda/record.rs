@@ -16,8 +16,11 @@ pub struct SchemaMetadata {
 /// gets for MSK and self-managed Kafka events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaRecord {
+    /// The topic.
     pub topic: String,
+    /// The partition number.
     pub partition: i64,
+    /// The offset in the partition.
     pub offset: i64,
     /// Epoch milliseconds, as Kafka stamped the record.
     pub timestamp_ms: i64,
@@ -29,7 +32,9 @@ pub struct KafkaRecord {
     pub value: Vec<u8>,
     /// Every header in the order Kafka delivered them; a name may repeat.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The schema registry's metadata of the key, if the mapping validated it.
     pub key_schema: Option<SchemaMetadata>,
+    /// The schema registry's metadata of the value, if the mapping validated it.
     pub value_schema: Option<SchemaMetadata>,
 }
 

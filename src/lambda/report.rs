@@ -26,6 +26,7 @@ pub enum KeyLogging {
 }
 
 impl KeyLogging {
+    /// Parses `LOG_KEYS`: `plain` or `hash`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "plain" => Ok(Self::Plain),
@@ -49,14 +50,18 @@ impl KeyLogging {
 pub struct InvocationReport {
     started: Instant,
     outcomes: BTreeMap<&'static str, u64>,
+    /// Records of the invocation.
     pub records: u64,
+    /// Records processed or found duplicate.
     pub finished: u64,
     /// Stored FAILED and not reported (`POISON_POLICY=park`).
     pub parked: u64,
+    /// Records listed in the response.
     pub reported: u64,
 }
 
 impl InvocationReport {
+    /// An empty report, its clock started.
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
@@ -106,6 +111,7 @@ impl InvocationReport {
         }
     }
 
+    /// Time since the invocation started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }

@@ -42,9 +42,11 @@ pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(5000);
 /// How the Kafka edge reads an event: keys, order, time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSettings {
+    /// Where idempotency keys come from.
     pub keys: KeySpec,
     /// What makes two deliveries of a key the same payload.
     pub fingerprint: Fingerprint,
+    /// Which records may run concurrently.
     pub ordering: OrderingMode,
     /// No record starts within this of the invocation's deadline.
     pub safety_margin: Duration,
@@ -72,8 +74,11 @@ impl FunctionSettings {
 /// Everything the MSK function needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// The idempotency store's settings.
     pub store: StoreConfig,
+    /// The engine's settings.
     pub engine: EngineConfig,
+    /// The Kafka edge's settings.
     pub function: FunctionSettings,
 }
 

@@ -43,10 +43,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PREFIX")]
     pub key_prefix: Option<String>,
     #[command(subcommand)]
+    /// What to do.
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
+/// The operator tool's commands.
 pub enum Command {
     /// Show a key's item (every attribute) and what its next delivery will do.
     ///

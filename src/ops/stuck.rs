@@ -19,11 +19,13 @@ use crate::store::{StoreError, names_in};
 /// What to look for.
 #[derive(Debug, Clone)]
 pub struct Query {
+    /// The idempotency table.
     pub table: String,
     /// Only keys under this prefix are listed (all when empty).
     pub key_prefix: String,
     /// The time the scan judges locks and ages by (epoch ms).
     pub now_ms: u64,
+    /// Which keys to list.
     pub listing: Listing,
     /// Parallel scan segments (1: a plain scan).
     pub segments: u32,
@@ -35,7 +37,10 @@ pub struct Query {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
     /// STARTED keys whose lock ended, or created before `now - older_than`.
-    Stuck { older_than: Duration },
+    Stuck {
+        /// STARTED keys created longer ago are listed too.
+        older_than: Duration,
+    },
     /// FAILED keys: the durable record of every poison record.
     Failed,
 }
@@ -55,11 +60,17 @@ impl Query {
 pub struct StuckKey {
     /// The idempotency key, without the prefix.
     pub key: String,
+    /// The key's version.
     pub version: u64,
+    /// Lease end, epoch ms (0: released).
     pub lock_expires_at_ms: Option<u64>,
+    /// Epoch ms of the first claim.
     pub created_at_ms: Option<u64>,
+    /// Epoch ms of the last write.
     pub updated_at_ms: Option<u64>,
+    /// Claims and takeovers so far.
     pub attempts: Option<u64>,
+    /// Where the first claimer's record came from.
     pub origin: Option<String>,
     /// The error of a FAILED key.
     pub error: Option<String>,

@@ -11,7 +11,9 @@ pub enum StoreError {
     /// side. Nothing was decided: report the record so that it comes again.
     #[error("DynamoDB unavailable during {operation}: {message}")]
     Unavailable {
+        /// The request that failed.
         operation: &'static str,
+        /// The SDK's error.
         message: String,
     },
     /// DynamoDB refused the request itself (missing table, no permission,
@@ -19,7 +21,9 @@ pub enum StoreError {
     /// fixed; the record still must not be dropped.
     #[error("DynamoDB rejected {operation}: {message}")]
     Rejected {
+        /// The request refused.
         operation: &'static str,
+        /// DynamoDB's reason.
         message: String,
     },
     /// The fenced write found the item no longer ours: another worker took the
@@ -27,7 +31,12 @@ pub enum StoreError {
     /// not be completed by this worker. (No error text names a key: keys may
     /// be sensitive, and log lines show them only as `LOG_KEYS` allows.)
     #[error("lock lost: version {version} is no longer ours")]
-    LockLost { key: String, version: u64 },
+    LockLost {
+        /// The item's partition key (never shown in the message).
+        key: String,
+        /// The version this worker held.
+        version: u64,
+    },
     /// The idempotency key cannot be stored (empty, or longer than DynamoDB's
     /// 2048-byte partition key limit). Permanent for this record.
     #[error("invalid idempotency key: {0}")]
@@ -36,30 +45,50 @@ pub enum StoreError {
     /// with the wrong type: someone else wrote it. Permanent until an operator
     /// repairs or deletes it.
     #[error("malformed idempotency item: {reason}")]
-    MalformedItem { key: String, reason: String },
+    MalformedItem {
+        /// The item's partition key (never shown in the message).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A condition of the work's own writes failed, so the completion
     /// transaction wrote nothing. The handler decides whether that is
     /// permanent or retryable.
     #[error("a condition of effect write {write} failed: {message}")]
-    EffectConditionFailed { write: usize, message: String },
+    EffectConditionFailed {
+        /// Which of the handler's writes (0-based).
+        write: usize,
+        /// DynamoDB's reason.
+        message: String,
+    },
     /// The work returned more writes than fit in one transaction beside the
     /// completion. Permanent: the handler must split its effect.
     #[error(
         "the effect has {count} writes; one transaction holds at most 99 beside the completion"
     )]
-    TooManyWrites { count: usize },
+    TooManyWrites {
+        /// How many writes the effect had.
+        count: usize,
+    },
     /// Other workers kept changing the item while this one tried to claim it.
     /// Retryable.
     #[error("the claim kept racing with other workers")]
-    Contention { key: String },
+    Contention {
+        /// The item's partition key (never shown in the message).
+        key: String,
+    },
     /// An operator's write (release, retry-failed) found the key not in the
     /// status and version the operator named: absent, in another status, or
     /// at another version (someone took it over). Nothing was written.
     #[error("the key is not {expected} at version {version} (found: {found}); nothing written")]
     NotInState {
+        /// The key.
         key: String,
+        /// The status the operator named.
         expected: &'static str,
+        /// The version the operator named.
         version: u64,
+        /// What the key holds instead.
         found: String,
     },
 }

@@ -40,12 +40,16 @@ pub mod attr {
 /// The lifecycle state of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Claimed: the work may be running under a lease.
     Started,
+    /// Done: redeliveries are duplicates.
     Completed,
+    /// Failed for good: redeliveries are refused.
     Failed,
 }
 
 impl Status {
+    /// The stored text (`STARTED`, `COMPLETED`, `FAILED`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Started => "STARTED",
@@ -88,18 +92,31 @@ pub enum Standing {
 /// An idempotency item as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredItem {
+    /// Partition key: prefix + idempotency key.
     pub pk: String,
+    /// The key's state.
     pub status: Status,
+    /// Fencing number.
     pub version: u64,
+    /// The current claim's token.
     pub owner: String,
+    /// The fingerprint the key was claimed with.
     pub payload_hash: String,
+    /// Lease end, epoch ms, while STARTED.
     pub lock_expires_at_ms: Option<u64>,
+    /// TTL, epoch seconds.
     pub expires_at_s: u64,
+    /// Epoch ms of the first claim.
     pub created_at_ms: Option<u64>,
+    /// Epoch ms of the last write.
     pub updated_at_ms: Option<u64>,
+    /// Claims and takeovers so far.
     pub attempts: Option<u64>,
+    /// Where the first claimer's message came from.
     pub origin: Option<String>,
+    /// The handler's result (COMPLETED).
     pub result: Option<String>,
+    /// The error (FAILED).
     pub error: Option<String>,
 }
 

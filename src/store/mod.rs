@@ -84,10 +84,12 @@ pub enum ClaimOutcome {
 }
 
 impl IdempotencyStore {
+    /// The store on `client` as `config` says.
     pub fn new(client: Client, config: StoreConfig) -> Self {
         Self { client, config }
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }

@@ -369,13 +369,18 @@ pub enum Refused {
     /// The key of message `index` is not new; the item found (None if
     /// DynamoDB returned none).
     KeyTaken {
+        /// Which message (0-based).
         index: usize,
+        /// The item found.
         item: Option<Box<StoredItem>>,
     },
     /// A condition of write `write` of message `index` failed.
     EffectRefused {
+        /// Which message (0-based).
         index: usize,
+        /// Which of its writes (0-based).
         write: usize,
+        /// DynamoDB's reason.
         message: String,
     },
 }
