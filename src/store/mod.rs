@@ -1,21 +1,25 @@
 //! Persistence of idempotency keys in DynamoDB: the key state machine.
 //!
 //! [`IdempotencyStore`] owns the transitions; each is ONE conditional write
-//! (see `transitions.rs`, which reads top to bottom).
+//! (see `locking.rs` and `lock_free.rs`, one file per path, each read top
+//! to bottom).
 
 mod error;
 mod item;
+mod lock_free;
+mod locking;
 mod operator;
 mod read;
 mod transact;
-mod transitions;
+mod write;
 
 use aws_sdk_dynamodb::Client;
 
 pub use error::StoreError;
 pub use item::{Standing, Status, StoredItem, attr};
-pub(crate) use transitions::names_in;
-pub use transitions::{MAX_EFFECT_WRITES, NewCommit, Refused};
+pub use lock_free::{NewCommit, Refused};
+pub use locking::MAX_EFFECT_WRITES;
+pub(crate) use write::names_in;
 
 use crate::config::{LongKeyPolicy, StoreConfig};
 use crate::engine::payload_hash;

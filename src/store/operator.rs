@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::{n, s};
-use super::transitions::{names_in, parse_old};
+use super::write::parse_old;
 use super::{IdempotencyStore, Status, StoreError};
 
 impl IdempotencyStore {
@@ -71,14 +71,7 @@ impl IdempotencyStore {
             .collect();
         values.insert(":version".into(), n(version));
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&pk))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_in(&[update, condition])))
-            .set_expression_attribute_values(Some(values))
+            .update_item(&pk, update, condition, values)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;

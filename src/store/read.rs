@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::KeysAndAttributes;
 use tokio::task::JoinSet;
 
 use super::item::s;
-use super::transitions::{RawItem, parse_old};
+use super::write::{RawItem, parse_old};
 use super::{IdempotencyStore, StoreError, StoredItem};
 
 /// BatchGetItem reads at most this many keys a call.

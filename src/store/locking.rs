@@ -13,26 +13,27 @@
 //! FAILED v ──operator retry──▶ STARTED v, lock ended     ┘ AND version
 //! ```
 //!
-//! Expression placeholders are the attribute names with `#` in front
-//! (`#status` is `status`); [`names_in`] derives the name map from them.
+//! The claim's condition ([`NEW_KEY`]) and the helpers both paths share are
+//! in `write.rs`; the lock-free path is `lock_free.rs`.
+//!
+//! [`NEW_KEY`]: super::write::NEW_KEY
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
 };
 
 use super::item::{n, s};
 use super::transact::{TransactError, condition_failed, transaction_error};
+use super::write::{Conditional, conditional, names_in, new_item};
 use super::{
     ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Standing, Status, StoreError, StoredItem,
     bounded,
 };
-use crate::clock::{duration_ms, ms_to_s};
+use crate::clock::duration_ms;
 
 /// DynamoDB's limit of 100 actions per transaction, less the completion.
 pub const MAX_EFFECT_WRITES: usize = 99;
@@ -45,22 +46,6 @@ const MAX_CLAIM_ROUNDS: usize = 4;
 /// Invariant: only the current owner of a STARTED item writes to it; a worker
 /// whose lock was taken over (new version, new owner) is fenced out.
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
-
-/// The condition of every write that creates an item (claim, lock-free
-/// commit, lock-free failure).
-/// Invariant: one live item per key; a write never replaces an item that has
-/// not passed its TTL.
-const NEW_KEY: &str = "attribute_not_exists(#pk) OR #expires_at < :now_s";
-
-/// An item as DynamoDB returns it.
-pub(super) type RawItem = HashMap<String, AttributeValue>;
-
-/// Result of a conditional write that returns the stored item on conflict.
-enum Conditional<T> {
-    Written(T),
-    /// The condition failed; the item as it was (None if there was none).
-    Conflict(Option<Box<StoredItem>>),
-}
 
 impl IdempotencyStore {
     /// Claims `request.key`, or says why the work must not run now.
@@ -115,32 +100,6 @@ impl IdempotencyStore {
         self.put_if_new(item, now, lease, "claim (PutItem)").await
     }
 
-    /// PutItem of a new item under [`NEW_KEY`]: `written`, or the stored
-    /// item when the key is not new.
-    async fn put_if_new<T>(
-        &self,
-        item: RawItem,
-        now: u64,
-        written: T,
-        operation: &'static str,
-    ) -> Result<Conditional<T>, StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.config.table_name)
-            .set_item(Some(item))
-            .condition_expression(NEW_KEY)
-            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
-            .expression_attribute_values(":now_s", n(ms_to_s(now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        conditional(result, written, operation, |err| match err {
-            PutItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
-            _ => None,
-        })
-    }
-
     /// Take over: become the owner of an abandoned STARTED item, version + 1.
     async fn take_over(
         &self,
@@ -160,24 +119,18 @@ impl IdempotencyStore {
         // only while the lock is still abandoned (not renewed, not finished).
         let condition =
             "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms";
+        let values = HashMap::from([
+            (":owner".to_owned(), s(&lease.owner)),
+            (":next".to_owned(), n(lease.version)),
+            (":lock".to_owned(), n(lease.lock_expires_at_ms)),
+            (":exp".to_owned(), n(self.expires_at_s(now))),
+            (":now_ms".to_owned(), n(now)),
+            (":one".to_owned(), n(1)),
+            (":observed".to_owned(), n(observed.version)),
+            (":started".to_owned(), Status::Started.value()),
+        ]);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&observed.pk))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_in(&[update, condition])))
-            .set_expression_attribute_values(Some(HashMap::from([
-                (":owner".to_owned(), s(&lease.owner)),
-                (":next".to_owned(), n(lease.version)),
-                (":lock".to_owned(), n(lease.lock_expires_at_ms)),
-                (":exp".to_owned(), n(self.expires_at_s(now))),
-                (":now_ms".to_owned(), n(now)),
-                (":one".to_owned(), n(1)),
-                (":observed".to_owned(), n(observed.version)),
-                (":started".to_owned(), Status::Started.value()),
-            ])))
+            .update_item(&observed.pk, update, condition, values)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -306,14 +259,7 @@ impl IdempotencyStore {
         values: Vec<(&str, AttributeValue)>,
     ) -> Result<(), StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&lease.pk))
-            .update_expression(update)
-            .condition_expression(FENCE)
-            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
-            .set_expression_attribute_values(Some(fenced_values(lease, values)))
+            .update_item(&lease.pk, update, FENCE, fenced_values(lease, values))
             .send()
             .await;
         match result {
@@ -329,212 +275,10 @@ impl IdempotencyStore {
             },
         }
     }
-
     /// A new lease's end: one lock timeout from now, but not past `cap_ms`.
     fn lease_end(&self, now_ms: u64, cap_ms: Option<u64>) -> u64 {
         let full = now_ms + duration_ms(self.config.lock_timeout);
         cap_ms.map_or(full, |cap| full.min(cap))
-    }
-
-    fn expires_at_s(&self, now_ms: u64) -> u64 {
-        ms_to_s(now_ms) + self.config.retention.as_secs()
-    }
-}
-
-// The lock-free path, for work whose whole effect is DynamoDB writes: no
-// claim and no lock. The effect and the COMPLETED item commit in ONE
-// transaction that succeeds only if the key is new; a concurrent duplicate
-// loses that condition and is, by construction, a duplicate.
-
-/// One message for [`IdempotencyStore::commit_new`].
-#[derive(Debug)]
-pub struct NewCommit {
-    /// The idempotency key, without the table's key prefix.
-    pub key: String,
-    /// Hex SHA-256 of the payload.
-    pub payload_hash: String,
-    /// Where the message came from.
-    pub origin: Option<String>,
-    /// Unique to this attempt (the handler's fencing token).
-    pub owner: String,
-    /// Kept whole on the COMPLETED item (within [`super::MAX_RESULT_BYTES`]).
-    pub result: Option<String>,
-    /// The work's effect.
-    pub writes: Vec<TransactWriteItem>,
-}
-
-/// Why a lock-free write created nothing.
-#[derive(Debug)]
-pub enum Refused {
-    /// The key of message `index` is not new; the item found (None if
-    /// DynamoDB returned none).
-    KeyTaken {
-        /// Which message (0-based).
-        index: usize,
-        /// The item found.
-        item: Option<Box<StoredItem>>,
-    },
-    /// A condition of write `write` of message `index` failed.
-    EffectRefused {
-        /// Which message (0-based).
-        index: usize,
-        /// Which of its writes (0-based).
-        write: usize,
-        /// DynamoDB's reason.
-        message: String,
-    },
-}
-
-impl IdempotencyStore {
-    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
-    /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
-    /// returned on failure) and its writes, all in ONE transaction. Several
-    /// messages commit together only if all can (the caller makes sure their
-    /// writes touch distinct items); at most 100 actions in all.
-    /// Returns the items' `expires_at`, or why nothing was written.
-    pub async fn commit_new(
-        &self,
-        commits: Vec<NewCommit>,
-    ) -> Result<Result<u64, Refused>, StoreError> {
-        let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
-        if actions > MAX_EFFECT_WRITES + 1 {
-            return Err(StoreError::TooManyWrites {
-                count: actions - commits.len(),
-            });
-        }
-        let now = self.now_ms();
-        let expires_at_s = self.expires_at_s(now);
-        // Which message, and which of its writes (None: its item), each action is.
-        let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
-        let mut items = Vec::with_capacity(actions);
-        for (index, commit) in commits.into_iter().enumerate() {
-            let request = ClaimRequest {
-                key: &commit.key,
-                payload_hash: &commit.payload_hash,
-                origin: commit.origin.as_deref(),
-                lease_cap_ms: None,
-            };
-            let pk = self.pk(request.key)?;
-            let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
-            item.insert("expires_at".to_owned(), n(expires_at_s));
-            if let Some(result) = &commit.result {
-                item.insert("result".to_owned(), s(result));
-            }
-            items.push(self.put_new(item, now)?);
-            owners.push((index, None));
-            owners.extend((0..commit.writes.len()).map(|write| (index, Some(write))));
-            items.extend(commit.writes);
-        }
-        let (reasons, err) = match self.transact(items).await {
-            Ok(()) => return Ok(Ok(expires_at_s)),
-            Err(failure) => failure,
-        };
-        let Some(action) = reasons.iter().position(condition_failed) else {
-            return Err(transaction_error(
-                "commit (TransactWriteItems)",
-                &reasons,
-                err,
-            ));
-        };
-        // The earliest message with a failed condition; its own item before
-        // its writes.
-        let index = owners[action].0;
-        let first = owners
-            .iter()
-            .position(|(i, _)| *i == index)
-            .unwrap_or(action);
-        Ok(Err(match (reasons.get(first), owners[action].1) {
-            (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
-                index,
-                item: parse_old(reason.item())?,
-            },
-            (_, write) => Refused::EffectRefused {
-                index,
-                write: write.unwrap_or(0),
-                message: reasons[action].message().unwrap_or_default().to_owned(),
-            },
-        }))
-    }
-
-    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
-    /// lock-free path, so that its redeliveries are refused without running
-    /// the work; or the item found if the key is not new.
-    pub async fn fail_new(
-        &self,
-        request: ClaimRequest<'_>,
-        owner: &str,
-        error: &str,
-    ) -> Result<Result<(), Option<Box<StoredItem>>>, StoreError> {
-        let pk = self.pk(request.key)?;
-        let now = self.now_ms();
-        let mut item = new_item(&pk, Status::Failed, owner, request, now);
-        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
-        item.insert("error".to_owned(), s(bounded(error)));
-        // Invariant: one live item per key (see NEW_KEY).
-        Ok(
-            match self.put_if_new(item, now, (), "fail new (PutItem)").await? {
-                Conditional::Written(()) => Ok(()),
-                Conditional::Conflict(item) => Err(item),
-            },
-        )
-    }
-
-    /// The transaction action creating `item` under [`NEW_KEY`].
-    fn put_new(&self, item: RawItem, now: u64) -> Result<TransactWriteItem, StoreError> {
-        // Invariant: one live item per key (see NEW_KEY).
-        let put = Put::builder()
-            .table_name(&self.config.table_name)
-            .set_item(Some(item))
-            .condition_expression(NEW_KEY)
-            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
-            .expression_attribute_values(":now_s", n(ms_to_s(now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|err| StoreError::Rejected {
-                operation: "commit (TransactWriteItems)",
-                message: err.to_string(),
-            })?;
-        Ok(TransactWriteItem::builder().put(put).build())
-    }
-}
-
-/// The attributes every new item starts with (version 1, one attempt);
-/// the caller adds `expires_at` and what its status needs.
-fn new_item(pk: &str, status: Status, owner: &str, request: ClaimRequest<'_>, now: u64) -> RawItem {
-    let mut item = HashMap::from([
-        ("pk".to_owned(), s(pk)),
-        ("status".to_owned(), status.value()),
-        ("version".to_owned(), n(1)),
-        ("owner".to_owned(), s(owner)),
-        ("payload_hash".to_owned(), s(request.payload_hash)),
-        ("created_at".to_owned(), n(now)),
-        ("updated_at".to_owned(), n(now)),
-        ("attempts".to_owned(), n(1)),
-    ]);
-    if let Some(origin) = request.origin {
-        item.insert("origin".to_owned(), s(bounded(origin)));
-    }
-    item
-}
-
-/// `written` for a write that succeeded, or the stored item when its
-/// condition failed (`conflict` picks that item out of the service error).
-fn conditional<T, O, E, R>(
-    result: Result<O, SdkError<E, R>>,
-    written: T,
-    operation: &'static str,
-    conflict: fn(&E) -> Option<Option<&RawItem>>,
-) -> Result<Conditional<T>, StoreError>
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    match result {
-        Ok(_) => Ok(Conditional::Written(written)),
-        Err(err) => match err.as_service_error().and_then(conflict) {
-            Some(item) => Ok(Conditional::Conflict(parse_old(item)?)),
-            None => Err(StoreError::from_sdk(operation, err)),
-        },
     }
 }
 
@@ -573,45 +317,4 @@ fn failed_transaction(
         };
     }
     transaction_error("complete (TransactWriteItems)", reasons, err)
-}
-
-pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {
-    item.map(|item| StoredItem::parse(item).map(Box::new))
-        .transpose()
-}
-
-/// The expression attribute names used in `expressions`: `#name` -> `name`.
-pub(crate) fn names_in(expressions: &[&str]) -> HashMap<String, String> {
-    let mut names = HashMap::new();
-    for expression in expressions {
-        for (start, _) in expression.match_indices('#') {
-            let name: String = expression[start + 1..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            names.insert(format!("#{name}"), name);
-        }
-    }
-    names
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_derived_from_placeholders() {
-        let names = names_in(&["SET #status = :s ADD #attempts :one", FENCE]);
-        let mut keys: Vec<_> = names.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        keys.sort();
-        assert_eq!(
-            keys,
-            [
-                "#attempts=attempts",
-                "#owner=owner",
-                "#status=status",
-                "#version=version"
-            ]
-        );
-    }
 }

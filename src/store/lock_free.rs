@@ -1,0 +1,168 @@
+//! The lock-free path, for work whose whole effect is DynamoDB writes: no
+//! claim and no lock. The effect and the COMPLETED item commit in ONE
+//! transaction that succeeds only if the key is new ([`NEW_KEY`]); a
+//! concurrent duplicate loses that condition and is, by construction, a
+//! duplicate.
+//!
+//! [`NEW_KEY`]: super::write::NEW_KEY
+
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
+
+use super::item::{n, s};
+use super::locking::MAX_EFFECT_WRITES;
+use super::transact::{condition_failed, transaction_error};
+use super::write::{Conditional, NEW_KEY, RawItem, names_in, new_item, parse_old};
+use super::{ClaimRequest, IdempotencyStore, Status, StoreError, StoredItem, bounded};
+use crate::clock::ms_to_s;
+
+/// One message for [`IdempotencyStore::commit_new`].
+#[derive(Debug)]
+pub struct NewCommit {
+    /// The idempotency key, without the table's key prefix.
+    pub key: String,
+    /// Hex SHA-256 of the payload.
+    pub payload_hash: String,
+    /// Where the message came from.
+    pub origin: Option<String>,
+    /// Unique to this attempt (the handler's fencing token).
+    pub owner: String,
+    /// Kept whole on the COMPLETED item (within [`super::MAX_RESULT_BYTES`]).
+    pub result: Option<String>,
+    /// The work's effect.
+    pub writes: Vec<TransactWriteItem>,
+}
+
+/// Why a lock-free write created nothing.
+#[derive(Debug)]
+pub enum Refused {
+    /// The key of message `index` is not new; the item found (None if
+    /// DynamoDB returned none).
+    KeyTaken {
+        /// Which message (0-based).
+        index: usize,
+        /// The item found.
+        item: Option<Box<StoredItem>>,
+    },
+    /// A condition of write `write` of message `index` failed.
+    EffectRefused {
+        /// Which message (0-based).
+        index: usize,
+        /// Which of its writes (0-based).
+        write: usize,
+        /// DynamoDB's reason.
+        message: String,
+    },
+}
+
+impl IdempotencyStore {
+    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
+    /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
+    /// returned on failure) and its writes, all in ONE transaction. Several
+    /// messages commit together only if all can (the caller makes sure their
+    /// writes touch distinct items); at most 100 actions in all.
+    /// Returns the items' `expires_at`, or why nothing was written.
+    pub async fn commit_new(
+        &self,
+        commits: Vec<NewCommit>,
+    ) -> Result<Result<u64, Refused>, StoreError> {
+        let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
+        if actions > MAX_EFFECT_WRITES + 1 {
+            return Err(StoreError::TooManyWrites {
+                count: actions - commits.len(),
+            });
+        }
+        let now = self.now_ms();
+        let expires_at_s = self.expires_at_s(now);
+        // Which message, and which of its writes (None: its item), each action is.
+        let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
+        let mut items = Vec::with_capacity(actions);
+        for (index, commit) in commits.into_iter().enumerate() {
+            let request = ClaimRequest {
+                key: &commit.key,
+                payload_hash: &commit.payload_hash,
+                origin: commit.origin.as_deref(),
+                lease_cap_ms: None,
+            };
+            let pk = self.pk(request.key)?;
+            let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
+            item.insert("expires_at".to_owned(), n(expires_at_s));
+            if let Some(result) = &commit.result {
+                item.insert("result".to_owned(), s(result));
+            }
+            items.push(self.put_new(item, now)?);
+            owners.push((index, None));
+            owners.extend((0..commit.writes.len()).map(|write| (index, Some(write))));
+            items.extend(commit.writes);
+        }
+        let (reasons, err) = match self.transact(items).await {
+            Ok(()) => return Ok(Ok(expires_at_s)),
+            Err(failure) => failure,
+        };
+        let Some(action) = reasons.iter().position(condition_failed) else {
+            return Err(transaction_error(
+                "commit (TransactWriteItems)",
+                &reasons,
+                err,
+            ));
+        };
+        // The earliest message with a failed condition; its own item before
+        // its writes.
+        let index = owners[action].0;
+        let first = owners
+            .iter()
+            .position(|(i, _)| *i == index)
+            .unwrap_or(action);
+        Ok(Err(match (reasons.get(first), owners[action].1) {
+            (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
+                index,
+                item: parse_old(reason.item())?,
+            },
+            (_, write) => Refused::EffectRefused {
+                index,
+                write: write.unwrap_or(0),
+                message: reasons[action].message().unwrap_or_default().to_owned(),
+            },
+        }))
+    }
+
+    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
+    /// lock-free path, so that its redeliveries are refused without running
+    /// the work; or the item found if the key is not new.
+    pub async fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Result<(), Option<Box<StoredItem>>>, StoreError> {
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let mut item = new_item(&pk, Status::Failed, owner, request, now);
+        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
+        item.insert("error".to_owned(), s(bounded(error)));
+        // Invariant: one live item per key (see NEW_KEY).
+        Ok(
+            match self.put_if_new(item, now, (), "fail new (PutItem)").await? {
+                Conditional::Written(()) => Ok(()),
+                Conditional::Conflict(item) => Err(item),
+            },
+        )
+    }
+
+    /// The transaction action creating `item` under [`NEW_KEY`].
+    fn put_new(&self, item: RawItem, now: u64) -> Result<TransactWriteItem, StoreError> {
+        // Invariant: one live item per key (see NEW_KEY).
+        let put = Put::builder()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression(NEW_KEY)
+            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
+            .expression_attribute_values(":now_s", n(ms_to_s(now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "commit (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
