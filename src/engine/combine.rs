@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
-use crate::store::{IdempotencyStore, MAX_EFFECT_WRITES, NewCommit};
+use crate::store::{CommitOutcome, IdempotencyStore, MAX_EFFECT_WRITES, NewCommit};
 
 /// Times the flusher lets other tasks run before it takes the queue, so
 /// that lanes ready at the same moment meet.
@@ -131,7 +131,7 @@ impl Combiner {
         let committed = {
             let _permit = self.permits.acquire().await;
             match self.store.commit_new(commits).await {
-                Ok(Ok(expires_at_s)) => Some(expires_at_s),
+                Ok(CommitOutcome::Committed { expires_at_s }) => Some(expires_at_s),
                 _ => None,
             }
         };

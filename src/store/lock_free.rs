@@ -32,9 +32,14 @@ pub struct NewCommit {
     pub writes: Vec<TransactWriteItem>,
 }
 
-/// Why a lock-free write created nothing.
+/// What a lock-free commit did: everything written, or nothing and why.
 #[derive(Debug)]
-pub enum Refused {
+pub enum CommitOutcome {
+    /// Every message's COMPLETED item and writes are written.
+    Committed {
+        /// The items' `expires_at` (epoch seconds).
+        expires_at_s: u64,
+    },
     /// The key of message `index` is not new; the item found (None if
     /// DynamoDB returned none).
     KeyTaken {
@@ -61,10 +66,7 @@ impl IdempotencyStore {
     /// messages commit together only if all can (the caller makes sure their
     /// writes touch distinct items); at most 100 actions in all.
     /// Returns the items' `expires_at`, or why nothing was written.
-    pub async fn commit_new(
-        &self,
-        commits: Vec<NewCommit>,
-    ) -> Result<Result<u64, Refused>, StoreError> {
+    pub async fn commit_new(&self, commits: Vec<NewCommit>) -> Result<CommitOutcome, StoreError> {
         let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
         if actions > MAX_EFFECT_WRITES + 1 {
             return Err(StoreError::TooManyWrites {
@@ -95,7 +97,7 @@ impl IdempotencyStore {
             items.extend(commit.writes);
         }
         let (reasons, err) = match self.transact(items).await {
-            Ok(()) => return Ok(Ok(expires_at_s)),
+            Ok(()) => return Ok(CommitOutcome::Committed { expires_at_s }),
             Err(failure) => failure,
         };
         let Some(action) = reasons.iter().position(condition_failed) else {
@@ -112,28 +114,29 @@ impl IdempotencyStore {
             .iter()
             .position(|(i, _)| *i == index)
             .unwrap_or(action);
-        Ok(Err(match (reasons.get(first), owners[action].1) {
-            (Some(reason), _) if condition_failed(reason) => Refused::KeyTaken {
+        Ok(match (reasons.get(first), owners[action].1) {
+            (Some(reason), _) if condition_failed(reason) => CommitOutcome::KeyTaken {
                 index,
                 item: parse_old(reason.item())?,
             },
-            (_, write) => Refused::EffectRefused {
+            (_, write) => CommitOutcome::EffectRefused {
                 index,
                 write: write.unwrap_or(0),
                 message: reasons[action].message().unwrap_or_default().to_owned(),
             },
-        }))
+        })
     }
 
     /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
     /// lock-free path, so that its redeliveries are refused without running
-    /// the work; or the item found if the key is not new.
+    /// the work. `None` when written; else the item found (the key is not
+    /// new; `Some(None)` if DynamoDB returned no item).
     pub async fn fail_new(
         &self,
         request: ClaimRequest<'_>,
         owner: &str,
         error: &str,
-    ) -> Result<Result<(), Option<Box<StoredItem>>>, StoreError> {
+    ) -> Result<Option<Option<Box<StoredItem>>>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
         let mut item = new_item(&pk, Status::Failed, owner, request, now);
@@ -142,8 +145,8 @@ impl IdempotencyStore {
         // Invariant: one live item per key (see NEW_KEY).
         Ok(
             match self.put_if_new(item, now, (), "fail new (PutItem)").await? {
-                Conditional::Written(()) => Ok(()),
-                Conditional::Conflict(item) => Err(item),
+                Conditional::Written(()) => None,
+                Conditional::Conflict(item) => Some(item),
             },
         )
     }

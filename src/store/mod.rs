@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::Client;
 
 pub use error::StoreError;
 pub use item::{Standing, Status, StoredItem, attr};
-pub use lock_free::{NewCommit, Refused};
+pub use lock_free::{CommitOutcome, NewCommit};
 pub use locking::MAX_EFFECT_WRITES;
 pub(crate) use write::names_in;
 

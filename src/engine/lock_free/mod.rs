@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::store::{ClaimRequest, NewCommit, Refused, Standing, StoreError, StoredItem};
+use crate::store::{ClaimRequest, CommitOutcome, NewCommit, Standing, StoreError, StoredItem};
 
 mod group;
 
@@ -248,7 +248,7 @@ impl<H: RecordHandler> Engine<H> {
                     .await
             };
             match result {
-                Ok(Ok(expires_at_s)) => {
+                Ok(CommitOutcome::Committed { expires_at_s }) => {
                     for planned in chunk {
                         self.committed(planned, expires_at_s, log, batch);
                     }
@@ -256,7 +256,10 @@ impl<H: RecordHandler> Engine<H> {
                 }
                 // Nothing was written. The ones before the refused message
                 // commit together again; the refused one then goes alone.
-                Ok(Err(Refused::KeyTaken { index, .. } | Refused::EffectRefused { index, .. })) => {
+                Ok(
+                    CommitOutcome::KeyTaken { index, .. }
+                    | CommitOutcome::EffectRefused { index, .. },
+                ) => {
                     together = index;
                     refused_next = index > 0;
                     requeue(&mut members, chunk);
@@ -315,10 +318,12 @@ impl<H: RecordHandler> Engine<H> {
                 self.store.commit_new(vec![new_commit(planned)]).await
             };
             let item = match result {
-                Ok(Ok(expires_at_s)) => return self.processed(planned, expires_at_s),
-                Ok(Err(Refused::KeyTaken { item, .. })) => item,
+                Ok(CommitOutcome::Committed { expires_at_s }) => {
+                    return self.processed(planned, expires_at_s);
+                }
+                Ok(CommitOutcome::KeyTaken { item, .. }) => item,
                 // Nothing was written: the effect's own condition decides.
-                Ok(Err(Refused::EffectRefused { write, message, .. })) => {
+                Ok(CommitOutcome::EffectRefused { write, message, .. }) => {
                     let error = StoreError::EffectConditionFailed { write, message }.to_string();
                     return match planned.completion.on_condition_failure {
                         ConditionFailure::Permanent => self.fail_new(work, error, batch).await,
@@ -349,8 +354,8 @@ impl<H: RecordHandler> Engine<H> {
                 self.store.fail_new(request(work), &owner, &error).await
             };
             let item = match result {
-                Ok(Ok(())) => return Outcome::Failed { error },
-                Ok(Err(item)) => item,
+                Ok(None) => return Outcome::Failed { error },
+                Ok(Some(item)) => item,
                 Err(err) => return store_failure(err),
             };
             if let Some(outcome) = self.found(work, item, batch).await {
