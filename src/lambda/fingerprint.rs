@@ -77,13 +77,11 @@ impl Fingerprint {
             Self::CanonicalJson => Ok(payload_hash(&canonical(parsed()?)?)),
             Self::Fields(pointers) => {
                 let json = parsed()?;
-                let fields: Vec<&Value> = pointers
+                let fields: Vec<Value> = pointers
                     .iter()
-                    .map(|p| json.pointer(p).unwrap_or(&Value::Null))
+                    .map(|p| json.pointer(p).cloned().unwrap_or(Value::Null))
                     .collect();
-                Ok(payload_hash(&canonical(
-                    &serde_json::to_value(fields).unwrap_or_default(),
-                )?))
+                Ok(payload_hash(&canonical(&Value::Array(fields))?))
             }
         }
     }
