@@ -175,6 +175,34 @@ impl Worker {
         None
     }
 
+    /// Follows the worker until it finishes (true) or `stop_at` comes
+    /// (false); each batch it acknowledges moves `config.first_batch` on,
+    /// where the next worker starts.
+    async fn run_until(
+        &mut self,
+        stop_at: Option<tokio::time::Instant>,
+        config: &mut WorkerConfig,
+        seed: u64,
+    ) -> bool {
+        loop {
+            let line = match stop_at {
+                Some(at) => match tokio::time::timeout_at(at, self.next()).await {
+                    Ok(line) => line,
+                    Err(_) => return false, // time to interrupt it
+                },
+                None => self.next().await,
+            };
+            match line.as_deref() {
+                Some("FINISHED") => return true,
+                Some(done) if done.starts_with("DONE ") => {
+                    config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
+                }
+                Some(_) => {}
+                None => panic!("a worker ended without finishing (seed {seed})"),
+            }
+        }
+    }
+
     async fn kill(mut self) {
         self.child.kill().await.expect("SIGKILL the worker");
     }
@@ -382,24 +410,7 @@ async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
             let mut worker = Worker::start(&config);
             let kill_at = (storm.kills < kills)
                 .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120)));
-            let finished = loop {
-                let line = match kill_at {
-                    Some(at) => match tokio::time::timeout_at(at, worker.next()).await {
-                        Ok(line) => line,
-                        Err(_) => break false, // time to kill
-                    },
-                    None => worker.next().await,
-                };
-                match line.as_deref() {
-                    Some("FINISHED") => break true,
-                    Some(done) if done.starts_with("DONE ") => {
-                        config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
-                    }
-                    Some(_) => {}
-                    None => panic!("a worker ended without finishing (seed {seed})"),
-                }
-            };
-            if finished {
+            if worker.run_until(kill_at, &mut config, seed).await {
                 break;
             }
             worker.kill().await;
@@ -527,24 +538,7 @@ async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
             let mut worker = Worker::start(&config);
             let interrupt_at = (storm.kills + storm.steals < interruptions)
                 .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..150)));
-            let finished = loop {
-                let line = match interrupt_at {
-                    Some(at) => match tokio::time::timeout_at(at, worker.next()).await {
-                        Ok(line) => line,
-                        Err(_) => break false,
-                    },
-                    None => worker.next().await,
-                };
-                match line.as_deref() {
-                    Some("FINISHED") => break true,
-                    Some(done) if done.starts_with("DONE ") => {
-                        config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
-                    }
-                    Some(_) => {}
-                    None => panic!("a worker ended without finishing (seed {seed})"),
-                }
-            };
-            if finished {
+            if worker.run_until(interrupt_at, &mut config, seed).await {
                 break;
             }
             // Every third interruption steals the lease instead of killing.
