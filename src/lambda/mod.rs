@@ -214,10 +214,9 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
         }
         let parking = self.engine.config().parking();
         let unsent = self.forward_parked(&event.payload, &results, parking).await;
-        let mut failures = Vec::new();
+        let (mut failures, log_keys) = (Vec::new(), self.settings.log_keys);
         for (at, key, result) in results {
             let unparked = unsent.get(&at).map(String::as_str);
-            let log_keys = self.settings.log_keys;
             let reported = report.record(&at, key.as_deref(), &result, log_keys, parking, unparked);
             reports.push(RecordReport {
                 outcome: result.outcome.name(),
