@@ -366,3 +366,95 @@ async fn records_claimed_ahead_keep_their_claims_while_earlier_work_runs_long() 
     }
     assert_eq!(balance(&a).await, 4);
 }
+
+/// Tells when DynamoDB has answered the batch's first read (`BatchGetItem`).
+struct FirstRead(tokio::sync::watch::Sender<bool>);
+
+impl support::faults::Observer for FirstRead {
+    fn exchanged(&self, exchange: support::faults::Exchange) {
+        if exchange.operation == "BatchGetItem" {
+            self.0.send_replace(true);
+        }
+    }
+}
+
+/// An invocation dropped midway (a crash; Lambda freezing the container)
+/// leaves nothing behind that writes later: not the claims made ahead
+/// (locking path), not a shared transaction (lock-free path). Every request
+/// waits 600 ms before it leaves; the invocation is dropped while its first
+/// writes wait, and none of them may ever reach DynamoDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invocation_dropped_midway_writes_nothing_afterwards() {
+    for mode in [LedgerMode::Transactional, LedgerMode::LockFree] {
+        let (read, mut answered) = tokio::sync::watch::channel(false);
+        let plan = support::faults::FaultPlan {
+            latency: 1.0,
+            latency_ms: (600, 600),
+            ..Default::default()
+        };
+        let faults = support::faults::Faults::new(plan, 7, Some(Arc::new(FirstRead(read))));
+        let client = faults.attach(&support::client().await);
+        let config = support::store_config(Duration::from_secs(30));
+        let store = IdempotencyStore::new(client.clone(), config.clone());
+        let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
+        assert_eq!(
+            ledger.commit_path(),
+            match mode {
+                LedgerMode::LockFree => CommitPath::LockFree,
+                _ => CommitPath::Locking,
+            }
+        );
+        let function = MskFunction::new(
+            Engine::new(store, ledger, EngineConfig::default()),
+            support::msk::settings(header_keys()),
+        )
+        .without_metrics();
+        // An account per partition: their transactions may be shared.
+        let accounts: Vec<String> = (0..3).map(|_| account()).collect();
+        let keys: Vec<String> = (0..6)
+            .map(|i| format!("dropped-{}-{i}", accounts[0]))
+            .collect();
+        let batch = event(
+            (0..3)
+                .map(|p| {
+                    let name = ["payments-0", "payments-1", "payments-2"][p];
+                    let recs = (0..2)
+                        .map(|i| payment(i as i64, &keys[p * 2 + i], &accounts[p], 5))
+                        .collect();
+                    (name, recs)
+                })
+                .collect(),
+        );
+        let function = Arc::new(function);
+        let invocation = tokio::spawn({
+            let function = Arc::clone(&function);
+            async move {
+                function
+                    .handle(LambdaEvent::new(batch, Context::default()))
+                    .await
+            }
+        });
+        answered
+            .wait_for(|read| *read)
+            .await
+            .expect("the batch read");
+        // The claims (or the shared transaction) have started and wait.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        invocation.abort();
+        assert!(invocation.await.is_err_and(|err| err.is_cancelled()));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        faults.settle().await;
+
+        let checker = IdempotencyStore::new(support::client().await, config);
+        for key in &keys {
+            let item = checker.get(key).await.expect("get");
+            assert_eq!(
+                item, None,
+                "{mode:?}: {key} was written after its invocation ended"
+            );
+        }
+        for a in &accounts {
+            assert_eq!(balance(a).await, 0, "{mode:?}");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Semaphore, oneshot};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::store::{CommitOutcome, IdempotencyStore, MAX_EFFECT_WRITES, NewCommit};
 
@@ -39,6 +39,8 @@ impl Submission {
 struct Queue {
     waiting: Vec<Submission>,
     flushing: bool,
+    /// The latest flusher, stopped with its batch ([`Combiner::stop`]).
+    flusher: Option<AbortHandle>,
 }
 
 /// Shared by the lanes of one batch.
@@ -60,6 +62,18 @@ impl Combiner {
         })
     }
 
+    /// Stops the flusher: its batch is gone (the invocation ended or was
+    /// dropped), so no shared transaction may start or go on after it.
+    pub fn stop(&self) {
+        if let Some(flusher) = self.lock().flusher.take() {
+            flusher.abort();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether a group of `records` may share a transaction with others.
     pub fn accepts(&self, records: usize) -> bool {
         records < self.limit
@@ -75,7 +89,7 @@ impl Combiner {
     ) -> Option<u64> {
         let (done, answer) = oneshot::channel();
         let start_flusher = {
-            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queue = self.lock();
             queue.waiting.push(Submission {
                 commits,
                 touched,
@@ -84,7 +98,8 @@ impl Combiner {
             !std::mem::replace(&mut queue.flushing, true)
         };
         if start_flusher {
-            tokio::spawn(Arc::clone(self).flush());
+            let flusher = tokio::spawn(Arc::clone(self).flush()).abort_handle();
+            self.lock().flusher = Some(flusher);
         }
         answer.await.ok().flatten()
     }
@@ -97,7 +112,7 @@ impl Combiner {
                 tokio::task::yield_now().await;
             }
             let waiting = {
-                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let mut queue = self.lock();
                 if queue.waiting.is_empty() {
                     queue.flushing = false;
                     return;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::store::{Lease, StoreError};
 
@@ -69,9 +69,10 @@ impl LaneLog {
 enum Step {
     /// Settled without a claim: unreadable, or known COMPLETED.
     Done(Outcome),
-    /// The first copy of its key in the batch: its claim, running ahead.
+    /// The first copy of its key in the batch: its claim, running ahead (a
+    /// claim dropped unawaited, with its invocation, stops where it is).
     Claiming(
-        JoinHandle<Result<Lease, Outcome>>,
+        AbortOnDropHandle<Result<Lease, Outcome>>,
         watch::Sender<Option<Settled>>,
     ),
     /// A later copy of a key in flight: waits for the first copy's outcome.
@@ -138,7 +139,9 @@ impl<H: RecordHandler> Engine<H> {
                     work.origin.clone(),
                 );
                 Step::Claiming(
-                    tokio::spawn(async move { engine.claim(&key, &hash, &origin, deadline).await }),
+                    AbortOnDropHandle::new(tokio::spawn(async move {
+                        engine.claim(&key, &hash, &origin, deadline).await
+                    })),
                     sender,
                 )
             }

@@ -144,6 +144,14 @@ struct Batch {
     completed: HashMap<String, Completed>,
 }
 
+impl Drop for Batch {
+    /// Nothing of a batch outlives it: an invocation dropped midway (Lambda
+    /// freezing or ending the container) must not write on its own later.
+    fn drop(&mut self) {
+        self.combiner.stop();
+    }
+}
+
 /// The idempotency engine: a store, the business logic, and a cache.
 pub struct Engine<H> {
     store: IdempotencyStore,
