@@ -12,7 +12,7 @@ use exactly_once::engine::{
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::redact::json_error;
-use exactly_once::{IdempotencyStore, dynamo};
+use exactly_once::{DynamoDbStore, dynamo};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -31,7 +31,7 @@ struct PaymentApi {
     url: String,
 }
 
-impl RecordHandler for PaymentApi {
+impl<E: Send + 'static> RecordHandler<E> for PaymentApi {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -42,7 +42,7 @@ impl RecordHandler for PaymentApi {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<E>, HandlerError> {
         let payment: Payment = serde_json::from_slice(&record.value)
             .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
         let body =
@@ -77,7 +77,7 @@ impl RecordHandler for PaymentApi {
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
-    let store = IdempotencyStore::new(dynamo::connect().await, settings.store);
+    let store = DynamoDbStore::new(dynamo::connect().await, settings.store);
     let http = Client::builder(TokioExecutor::new()).build_http();
     let url = std::env::var("PAYMENTS_API_URL")?;
     let engine = Engine::new(store, PaymentApi { http, url }, settings.engine);

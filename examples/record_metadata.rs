@@ -7,13 +7,13 @@ use exactly_once::engine::{
     CommitPath, Completion, Engine, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
-use exactly_once::{IdempotencyStore, dynamo};
+use exactly_once::{DynamoDbStore, dynamo};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
 struct Audit;
 
-impl RecordHandler for Audit {
+impl<E: Send + 'static> RecordHandler<E> for Audit {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -24,7 +24,7 @@ impl RecordHandler for Audit {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<E>, HandlerError> {
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         let tags: Vec<String> = record.headers_named("tag").map(text).collect();
         let trace = record.header("traceparent").map(text);
@@ -59,7 +59,7 @@ impl RecordHandler for Audit {
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
-    let store = IdempotencyStore::new(dynamo::connect().await, settings.store);
+    let store = DynamoDbStore::new(dynamo::connect().await, settings.store);
     let function = &MskFunction::new(
         Engine::new(store, Audit, settings.engine),
         settings.function,

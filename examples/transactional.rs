@@ -12,7 +12,7 @@ use exactly_once::engine::{
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::redact::json_error;
-use exactly_once::{IdempotencyStore, dynamo};
+use exactly_once::{DynamoDbStore, dynamo};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -27,7 +27,7 @@ struct Stock {
     table: String,
 }
 
-impl RecordHandler for Stock {
+impl RecordHandler<TransactWriteItem> for Stock {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -38,7 +38,7 @@ impl RecordHandler for Stock {
         &self,
         _: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let order: Order = serde_json::from_slice(&record.value)
             .map_err(|e| HandlerError::Permanent(format!("not an order: {}", json_error(&e))))?;
         let take = Update::builder()
@@ -71,7 +71,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
     let client = dynamo::connect().await;
-    let store = IdempotencyStore::new(client, settings.store);
+    let store = DynamoDbStore::new(client, settings.store);
     let table = std::env::var("STOCK_TABLE")?;
     let function = &MskFunction::new(
         Engine::new(store, Stock { table }, settings.engine),

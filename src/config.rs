@@ -7,7 +7,8 @@ use std::time::Duration;
 /// How the store names, locks and retains idempotency items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
-    /// The DynamoDB table holding one item per idempotency key.
+    /// The table (DynamoDB table, SQL table, Redis key namespace) holding
+    /// one item per idempotency key.
     pub table_name: String,
     /// Prepended to every idempotency key to form the item's `pk`
     /// (lets several functions share one table). Empty (the default), or
@@ -48,6 +49,17 @@ impl StoreConfig {
             retention: Self::DEFAULT_RETENTION,
             clock_offset_ms: 0,
         }
+    }
+
+    /// A new lease's end: one lock timeout from `now_ms`, not past `cap_ms`.
+    pub fn lease_end(&self, now_ms: u64, cap_ms: Option<u64>) -> u64 {
+        let full = now_ms + crate::clock::duration_ms(self.lock_timeout);
+        cap_ms.map_or(full, |cap| full.min(cap))
+    }
+
+    /// The TTL (epoch seconds) of an item written at `now_ms`.
+    pub fn expires_at_s(&self, now_ms: u64) -> u64 {
+        crate::clock::ms_to_s(now_ms) + self.retention.as_secs()
     }
 }
 

@@ -147,7 +147,7 @@ impl LedgerHandler {
     }
 }
 
-impl RecordHandler for LedgerHandler {
+impl RecordHandler<TransactWriteItem> for LedgerHandler {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -161,7 +161,7 @@ impl RecordHandler for LedgerHandler {
         &self,
         _: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let payment = Payment::parse(&record.value)?;
         match self.mode {
             // The effect as a write, committed by the engine (no side effect).

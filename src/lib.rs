@@ -1,8 +1,10 @@
 //! Exactly-once processing of Amazon MSK (Kafka) events on AWS Lambda, with
-//! DynamoDB as the idempotency store.
+//! DynamoDB as the default idempotency store.
 //!
-//! - [`store`]: the key state machine on DynamoDB (claim, take over, complete,
-//!   fail, release, extend), every transition one conditional write.
+//! - [`store`]: the key state machine ([`store::Store`]: claim, take over,
+//!   complete, fail, release, extend, the lock-free commit), every transition
+//!   one conditional write; backends in [`store::dynamodb`] and
+//!   [`store::memory`].
 //! - [`engine`]: runs a batch of messages through the store and the business
 //!   logic ([`engine::RecordHandler`]); knows nothing of Kafka.
 //! - [`lambda`]: the edge for MSK events: decoding, keys, the partial batch
@@ -22,6 +24,6 @@ pub mod redact;
 pub mod store;
 
 pub use config::{LongKeyPolicy, StoreConfig};
-pub use store::{
-    ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError, StoredItem,
-};
+pub use store::dynamodb::DynamoDbStore;
+pub use store::memory::MemoryStore;
+pub use store::{ClaimOutcome, ClaimRequest, Lease, Status, Store, StoreError, StoredItem};

@@ -5,6 +5,8 @@
 
 mod support;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use exactly_once::Store;
 use std::sync::Mutex;
 
 use base64::Engine as _;
@@ -17,7 +19,7 @@ use exactly_once::lambda::{
     Fingerprint, FunctionSettings, KafkaRecord, MskFunction, SchemaMetadata,
 };
 use exactly_once::store::MAX_RESULT_BYTES;
-use exactly_once::{IdempotencyStore, LongKeyPolicy, Status, StoreConfig};
+use exactly_once::{DynamoDbStore, LongKeyPolicy, Status, StoreConfig};
 use serde_json::{Value, json};
 use support::msk::{
     Rec, event, event_of, header, header_keys, invoke, ledger_function_with, ledger_mode, payment,
@@ -36,7 +38,7 @@ struct Replier {
     replay_fails: Mutex<bool>,
 }
 
-impl RecordHandler for Replier {
+impl RecordHandler<TransactWriteItem> for Replier {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -47,7 +49,7 @@ impl RecordHandler for Replier {
         &self,
         _: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         self.ran.lock().expect("lock").push(record.clone());
         Ok(match self.result_bytes {
             Some(bytes) => Completion::done("r".repeat(bytes)),
@@ -96,16 +98,16 @@ fn text(offset: i64, key: &str, value: &str) -> Rec {
 
 /// A function of `handler` on `config`, whose DynamoDB requests `counter`
 /// counts (a new container each call: a cold cache).
-async fn function_of<H: RecordHandler<Record = KafkaRecord>>(
+async fn function_of<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
     config: &StoreConfig,
     handler: H,
     counter: &RequestCounter,
     settings: FunctionSettings,
-) -> MskFunction<H> {
+) -> MskFunction<H, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
     MskFunction::new(
         Engine::new(
-            IdempotencyStore::new(client, config.clone()),
+            DynamoDbStore::new(client, config.clone()),
             handler,
             EngineConfig::default(),
         ),
@@ -115,7 +117,10 @@ async fn function_of<H: RecordHandler<Record = KafkaRecord>>(
 }
 
 /// A [`Replier`] on `config` under header keys, counted by `counter`.
-async fn replier_function(config: &StoreConfig, counter: &RequestCounter) -> MskFunction<Replier> {
+async fn replier_function(
+    config: &StoreConfig,
+    counter: &RequestCounter,
+) -> MskFunction<Replier, DynamoDbStore> {
     let settings = support::msk::settings(header_keys());
     function_of(config, Replier::default(), counter, settings).await
 }
@@ -318,7 +323,7 @@ async fn a_failing_replay_reports_the_record_and_stores_nothing() {
         reported(&invoke(&function, &batch).await),
         Vec::<String>::new()
     );
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     let item = store.get("k-1").await.expect("get").expect("item");
     assert_eq!(
         (item.status, item.version, item.result),
@@ -331,7 +336,7 @@ async fn a_failing_replay_reports_the_record_and_stores_nothing() {
 async fn results_are_stored_whole_up_to_64_kib_and_a_larger_one_fails_the_record() {
     let config = support::store_config(std::time::Duration::from_secs(30));
     let counter = RequestCounter::default();
-    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let store = DynamoDbStore::new(support::client().await, config.clone());
     for (bytes, key) in [
         (MAX_RESULT_BYTES, "fits"),
         (MAX_RESULT_BYTES + 1, "too-large"),

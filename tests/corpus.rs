@@ -12,6 +12,8 @@
 
 mod support;
 
+use exactly_once::DynamoDbStore;
+use exactly_once::Store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -197,7 +199,7 @@ fn event_records(event: &Value) -> Vec<String> {
     all
 }
 
-async fn function(case: &Value) -> MskFunction<LedgerHandler> {
+async fn function(case: &Value) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let policy = case
         .get("missing_key_policy")
         .and_then(Value::as_str)
@@ -207,7 +209,7 @@ async fn function(case: &Value) -> MskFunction<LedgerHandler> {
     let source = case.get("keys").and_then(Value::as_str).unwrap_or("header");
     let keys = KeySpec::parse(source, "idempotency-key".into(), policy).expect("keys");
     let client = support::client().await;
-    let store = exactly_once::IdempotencyStore::new(
+    let store = exactly_once::DynamoDbStore::new(
         client.clone(),
         support::store_config(std::time::Duration::from_secs(30)),
     );

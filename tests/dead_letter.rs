@@ -6,7 +6,9 @@ mod support;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use exactly_once::DynamoDbStore;
 use exactly_once::Status;
+use exactly_once::Store;
 use exactly_once::engine::EngineConfig;
 use exactly_once::lambda::MskFunction;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
@@ -35,11 +37,11 @@ fn poisoned(a: &str) -> Value {
 
 /// The ledger with a dead-letter queue, refused records parked too (as
 /// `DEAD_LETTER_QUEUE_URL` sets it).
-async fn function_with(queue: DeadLetterQueue) -> MskFunction<LedgerHandler> {
+async fn function_with(queue: DeadLetterQueue) -> MskFunction<LedgerHandler, DynamoDbStore> {
     parking_refused().await.with_dead_letter_queue(queue)
 }
 
-async fn parking_refused() -> MskFunction<LedgerHandler> {
+async fn parking_refused() -> MskFunction<LedgerHandler, DynamoDbStore> {
     let engine = EngineConfig {
         park_refused: true,
         ..EngineConfig::default()

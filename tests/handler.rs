@@ -3,6 +3,9 @@
 
 mod support;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use exactly_once::DynamoDbStore;
+use exactly_once::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -172,9 +175,9 @@ async fn with_the_default_poison_policy_park_a_failed_record_is_kept_failed_and_
     assert!(bad.error.unwrap_or_default().starts_with("not a payment:"));
 }
 
-fn function_store<H: RecordHandler<Record = KafkaRecord>>(
-    function: &exactly_once::lambda::MskFunction<H>,
-) -> &exactly_once::IdempotencyStore {
+fn function_store<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+    function: &exactly_once::lambda::MskFunction<H, DynamoDbStore>,
+) -> &exactly_once::DynamoDbStore {
     function.engine().store()
 }
 
@@ -262,8 +265,8 @@ async fn a_key_reused_with_another_payload_is_applied_once_and_the_other_reporte
     assert_eq!(balance(&a).await, applied);
 }
 
-async fn reported_again<H: RecordHandler<Record = KafkaRecord>>(
-    function: &exactly_once::lambda::MskFunction<H>,
+async fn reported_again<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+    function: &exactly_once::lambda::MskFunction<H, DynamoDbStore>,
     batch: &serde_json::Value,
 ) -> Vec<String> {
     reported(&invoke(function, batch).await)
@@ -459,7 +462,7 @@ struct Flaky {
     seen: std::sync::Mutex<Vec<FencingToken>>,
 }
 
-impl RecordHandler for Flaky {
+impl RecordHandler<TransactWriteItem> for Flaky {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -470,7 +473,7 @@ impl RecordHandler for Flaky {
         &self,
         token: &FencingToken,
         _: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         self.seen.lock().expect("lock").push(token.clone());
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
             return Err(HandlerError::Retryable("payment API timed out".into()));

@@ -13,6 +13,8 @@
 
 mod support;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use exactly_once::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -24,7 +26,7 @@ use exactly_once::engine::{
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::MskFunction;
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
-use exactly_once::{IdempotencyStore, Status, StoreConfig};
+use exactly_once::{DynamoDbStore, Status, StoreConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
@@ -72,7 +74,7 @@ struct Announced {
     charge_api: Option<SocketAddr>,
 }
 
-impl RecordHandler for Announced {
+impl RecordHandler<TransactWriteItem> for Announced {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -86,7 +88,7 @@ impl RecordHandler for Announced {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         println!("WORKER CLAIMED {} v{}", token.key, token.version);
         if self.pause {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -115,7 +117,7 @@ async fn worker_process() {
         serde_json::from_slice(&std::fs::read(&config.batches).expect("batches file"))
             .expect("batches");
     let client = support::client().await;
-    let store = IdempotencyStore::new(client.clone(), store_config(&config));
+    let store = DynamoDbStore::new(client.clone(), store_config(&config));
     let handler = Announced {
         ledger: ledger(client, &config.mode),
         pause: config.pause_in_handler,
@@ -265,7 +267,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let config = orphaned_claim(&batch, 1000).await;
 
     let client = support::client().await;
-    let store = IdempotencyStore::new(client.clone(), store_config(&config));
+    let store = DynamoDbStore::new(client.clone(), store_config(&config));
     let orphan = store.get("k-1").await.expect("get").expect("item");
     assert_eq!((orphan.status, orphan.version), (Status::Started, 1));
     let function = MskFunction::new(
@@ -289,8 +291,8 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
 }
 
 /// The event with a deadline `ms` from now (a real invocation's context).
-async fn invoke_within<H: RecordHandler<Record = KafkaRecord>>(
-    function: &MskFunction<H>,
+async fn invoke_within<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+    function: &MskFunction<H, DynamoDbStore>,
     event: &Value,
     ms: u64,
 ) -> Vec<String> {
@@ -314,7 +316,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocat
         let config = orphaned_claim(&batch, 1500).await;
 
         let client = support::client().await;
-        let store = IdempotencyStore::new(client.clone(), store_config(&config));
+        let store = DynamoDbStore::new(client.clone(), store_config(&config));
         let function = MskFunction::new(
             Engine::new(store.clone(), ledger(client, mode), EngineConfig::default()),
             support::msk::settings(header_keys()),

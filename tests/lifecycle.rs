@@ -3,6 +3,8 @@
 
 mod support;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use exactly_once::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,7 +17,7 @@ use exactly_once::engine::{
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, InvocationError, KafkaBatchResponse, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{IdempotencyStore, Status};
+use exactly_once::{DynamoDbStore, Status};
 use lambda_runtime::{Context, LambdaEvent};
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
 use support::proxy::Proxy;
@@ -52,7 +54,7 @@ impl Paced {
     }
 }
 
-impl RecordHandler for Paced {
+impl RecordHandler<TransactWriteItem> for Paced {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -62,7 +64,7 @@ impl RecordHandler for Paced {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         tokio::time::sleep(self.pause).await;
         if let Some((n, proxy)) = &self.cut_on_call
@@ -76,7 +78,11 @@ impl RecordHandler for Paced {
     }
 }
 
-fn function(store: IdempotencyStore, handler: Paced, margin: Duration) -> MskFunction<Paced> {
+fn function(
+    store: DynamoDbStore,
+    handler: Paced,
+    margin: Duration,
+) -> MskFunction<Paced, DynamoDbStore> {
     let settings = FunctionSettings {
         safety_margin: margin,
         ..support::msk::settings(header_keys())
@@ -88,7 +94,7 @@ fn function(store: IdempotencyStore, handler: Paced, margin: Duration) -> MskFun
 }
 
 async fn invoke_until(
-    function: &MskFunction<Paced>,
+    function: &MskFunction<Paced, DynamoDbStore>,
     batch: &serde_json::Value,
     deadline_ms: u64,
 ) -> Result<KafkaBatchResponse, InvocationError> {
@@ -176,10 +182,10 @@ async fn a_handler_whose_lock_is_stolen_is_stopped_and_records_nothing() {
     assert_eq!(balance(&a).await, 0);
 }
 
-async fn proxied(lock: Duration) -> (Arc<Proxy>, IdempotencyStore, aws_sdk_dynamodb::Client) {
+async fn proxied(lock: Duration) -> (Arc<Proxy>, DynamoDbStore, aws_sdk_dynamodb::Client) {
     let proxy = Arc::new(Proxy::start(support::dynamodb_address()).await);
     let client = support::client_at(&proxy.endpoint()).await;
-    let store = IdempotencyStore::new(client.clone(), support::store_config(lock));
+    let store = DynamoDbStore::new(client.clone(), support::store_config(lock));
     (proxy, store, client)
 }
 
@@ -395,7 +401,7 @@ async fn an_invocation_dropped_midway_writes_nothing_afterwards() {
         let faults = support::faults::Faults::new(plan, 7, Some(Arc::new(FirstRead(read))));
         let client = faults.attach(&support::client().await);
         let config = support::store_config(Duration::from_secs(30));
-        let store = IdempotencyStore::new(client.clone(), config.clone());
+        let store = DynamoDbStore::new(client.clone(), config.clone());
         let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
         assert_eq!(
             ledger.commit_path(),
@@ -445,7 +451,7 @@ async fn an_invocation_dropped_midway_writes_nothing_afterwards() {
         tokio::time::sleep(Duration::from_millis(1000)).await;
         faults.settle().await;
 
-        let checker = IdempotencyStore::new(support::client().await, config);
+        let checker = DynamoDbStore::new(support::client().await, config);
         for key in &keys {
             let item = checker.get(key).await.expect("get");
             assert_eq!(

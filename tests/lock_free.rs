@@ -5,6 +5,7 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use exactly_once::engine::{
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
-use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Status, StoreConfig};
+use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Status, StoreConfig};
 use serde_json::json;
 use support::msk::{
     account, balance, event, event_of, header_keys, invoke, invoke_until_done, ledger_entry,
@@ -27,22 +28,22 @@ use support::msk::{
 };
 
 /// A function on `config`'s keys running `handler`, counting its requests.
-async fn function<H: RecordHandler<Record = KafkaRecord>>(
+async fn function<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
-) -> MskFunction<H> {
+) -> MskFunction<H, DynamoDbStore> {
     function_in(OrderingMode::Partition, config, counter, handler).await
 }
 
-async fn function_in<H: RecordHandler<Record = KafkaRecord>>(
+async fn function_in<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
     ordering: OrderingMode,
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
-) -> MskFunction<H> {
+) -> MskFunction<H, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
-    let store = IdempotencyStore::new(client.clone(), config.clone());
+    let store = DynamoDbStore::new(client.clone(), config.clone());
     let settings = FunctionSettings {
         ordering,
         ..FunctionSettings::new(header_keys())
@@ -58,7 +59,7 @@ async fn function_in<H: RecordHandler<Record = KafkaRecord>>(
 async fn lock_free_by_key(
     config: &StoreConfig,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler> {
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
     function_in(
         OrderingMode::Key,
         config,
@@ -106,7 +107,7 @@ async fn in_key_mode_the_records_of_different_keys_share_transactions() {
 #[tokio::test]
 async fn a_refused_shared_transaction_lets_each_lane_commit_alone() {
     let config = support::store_config(Duration::from_secs(30));
-    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let store = DynamoDbStore::new(support::client().await, config.clone());
     let accounts: Vec<String> = (0..10).map(|_| account()).collect();
     assert!(matches!(
         claim(&store, "k-3", &accounts[3], 1).await,
@@ -133,7 +134,7 @@ fn ledger(mode: LedgerMode) -> impl FnOnce(aws_sdk_dynamodb::Client) -> LedgerHa
 }
 
 /// Claims `key` on the locking path, as a worker of it would.
-async fn claim(store: &IdempotencyStore, key: &str, account: &str, amount: i64) -> ClaimOutcome {
+async fn claim(store: &DynamoDbStore, key: &str, account: &str, amount: i64) -> ClaimOutcome {
     let payload_hash = support::sha256_hex(payment_json(key, account, amount).as_bytes());
     store
         .claim(ClaimRequest {
@@ -149,7 +150,7 @@ async fn claim(store: &IdempotencyStore, key: &str, account: &str, amount: i64) 
 #[tokio::test]
 async fn a_live_lock_of_the_locking_path_stops_the_shared_transaction_there() {
     let config = support::store_config(Duration::from_secs(30));
-    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let store = DynamoDbStore::new(support::client().await, config.clone());
     let accounts: Vec<String> = (0..5).map(|_| account()).collect();
     assert!(matches!(
         claim(&store, "k-2", &accounts[2], 1).await,
@@ -187,7 +188,7 @@ async fn a_live_lock_of_the_locking_path_stops_the_shared_transaction_there() {
 #[tokio::test]
 async fn an_abandoned_lock_of_the_locking_path_is_taken_over_and_applied_once() {
     let config = support::store_config(Duration::from_millis(200));
-    let store = IdempotencyStore::new(support::client().await, config.clone());
+    let store = DynamoDbStore::new(support::client().await, config.clone());
     let a = account();
     assert!(matches!(
         claim(&store, "k-1", &a, 70).await,
@@ -218,7 +219,7 @@ struct Guarded {
     table: String,
 }
 
-impl RecordHandler for Guarded {
+impl RecordHandler<TransactWriteItem> for Guarded {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -229,7 +230,7 @@ impl RecordHandler for Guarded {
         &self,
         _: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let payment = Payment::parse(&record.value)?;
         let condition = (payment.amount_cents < 0).then(|| "balance_cents >= :needed".to_owned());
         let mut values = HashMap::from([(
@@ -284,7 +285,7 @@ async fn a_business_condition_refused_inside_a_shared_transaction_fails_that_rec
         (balance(&a).await, balance(&b).await, balance(&c).await),
         (100, 0, 7)
     );
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     let failed = store.get("g-1").await.expect("get").expect("item");
     assert_eq!((failed.status, failed.version), (Status::Failed, 1));
     assert!(
@@ -349,7 +350,7 @@ async fn workers_of_both_paths_racing_on_one_batch_apply_each_payment_once() {
     for account in &accounts {
         assert_eq!(ledger_entry(account).await, (20, 20), "{account}");
     }
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     for n in 0..100 {
         let item = store
             .get(&format!("r-{n}"))
@@ -365,7 +366,7 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
     let config = support::store_config(Duration::from_secs(30));
     let client = support::client().await;
     let engine = Arc::new(Engine::new(
-        IdempotencyStore::new(client.clone(), config.clone()),
+        DynamoDbStore::new(client.clone(), config.clone()),
         ledger(LedgerMode::LockFree)(client),
         EngineConfig::default(),
     ));
@@ -396,7 +397,7 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
     let mut expected = vec!["previously-failed"; 7];
     expected.insert(0, "failed");
     assert_eq!(names, expected);
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     let item = store.get("poison").await.expect("get").expect("item");
     assert_eq!(
         (item.status, item.version, item.attempts),

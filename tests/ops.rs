@@ -3,13 +3,14 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
-use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, StoreConfig};
+use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Lease, StoreConfig};
 use support::{number, raw_item, string};
 
 const LONG_LOCK: Duration = Duration::from_secs(60);
@@ -45,7 +46,7 @@ fn ops(config: &StoreConfig, args: &[&str]) -> Run {
 }
 
 /// Two stores on one fresh prefix: one with a long lock, one with a short.
-async fn stores() -> (IdempotencyStore, IdempotencyStore) {
+async fn stores() -> (DynamoDbStore, DynamoDbStore) {
     let client = support::client().await;
     let config = support::store_config(LONG_LOCK);
     let short = StoreConfig {
@@ -53,8 +54,8 @@ async fn stores() -> (IdempotencyStore, IdempotencyStore) {
         ..config.clone()
     };
     (
-        IdempotencyStore::new(client.clone(), config),
-        IdempotencyStore::new(client, short),
+        DynamoDbStore::new(client.clone(), config),
+        DynamoDbStore::new(client, short),
     )
 }
 
@@ -67,22 +68,22 @@ fn request(key: &str) -> ClaimRequest<'_> {
     }
 }
 
-async fn acquire(store: &IdempotencyStore, key: &str) -> Lease {
+async fn acquire(store: &DynamoDbStore, key: &str) -> Lease {
     match store.claim(request(key)).await.expect("claim") {
         ClaimOutcome::Acquired(lease) => lease,
         other => panic!("expected to acquire {key}, got {other:?}"),
     }
 }
 
-async fn completed(store: &IdempotencyStore, key: &str) {
+async fn completed(store: &DynamoDbStore, key: &str) {
     let lease = acquire(store, key).await;
     store
-        .complete(&lease, Some("applied"))
+        .complete(&lease, Some("applied"), vec![])
         .await
         .expect("complete");
 }
 
-async fn failed(store: &IdempotencyStore, key: &str) {
+async fn failed(store: &DynamoDbStore, key: &str) {
     let lease = acquire(store, key).await;
     store.fail(&lease, "not a payment").await.expect("fail");
 }
@@ -92,7 +93,7 @@ async fn wait_for_lock_expiry() {
 }
 
 async fn raw(
-    store: &IdempotencyStore,
+    store: &DynamoDbStore,
     key: &str,
 ) -> std::collections::HashMap<String, AttributeValue> {
     let pk = format!("{}{key}", store.config().key_prefix);
@@ -364,7 +365,10 @@ async fn retry_failed_lets_the_next_claim_take_the_key_over() {
     match store.claim(request("poison")).await.expect("claim") {
         ClaimOutcome::TakenOver(lease) => {
             assert_eq!(lease.version, 2);
-            store.complete(&lease, None).await.expect("complete");
+            store
+                .complete(&lease, None, vec![])
+                .await
+                .expect("complete");
         }
         other => panic!("expected a takeover, got {other:?}"),
     }

@@ -6,6 +6,7 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::lambda::{FunctionSettings, KeyLogging, MskFunction};
 use exactly_once::ledger::LedgerHandler;
-use exactly_once::{IdempotencyStore, Status};
+use exactly_once::{DynamoDbStore, Status};
 use serde_json::json;
 use support::msk::{
     Rec, event, event_of, header, header_keys, invoke, ledger_function_with, ledger_mode,
@@ -190,7 +191,7 @@ async fn scenario(logging: KeyLogging) -> (Vec<String>, Vec<String>) {
 
     // DynamoDB unreachable: the store's errors.
     let client = support::unreachable_client().await;
-    let store = IdempotencyStore::new(
+    let store = DynamoDbStore::new(
         client.clone(),
         support::store_config(std::time::Duration::from_secs(30)),
     );
@@ -210,7 +211,7 @@ async fn scenario(logging: KeyLogging) -> (Vec<String>, Vec<String>) {
         ))
         .await;
 
-    let store = IdempotencyStore::new(
+    let store = DynamoDbStore::new(
         support::client().await,
         function.engine().store().config().clone(),
     );

@@ -33,7 +33,7 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::ledger::LedgerMode;
-use exactly_once::{IdempotencyStore, StoreConfig};
+use exactly_once::{DynamoDbStore, StoreConfig};
 use simulation::container::{ClockSkew, Containers};
 use simulation::invariants::{check, final_items};
 use simulation::mapping::Mapping;
@@ -169,7 +169,7 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
 
     // Checked through a client without faults, patient with a busy DynamoDB Local.
     let patient = patient(&base);
-    let checker = IdempotencyStore::new(patient.clone(), store);
+    let checker = DynamoDbStore::new(patient.clone(), store);
     let items = final_items(&schedule, &checker).await;
     let queued: BTreeSet<(usize, usize)> = match &queue {
         Some((client, url)) => support::sqs::drain(client, url)

@@ -2,12 +2,13 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
-use exactly_once::{ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Status, StoreError};
+use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Lease, Status, StoreError};
 use support::{number, raw_item, store, string};
 use tokio::sync::Barrier;
 
@@ -23,7 +24,7 @@ fn request<'a>(key: &'a str, hash: &'a str) -> ClaimRequest<'a> {
     }
 }
 
-async fn acquire(store: &IdempotencyStore, key: &str, hash: &str) -> Lease {
+async fn acquire(store: &DynamoDbStore, key: &str, hash: &str) -> Lease {
     match store.claim(request(key, hash)).await.expect("claim") {
         ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease) => lease,
         other => panic!("expected to hold {key}, got {other:?}"),
@@ -66,7 +67,7 @@ async fn complete_marks_the_key_completed_and_a_redelivery_is_a_duplicate() {
     let store = store(LONG_LOCK).await;
     let lease = acquire(&store, "p-1", "h1").await;
     store
-        .complete(&lease, Some("balance 1250"))
+        .complete(&lease, Some("balance 1250"), vec![])
         .await
         .expect("complete");
 
@@ -88,7 +89,10 @@ async fn a_key_reused_with_another_payload_is_rejected_in_every_state() {
     let store = store(LONG_LOCK).await;
     let started = acquire(&store, "started", "h1").await;
     let completed = acquire(&store, "completed", "h1").await;
-    store.complete(&completed, None).await.expect("complete");
+    store
+        .complete(&completed, None, vec![])
+        .await
+        .expect("complete");
     let failed = acquire(&store, "failed", "h1").await;
     store.fail(&failed, "bad amount").await.expect("fail");
 
@@ -209,7 +213,7 @@ async fn takeovers_of_a_lock_that_keeps_expiring_never_share_a_version() {
 }
 
 /// `n` tasks claim `key` at the same moment.
-async fn race(store: &IdempotencyStore, key: &str, n: usize) -> Vec<ClaimOutcome> {
+async fn race(store: &DynamoDbStore, key: &str, n: usize) -> Vec<ClaimOutcome> {
     race_results(store, key, n)
         .await
         .into_iter()
@@ -218,7 +222,7 @@ async fn race(store: &IdempotencyStore, key: &str, n: usize) -> Vec<ClaimOutcome
 }
 
 async fn race_results(
-    store: &IdempotencyStore,
+    store: &DynamoDbStore,
     key: &str,
     n: usize,
 ) -> Vec<Result<ClaimOutcome, StoreError>> {
@@ -251,7 +255,7 @@ async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend() {
         Err(StoreError::LockLost { version: 1, .. }) => {}
         other => panic!("expected lock lost for version 1, got {other:?}"),
     };
-    lost(store.complete(&old, Some("late")).await.map(|_| ()));
+    lost(store.complete(&old, Some("late"), vec![]).await.map(|_| ()));
     lost(store.fail(&old, "late").await);
     lost(store.release(&old).await);
     lost(store.extend(&old, now_ms() + 60_000).await.map(|_| ()));
@@ -262,7 +266,7 @@ async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend() {
     assert_eq!(item.lock_expires_at_ms, Some(new.lock_expires_at_ms));
     // The new owner's writes still go through.
     store
-        .complete(&new, None)
+        .complete(&new, None, vec![])
         .await
         .expect("the new owner completes");
 }
@@ -272,7 +276,10 @@ async fn an_expired_completed_item_counts_as_absent_and_is_claimable_again() {
     let store = store(LONG_LOCK).await;
     let client = support::client().await;
     let lease = acquire(&store, "old", "h1").await;
-    store.complete(&lease, None).await.expect("complete");
+    store
+        .complete(&lease, None, vec![])
+        .await
+        .expect("complete");
     // Age the item past its TTL, as if DynamoDB had not deleted it yet.
     client
         .update_item()
@@ -349,7 +356,10 @@ async fn a_lease_is_extended_by_its_owner() {
         }
         other => panic!("an extended lease must still hold, got {other:?}"),
     }
-    store.complete(&extended, None).await.expect("complete");
+    store
+        .complete(&extended, None, vec![])
+        .await
+        .expect("complete");
 }
 
 #[tokio::test]
@@ -366,7 +376,7 @@ async fn keys_beyond_dynamodb_limits_are_rejected_before_any_write() {
 
 #[tokio::test]
 async fn an_unreachable_dynamodb_is_a_retryable_error_and_never_a_claim() {
-    let store = IdempotencyStore::new(
+    let store = DynamoDbStore::new(
         support::unreachable_client().await,
         support::store_config(LONG_LOCK),
     );
@@ -383,7 +393,7 @@ async fn an_unreachable_dynamodb_is_a_retryable_error_and_never_a_claim() {
 async fn a_missing_table_is_a_permanent_rejection() {
     let mut config = support::store_config(LONG_LOCK);
     config.table_name = "no-such-table".into();
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     match store.claim(request("p-1", "h1")).await {
         Err(err @ StoreError::Rejected { .. }) => assert!(!err.is_retryable()),
         other => panic!("expected a rejection, got {other:?}"),
@@ -406,7 +416,7 @@ async fn a_late_completion_and_concurrent_takers_never_both_win() {
             let (store, barrier, old) = (store.clone(), barrier.clone(), old.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.complete(&old, None).await
+                store.complete(&old, None, vec![]).await
             })
         };
         let takers: Vec<_> = (0..8)

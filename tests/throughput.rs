@@ -3,6 +3,7 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use exactly_once::dynamo::{RequestCounter, RequestStats};
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{IdempotencyStore, StoreConfig};
+use exactly_once::{DynamoDbStore, StoreConfig};
 use serde_json::Value;
 use support::msk::{
     Rec, account, balance, event, header_keys, invoke, invoke_until_done, ledger_entry, payment,
@@ -23,14 +24,17 @@ async fn counted(
     config: &StoreConfig,
     ordering: OrderingMode,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler> {
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let mode = support::msk::ledger_mode();
     counted_with(mode, EngineConfig::default(), config, ordering, counter).await
 }
 
 /// The ledger function with `POISON_POLICY=report`: a FAILED record stops
 /// its lane.
-async fn reporting(config: &StoreConfig, ordering: OrderingMode) -> MskFunction<LedgerHandler> {
+async fn reporting(
+    config: &StoreConfig,
+    ordering: OrderingMode,
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let engine = EngineConfig {
         poison: PoisonPolicy::Report,
         ..EngineConfig::default()
@@ -46,9 +50,9 @@ async fn counted_with(
     config: &StoreConfig,
     ordering: OrderingMode,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler> {
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
-    let store = IdempotencyStore::new(client.clone(), config.clone());
+    let store = DynamoDbStore::new(client.clone(), config.clone());
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
     let settings = FunctionSettings {
         ordering,
@@ -280,7 +284,7 @@ async fn with_the_default_poison_policy_park_the_partition_goes_on_past_a_failed
     // not reported: nothing of the partition goes back to Lambda.
     assert_eq!(reported(&response), Vec::<String>::new());
     assert_eq!((balance(&a).await, balance(&b).await), (101, 1010));
-    let store = IdempotencyStore::new(support::client().await, config);
+    let store = DynamoDbStore::new(support::client().await, config);
     let parked = store
         .get("a-2")
         .await

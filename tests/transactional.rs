@@ -4,6 +4,7 @@
 
 mod support;
 
+use exactly_once::Store;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -52,9 +53,7 @@ async fn a_worker_taken_over_commits_neither_its_effect_nor_its_completion() {
         panic!("stale lock");
     };
 
-    let late = store
-        .complete_with(&old, None, vec![add(&a, 100, None)])
-        .await;
+    let late = store.complete(&old, None, vec![add(&a, 100, None)]).await;
     assert!(
         matches!(late, Err(StoreError::LockLost { version: 1, .. })),
         "{late:?}"
@@ -62,7 +61,7 @@ async fn a_worker_taken_over_commits_neither_its_effect_nor_its_completion() {
     assert_eq!(balance(&a).await, 0);
 
     store
-        .complete_with(&new, Some("done"), vec![add(&a, 100, None)])
+        .complete(&new, Some("done"), vec![add(&a, 100, None)])
         .await
         .expect("the owner commits");
     assert_eq!(balance(&a).await, 100);
@@ -77,14 +76,18 @@ struct Debit {
     writes: usize,
 }
 
-impl RecordHandler for Debit {
+impl RecordHandler<TransactWriteItem> for Debit {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
         support::msk::commit_path()
     }
 
-    async fn handle(&self, _: &FencingToken, _: &KafkaRecord) -> Result<Completion, HandlerError> {
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        _: &KafkaRecord,
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let guarded = add(&self.account, -500, Some("balance_cents >= :amount"));
         let mut writes = vec![guarded];
         writes.extend((1..self.writes).map(|i| add(&format!("{}-{i}", self.account), 1, None)));
@@ -99,7 +102,7 @@ impl RecordHandler for Debit {
 async fn debit(
     on_condition_failure: ConditionFailure,
     writes: usize,
-) -> (exactly_once::IdempotencyStore, Vec<String>, String) {
+) -> (exactly_once::DynamoDbStore, Vec<String>, String) {
     let store = support::store(Duration::from_secs(30)).await;
     let a = account();
     let handler = Debit {

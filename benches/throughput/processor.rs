@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::IdempotencyStore;
+use exactly_once::DynamoDbStore;
 use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
@@ -79,8 +79,8 @@ impl Mode {
 /// One instance of what processes batches: the Lambda function as deployed,
 /// or the baseline loop over `Engine::run_once`.
 pub enum Processor {
-    Function(MskFunction<LedgerHandler>),
-    Baseline(Engine<LedgerHandler>),
+    Function(MskFunction<LedgerHandler, DynamoDbStore>),
+    Baseline(Engine<LedgerHandler, DynamoDbStore>),
 }
 
 impl Processor {
@@ -98,7 +98,7 @@ impl Processor {
             _ => vars.get(name).cloned(),
         })
         .expect("bench settings");
-        let store = IdempotencyStore::new(client.clone(), settings.store);
+        let store = DynamoDbStore::new(client.clone(), settings.store);
         let handler =
             LedgerHandler::new(client.clone(), env.ledger_table.clone(), mode.ledger_mode());
         match mode {

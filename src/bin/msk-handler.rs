@@ -1,7 +1,7 @@
 //! The Lambda function: MSK events in, payments applied to the ledger exactly
 //! once, a partial batch response out.
 
-use exactly_once::IdempotencyStore;
+use exactly_once::DynamoDbStore;
 use exactly_once::dynamo::{self, RequestCounter};
 use exactly_once::engine::Engine;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
@@ -23,7 +23,7 @@ async fn main() -> Result<(), Error> {
         .dead_letter_queue_url
         .clone()
         .map(|url| DeadLetterQueue::new(aws_sdk_sqs::Client::new(&aws), url));
-    let store = IdempotencyStore::new(client.clone(), settings.store);
+    let store = DynamoDbStore::new(client.clone(), settings.store);
     let handler = LedgerHandler::from_settings(client, ledger);
     let function = MskFunction::new(
         Engine::new(store, handler, settings.engine),

@@ -12,15 +12,15 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::store::{CommitOutcome, IdempotencyStore, MAX_EFFECT_WRITES, NewCommit};
+use crate::store::{CommitOutcome, NewCommit, Store};
 
 /// Times the flusher lets other tasks run before it takes the queue, so
 /// that lanes ready at the same moment meet.
 const LINGER_YIELDS: usize = 3;
 
 /// One lane's group, waiting to be combined.
-pub(super) struct Submission {
-    pub commits: Vec<NewCommit>,
+pub(super) struct Submission<E> {
+    pub commits: Vec<NewCommit<E>>,
     /// The items its writes touch.
     pub touched: HashSet<String>,
     /// `Some(expires_at_s)` once committed with others; `None`: commit it
@@ -28,32 +28,41 @@ pub(super) struct Submission {
     pub done: oneshot::Sender<Option<u64>>,
 }
 
-impl Submission {
+impl<E> Submission<E> {
     fn actions(&self) -> usize {
-        self.commits.iter().map(|c| 1 + c.writes.len()).sum()
+        self.commits.iter().map(|c| 1 + c.effects.len()).sum()
     }
 }
 
 /// The groups waiting, and whether a flusher is on its way for them.
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Submission>,
+struct Queue<E> {
+    waiting: Vec<Submission<E>>,
     flushing: bool,
     /// The latest flusher, stopped with its batch ([`Combiner::stop`]).
     flusher: Option<AbortHandle>,
 }
 
+impl<E> Default for Queue<E> {
+    fn default() -> Self {
+        Self {
+            waiting: Vec::new(),
+            flushing: false,
+            flusher: None,
+        }
+    }
+}
+
 /// Shared by the lanes of one batch.
-pub(super) struct Combiner {
-    queue: Mutex<Queue>,
-    store: IdempotencyStore,
+pub(super) struct Combiner<S: Store> {
+    queue: Mutex<Queue<S::Effect>>,
+    store: S,
     permits: Arc<Semaphore>,
     /// At most this many records a shared transaction.
     limit: usize,
 }
 
-impl Combiner {
-    pub fn new(store: IdempotencyStore, permits: Arc<Semaphore>, limit: usize) -> Arc<Self> {
+impl<S: Store> Combiner<S> {
+    pub fn new(store: S, permits: Arc<Semaphore>, limit: usize) -> Arc<Self> {
         Arc::new(Self {
             queue: Mutex::default(),
             store,
@@ -70,7 +79,7 @@ impl Combiner {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<S::Effect>> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -84,7 +93,7 @@ impl Combiner {
     /// them itself (no partner, or the shared transaction was not committed).
     pub async fn commit(
         self: &Arc<Self>,
-        commits: Vec<NewCommit>,
+        commits: Vec<NewCommit<S::Effect>>,
         touched: HashSet<String>,
     ) -> Option<u64> {
         let (done, answer) = oneshot::channel();
@@ -120,7 +129,7 @@ impl Combiner {
                 std::mem::take(&mut queue.waiting)
             };
             let mut sends = JoinSet::new();
-            for shared in pack(waiting, self.limit) {
+            for shared in pack(waiting, self.limit, S::MAX_EFFECTS) {
                 if shared.len() < 2 {
                     // No partner: the lane commits alone, without delay.
                     for submission in shared {
@@ -136,7 +145,7 @@ impl Combiner {
     }
 
     /// One shared transaction; every lane in it learns whether it committed.
-    async fn send(&self, shared: Vec<Submission>) {
+    async fn send(&self, shared: Vec<Submission<S::Effect>>) {
         let mut commits = Vec::new();
         let mut answers = Vec::new();
         for submission in shared {
@@ -158,25 +167,33 @@ impl Combiner {
 }
 
 /// Groups submissions into shared transactions, first fit: at most `limit`
-/// records and 100 actions each, no item touched twice.
-fn pack(waiting: Vec<Submission>, limit: usize) -> Vec<Vec<Submission>> {
-    #[derive(Default)]
-    struct Bin {
-        members: Vec<Submission>,
+/// records and `max_effects` + 1 actions each, no item touched twice.
+fn pack<E>(
+    waiting: Vec<Submission<E>>,
+    limit: usize,
+    max_effects: usize,
+) -> Vec<Vec<Submission<E>>> {
+    struct Bin<E> {
+        members: Vec<Submission<E>>,
         records: usize,
         actions: usize,
         touched: HashSet<String>,
     }
-    let mut bins: Vec<Bin> = Vec::new();
+    let mut bins: Vec<Bin<E>> = Vec::new();
     for submission in waiting {
         let (records, actions) = (submission.commits.len(), submission.actions());
-        let fits = |bin: &Bin| {
+        let fits = |bin: &Bin<E>| {
             bin.records + records <= limit
-                && bin.actions + actions <= MAX_EFFECT_WRITES + 1
+                && bin.actions + actions <= max_effects + 1
                 && bin.touched.is_disjoint(&submission.touched)
         };
         let index = bins.iter().position(fits).unwrap_or_else(|| {
-            bins.push(Bin::default());
+            bins.push(Bin {
+                members: Vec::new(),
+                records: 0,
+                actions: 0,
+                touched: HashSet::new(),
+            });
             bins.len() - 1
         });
         let bin = &mut bins[index];

@@ -2,8 +2,6 @@
 
 use std::future::Future;
 
-use aws_sdk_dynamodb::types::TransactWriteItem;
-
 use crate::store::Lease;
 
 /// Handed to the business logic with every message it runs.
@@ -61,22 +59,35 @@ pub enum HandlerError {
     Permanent(String),
 }
 
-/// What finished work leaves for the engine to record.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Completion {
+/// What finished work leaves for the engine to record. `E` is the store's
+/// effect type ([`crate::store::Store::Effect`]; DynamoDB: a
+/// `TransactWriteItem`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion<E> {
     /// The work's result, stored on the COMPLETED item and handed to
     /// [`RecordHandler::on_duplicate`] when a duplicate arrives (e.g. the
     /// reply a request-reply consumer sends). At most
     /// [`crate::store::MAX_RESULT_BYTES`] (64 KiB); a larger one fails the
     /// message permanently, since a cut reply would be a wrong reply.
     pub result: Option<String>,
-    /// The work's effect as DynamoDB writes (Put, Update, Delete,
-    /// ConditionCheck on any table), committed in ONE transaction with the
-    /// completion: either both happen or neither. At most 99. Empty when the
-    /// work performed its effects itself.
-    pub writes: Vec<TransactWriteItem>,
+    /// The work's effect as writes of the idempotency store (DynamoDB: Put,
+    /// Update, Delete, ConditionCheck on any table), committed in ONE
+    /// transaction with the completion: either both happen or neither. At
+    /// most [`crate::store::Store::MAX_EFFECTS`] (DynamoDB: 99). Empty when
+    /// the work performed its effects itself.
+    pub writes: Vec<E>,
     /// What it means when a condition of `writes` fails.
     pub on_condition_failure: ConditionFailure,
+}
+
+impl<E> Default for Completion<E> {
+    fn default() -> Self {
+        Self {
+            result: None,
+            writes: Vec::new(),
+            on_condition_failure: ConditionFailure::default(),
+        }
+    }
 }
 
 /// How the engine treats a failed condition of a handler's own writes.
@@ -89,7 +100,7 @@ pub enum ConditionFailure {
     Retryable,
 }
 
-impl Completion {
+impl<E> Completion<E> {
     /// The work performed its effects itself.
     pub fn done(result: impl Into<String>) -> Self {
         Self {
@@ -99,7 +110,7 @@ impl Completion {
     }
 
     /// The work's effect is `writes`, to commit with the completion.
-    pub fn transactional(result: impl Into<String>, writes: Vec<TransactWriteItem>) -> Self {
+    pub fn transactional(result: impl Into<String>, writes: Vec<E>) -> Self {
         Self {
             result: Some(result.into()),
             writes,
@@ -140,7 +151,11 @@ pub enum CommitPath {
 ///
 /// `Record` is what the edge hands over for each message (for MSK:
 /// [`crate::lambda::KafkaRecord`], the whole record); the engine never looks
-/// inside it.
+/// inside it. `E` is the effect type of the store the handler runs on
+/// ([`crate::store::Store::Effect`]): a handler whose effects are its own
+/// calls (no writes for the store to commit) implements the trait for every
+/// `E`, and so runs on any backend; a transactional handler implements it
+/// for its store's effect type.
 ///
 /// A handler calling a payment API (the README's example):
 ///
@@ -156,14 +171,15 @@ pub enum CommitPath {
 ///
 /// struct Payments { api: PaymentApi }
 ///
-/// impl RecordHandler for Payments {
+/// // No writes for the store to commit: runs on every backend.
+/// impl<E: Send + 'static> RecordHandler<E> for Payments {
 ///     type Record = KafkaRecord; // the whole record: key, headers, coordinates, value
 ///
 ///     fn commit_path(&self) -> CommitPath {
-///         CommitPath::Locking // the effect is outside DynamoDB: claim, then call
+///         CommitPath::Locking // the effect is outside the store: claim, then call
 ///     }
 ///
-///     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion, HandlerError> {
+///     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion<E>, HandlerError> {
 ///         let payment: Payment = serde_json::from_slice(&record.value)
 ///             // Permanent: a poison record, stored FAILED. json_error names the
 ///             // field and position, never the value (no card number in a log).
@@ -183,7 +199,7 @@ pub enum CommitPath {
 ///     }
 /// }
 /// ```
-pub trait RecordHandler: Send + Sync + 'static {
+pub trait RecordHandler<E>: Send + Sync + 'static {
     /// One message as the edge delivers it.
     type Record: Send + Sync + 'static;
 
@@ -200,7 +216,7 @@ pub trait RecordHandler: Send + Sync + 'static {
         &self,
         token: &FencingToken,
         record: &Self::Record,
-    ) -> impl Future<Output = Result<Completion, HandlerError>> + Send;
+    ) -> impl Future<Output = Result<Completion<E>, HandlerError>> + Send;
 
     /// Called instead of [`Self::handle`] for a verified duplicate (the key
     /// is COMPLETED for this payload), with the result stored by the first

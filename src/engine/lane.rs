@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::store::{Lease, StoreError};
+use crate::store::{Lease, Store, StoreError};
 
 use super::coalesce::{self, Settled, Turn};
 use super::{Batch, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
@@ -30,19 +30,19 @@ impl LaneLog {
 
     /// Why the next message must not start, if so: the lane's own stop, or
     /// the batch's (deadline near, DynamoDB down).
-    pub fn stop_reason(&mut self, batch: &Batch) -> Option<StopReason> {
+    pub fn stop_reason<S: Store>(&mut self, batch: &Batch<S>) -> Option<StopReason> {
         self.stop = self.stop.or_else(|| batch.guard.stop_reason());
         self.stop
     }
 
     /// Records the next message's outcome. One not done (finished, or
-    /// parked) stops the lane; DynamoDB unavailable stops the whole batch
+    /// parked) stops the lane; the store unavailable stops the whole batch
     /// (fail closed).
-    pub fn push(&mut self, outcome: Outcome, started: Instant, batch: &Batch) {
+    pub fn push<S: Store>(&mut self, outcome: Outcome, started: Instant, batch: &Batch<S>) {
         if let Outcome::StoreFailed(err) = &outcome
             && err.is_retryable()
         {
-            tracing::error!(error = %err, "DynamoDB unavailable: failing closed, no further record of this batch starts");
+            tracing::error!(error = %err, "store unavailable: failing closed, no further record of this batch starts");
             batch.guard.store_failed();
         }
         if !outcome.is_done(batch.parking) {
@@ -81,12 +81,16 @@ enum Step {
 
 type Prepared<R> = (Option<Work<R>>, Step);
 
-impl<H: RecordHandler> Engine<H> {
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
     /// Runs a lane in order, stopping at the first message not finished.
     pub(super) async fn run_lane(
         self: Arc<Self>,
         lane: Vec<Message<H::Record>>,
-        batch: Arc<Batch>,
+        batch: Arc<Batch<S>>,
     ) -> Vec<RecordOutcome> {
         let mut log = LaneLog::new(lane.len());
         let mut pending = lane.into_iter();
@@ -117,7 +121,7 @@ impl<H: RecordHandler> Engine<H> {
     fn prepare(
         self: &Arc<Self>,
         message: Message<H::Record>,
-        batch: &Batch,
+        batch: &Batch<S>,
     ) -> Prepared<H::Record> {
         let work = match message {
             Ok(work) => work,
@@ -151,7 +155,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// The message's turn: its work runs (or its first copy's outcome
     /// counts); a duplicate goes to the handler's `on_duplicate`.
-    async fn finish(&self, work: Option<Work<H::Record>>, step: Step, batch: &Batch) -> Outcome {
+    async fn finish(&self, work: Option<Work<H::Record>>, step: Step, batch: &Batch<S>) -> Outcome {
         let deadline = batch.guard.deadline();
         let outcome = match (step, &work) {
             (Step::Done(outcome), _) => outcome,

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::duration_ms;
-use crate::store::{IdempotencyStore, Lease, StoreError};
+use crate::store::{Lease, Store, StoreError};
 
 use super::deadline::Deadline;
 
@@ -24,8 +24,8 @@ pub enum Held<T> {
 
 /// Runs `work` while renewing `lease`; log lines name the message by its
 /// `origin`, never by its key.
-pub async fn hold<T>(
-    store: &IdempotencyStore,
+pub async fn hold<T, S: Store>(
+    store: &S,
     lease: Lease,
     deadline: Deadline,
     work: impl Future<Output = T>,

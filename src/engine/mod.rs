@@ -38,7 +38,7 @@ pub use handler::{
 };
 pub use outcome::{Outcome, Parking, PoisonPolicy};
 
-use crate::store::IdempotencyStore;
+use crate::store::Store;
 use cache::{Completed, CompletedCache};
 use coalesce::InFlight;
 use combine::Combiner;
@@ -133,18 +133,18 @@ pub struct BatchResult {
 }
 
 /// State shared by the lanes of one batch.
-struct Batch {
+struct Batch<S: Store> {
     in_flight: InFlight,
     /// Lock-free path: groups of several lanes in one transaction. One per
     /// batch, so that `in_flight` keeps its idempotency keys distinct.
-    combiner: Arc<Combiner>,
+    combiner: Arc<Combiner<S>>,
     guard: BatchGuard,
     parking: Parking,
     /// Keys known COMPLETED before the batch started.
     completed: HashMap<String, Completed>,
 }
 
-impl Drop for Batch {
+impl<S: Store> Drop for Batch<S> {
     /// Nothing of a batch outlives it: an invocation dropped midway (Lambda
     /// freezing or ending the container) must not write on its own later.
     fn drop(&mut self) {
@@ -153,17 +153,23 @@ impl Drop for Batch {
 }
 
 /// The idempotency engine: a store, the business logic, and a cache.
-pub struct Engine<H> {
-    store: IdempotencyStore,
+/// Generic over the backend ([`Store`]); the handler's effects are the
+/// store's ([`RecordHandler`] for `S::Effect`).
+pub struct Engine<H, S> {
+    store: S,
     handler: H,
     config: EngineConfig,
     cache: CompletedCache,
     permits: Arc<Semaphore>,
 }
 
-impl<H: RecordHandler> Engine<H> {
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
     /// An engine running `handler` over `store`.
-    pub fn new(store: IdempotencyStore, handler: H, config: EngineConfig) -> Self {
+    pub fn new(store: S, handler: H, config: EngineConfig) -> Self {
         Self {
             cache: CompletedCache::new(config.completed_cache),
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
@@ -174,7 +180,7 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// The idempotency store.
-    pub fn store(&self) -> &IdempotencyStore {
+    pub fn store(&self) -> &S {
         &self.store
     }
 
@@ -189,7 +195,7 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// Runs every lane; returns one outcome per message, in the lanes'
-    /// shape, and whether DynamoDB failed during the batch.
+    /// shape, and whether the store failed during the batch.
     pub async fn run_batch(
         self: &Arc<Self>,
         lanes: Vec<Vec<Message<H::Record>>>,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::store::Status;
+use crate::store::{Status, Store};
 
 use super::cache::Completed;
 use super::{Engine, Message, RecordHandler};
@@ -14,7 +14,11 @@ use super::{Engine, Message, RecordHandler};
 /// read call, not one per 100 records.
 const SAMPLE_KEYS: usize = 100;
 
-impl<H: RecordHandler> Engine<H> {
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
     /// Keys known COMPLETED, with the payload hash and result they were
     /// completed with. Only a hint for speed: a key not listed still goes
     /// through the conditional claim, which decides.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::duration_ms;
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, StoreError, StoredItem};
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredItem};
 
 use super::cache::Completed;
 use super::deadline::Deadline;
@@ -11,7 +11,11 @@ use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler
 use super::lease::{Held, hold};
 use super::{Engine, Outcome, Work};
 
-impl<H: RecordHandler> Engine<H> {
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
     /// One message on its own: claim, run, record, one after the other (a
     /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
     /// the lease and cuts the work.
@@ -146,13 +150,7 @@ impl<H: RecordHandler> Engine<H> {
         }
         let policy = completion.on_condition_failure;
         let result = completion.result.as_deref();
-        let recorded = if completion.writes.is_empty() {
-            self.store.complete(&lease, result).await
-        } else {
-            self.store
-                .complete_with(&lease, result, completion.writes)
-                .await
-        };
+        let recorded = self.store.complete(&lease, result, completion.writes).await;
         match recorded {
             Ok(expires_at_s) => {
                 let completed = Completed::new(&work.payload_hash, result);

@@ -22,6 +22,7 @@ use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
     Deadline, Engine, Message, Outcome, Parking, RecordHandler, RecordOutcome, StopReason, Work,
 };
+use crate::store::Store;
 use dead_letter::{DeadLetterQueue, Parked};
 use decode::Decoded;
 pub use decode::{Coordinates, EventError};
@@ -114,8 +115,8 @@ pub struct RecordReport {
 type Label = (Coordinates, Option<String>);
 
 /// The MSK function: one per container, shared by every invocation.
-pub struct MskFunction<H> {
-    engine: Arc<Engine<H>>,
+pub struct MskFunction<H, S> {
+    engine: Arc<Engine<H, S>>,
     settings: FunctionSettings,
     requests: Option<RequestCounter>,
     /// Whether each invocation prints its EMF document (on by default).
@@ -124,9 +125,13 @@ pub struct MskFunction<H> {
     dead_letters: Option<DeadLetterQueue>,
 }
 
-impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
+impl<H, S> MskFunction<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+{
     /// The function of `engine`, reading events as `settings` say.
-    pub fn new(engine: Engine<H>, settings: FunctionSettings) -> Self {
+    pub fn new(engine: Engine<H, S>, settings: FunctionSettings) -> Self {
         Self {
             engine: Arc::new(engine),
             settings,
@@ -158,7 +163,7 @@ impl<H: RecordHandler<Record = KafkaRecord>> MskFunction<H> {
     }
 
     /// The engine it runs.
-    pub fn engine(&self) -> &Engine<H> {
+    pub fn engine(&self) -> &Engine<H, S> {
         &self.engine
     }
 

@@ -99,7 +99,7 @@ pub fn render_malformed(key: &str, raw: &HashMap<String, AttributeValue>, reason
 }
 
 /// What the next delivery of the key does, mirroring the claim's decisions
-/// (`IdempotencyStore::claim`): TTL first, then payload, then status.
+/// (`Store::claim`): TTL first, then payload, then status.
 pub fn next_delivery(key: &str, item: &StoredItem, now_ms: u64) -> Vec<String> {
     if item.is_expired(now_ms) {
         return vec![
@@ -257,6 +257,7 @@ mod tests {
             origin: Some("payments-0@15".into()),
             result: None,
             error: None,
+            last_error: None,
         }
     }
 

@@ -9,17 +9,15 @@
 pub mod inspect;
 pub mod stuck;
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::types::AttributeValue;
 use clap::{Parser, Subcommand};
 
-use crate::clock::now_ms;
-use crate::store::{IdempotencyStore, Status, StoreError, StoredItem};
+use crate::store::dynamodb::{DynamoDbStore, ScanOptions};
+use crate::store::{Listing, Status, Store, StoreError};
 use crate::{LongKeyPolicy, StoreConfig, dynamo};
 
 /// Variable naming the table when `--table` is not given.
@@ -146,10 +144,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let client = ops_client(dynamo::connect().await);
     let ops = Ops {
-        store: IdempotencyStore::new(client.clone(), config),
-        client,
+        store: DynamoDbStore::new(ops_client(dynamo::connect().await), config),
     };
     let result = match cli.command {
         Command::Inspect { key } => ops.inspect(&key).await,
@@ -158,13 +154,13 @@ pub async fn run(cli: Cli) -> ExitCode {
             segments,
             page_size,
         } => {
-            let listing = stuck::Listing::Stuck { older_than };
+            let listing = Listing::Stuck { older_than };
             ops.list(listing, segments, page_size).await
         }
         Command::Failed {
             segments,
             page_size,
-        } => ops.list(stuck::Listing::Failed, segments, page_size).await,
+        } => ops.list(Listing::Failed, segments, page_size).await,
         Command::Release { key, version } => ops.release(&key, version).await,
         Command::RetryFailed { key, version } => ops.retry_failed(&key, version).await,
     };
@@ -247,24 +243,19 @@ fn ops_client(client: Client) -> Client {
 }
 
 struct Ops {
-    client: Client,
-    store: IdempotencyStore,
+    store: DynamoDbStore,
 }
 
 impl Ops {
-    fn table(&self) -> &str {
-        &self.store.config().table_name
-    }
-
     async fn inspect(&self, key: &str) -> Result<ExitCode, StoreError> {
         let pk = self.store.pk(key)?;
-        let raw = self.raw_item(&pk).await?;
-        let now = now_ms();
+        let raw = self.store.raw_item(&pk).await?;
+        let now = self.store.now_ms();
         let Some(raw) = raw else {
             emit(&inspect::render_absent(key, &pk));
             return Ok(ExitCode::from(EXIT_REFUSED));
         };
-        let item = match StoredItem::parse(&raw) {
+        let item = match DynamoDbStore::parse_item(&raw) {
             Ok(item) => item,
             Err(err) => {
                 emit(&inspect::render_malformed(key, &raw, &err.to_string()));
@@ -281,29 +272,30 @@ impl Ops {
 
     async fn list(
         &self,
-        listing: stuck::Listing,
+        listing: Listing,
         segments: u32,
         page_size: Option<u32>,
     ) -> Result<ExitCode, StoreError> {
-        let now = now_ms();
         let query = stuck::Query {
-            table: self.table().to_owned(),
             key_prefix: self.store.config().key_prefix.clone(),
-            now_ms: now,
+            now_ms: self.store.now_ms(),
             listing,
             segments,
-            page_size,
         };
-        let (mut found, stats) = stuck::scan(&self.client, &query).await?;
-        found.sort_by(|a, b| a.key.cmp(&b.key));
-        for key in &found {
-            if !emit(&format!("{}\n", stuck::line(key, &query))) {
+        let store = self.store.clone().with_scan(ScanOptions {
+            segments,
+            page_size,
+        });
+        let mut listed = store.list(listing).await?;
+        listed.items.sort_by(|a, b| a.pk.cmp(&b.pk));
+        for item in &listed.items {
+            if !emit(&format!("{}\n", stuck::line(item, &query))) {
                 return Ok(ExitCode::SUCCESS);
             }
         }
         emit(&format!(
             "{}\n",
-            stuck::summary(found.len(), &stats, &query)
+            stuck::summary(listed.items.len(), &listed.cost, &query)
         ));
         Ok(ExitCode::SUCCESS)
     }
@@ -348,23 +340,6 @@ impl Ops {
             version + 1
         ));
         Ok(ExitCode::SUCCESS)
-    }
-
-    /// The item as stored, TTL not applied (inspect shows expired items too).
-    async fn raw_item(
-        &self,
-        pk: &str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(self.table())
-            .key("pk", AttributeValue::S(pk.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::from_sdk("inspect (GetItem)", err))?;
-        Ok(output.item)
     }
 }
 

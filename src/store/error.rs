@@ -1,29 +1,27 @@
-//! What can go wrong talking to the idempotency table, and what the caller
-//! should do about it.
-
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+//! What can go wrong talking to the idempotency store (any backend), and
+//! what the caller should do about it.
 
 /// Errors of the idempotency store. [`StoreError::is_retryable`] tells the
 /// caller whether the same record may succeed on a later delivery.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// DynamoDB could not be reached, timed out, throttled or failed on its
+    /// The store could not be reached, timed out, throttled or failed on its
     /// side. Nothing was decided: report the record so that it comes again.
-    #[error("DynamoDB unavailable during {operation}: {message}")]
+    #[error("store unavailable during {operation}: {message}")]
     Unavailable {
         /// The request that failed.
         operation: &'static str,
-        /// The SDK's error.
+        /// The client's error.
         message: String,
     },
-    /// DynamoDB refused the request itself (missing table, no permission,
+    /// The store refused the request itself (missing table, no permission,
     /// invalid request). Retrying will not help until the configuration is
     /// fixed; the record still must not be dropped.
-    #[error("DynamoDB rejected {operation}: {message}")]
+    #[error("the store rejected {operation}: {message}")]
     Rejected {
         /// The request refused.
         operation: &'static str,
-        /// DynamoDB's reason.
+        /// The store's reason.
         message: String,
     },
     /// The fenced write found the item no longer ours: another worker took the
@@ -37,8 +35,9 @@ pub enum StoreError {
         /// The version this worker held.
         version: u64,
     },
-    /// The idempotency key cannot be stored (empty, or longer than DynamoDB's
-    /// 2048-byte partition key limit). Permanent for this record.
+    /// The idempotency key cannot be stored (empty, or longer than the
+    /// store's limit, e.g. DynamoDB's 2048-byte partition key). Permanent for
+    /// this record.
     #[error("invalid idempotency key: {0}")]
     InvalidKey(String),
     /// The stored item lacks an attribute this library writes, or holds it
@@ -54,21 +53,23 @@ pub enum StoreError {
     /// A condition of the work's own writes failed, so the completion
     /// transaction wrote nothing. The handler decides whether that is
     /// permanent or retryable.
-    #[error("a condition of effect write {write} failed: {message}")]
+    #[error("a condition of effect write {effect} failed: {message}")]
     EffectConditionFailed {
-        /// Which of the handler's writes (0-based).
-        write: usize,
-        /// DynamoDB's reason.
+        /// Which of the handler's effects (0-based).
+        effect: usize,
+        /// The store's reason.
         message: String,
     },
-    /// The work returned more writes than fit in one transaction beside the
-    /// completion. Permanent: the handler must split its effect.
+    /// The work returned more effects than fit in one transaction beside
+    /// the completion. Permanent: the handler must split its effect.
     #[error(
-        "the effect has {count} writes; one transaction holds at most 99 beside the completion"
+        "the effect has {count} writes; one transaction holds at most {limit} beside the completion"
     )]
     TooManyWrites {
         /// How many writes the effect had.
         count: usize,
+        /// How many fit ([`super::Store::MAX_EFFECTS`]).
+        limit: usize,
     },
     /// Other workers kept changing the item while this one tried to claim it.
     /// Retryable.
@@ -98,36 +99,4 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable { .. } | Self::Contention { .. })
     }
-
-    /// Classifies an SDK error that is not a conditional-check failure.
-    pub(crate) fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Self
-    where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
-    {
-        let message = DisplayErrorContext(&err).to_string();
-        match &err {
-            SdkError::ServiceError(service) if !is_transient_code(service.err().code()) => {
-                Self::Rejected { operation, message }
-            }
-            _ => Self::Unavailable { operation, message },
-        }
-    }
-}
-
-/// DynamoDB error codes that go away by themselves.
-fn is_transient_code(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some(
-            "ThrottlingException"
-                | "ProvisionedThroughputExceededException"
-                | "RequestLimitExceeded"
-                | "InternalServerError"
-                | "ServiceUnavailable"
-                | "TransactionConflictException"
-                | "TransactionInProgressException"
-                | "LimitExceededException"
-        )
-    )
 }

@@ -1,11 +1,6 @@
-//! The idempotency item: one per key. Its attribute names are a public
-//! contract that operators query and `template.yaml` declares.
-
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
-
-use super::StoreError;
+//! The idempotency item: one per key, the same in every backend. Its
+//! attribute names are a public contract that operators query and
+//! `template.yaml` (and each backend's schema) declares.
 
 /// Attribute names of the idempotency item.
 pub mod attr {
@@ -35,6 +30,8 @@ pub mod attr {
     pub const RESULT: &str = "result";
     /// Bounded error text of a FAILED item.
     pub const ERROR: &str = "error";
+    /// The error of a FAILED item an operator let run again.
+    pub const LAST_ERROR: &str = "last_error";
 }
 
 /// The lifecycle state of a key.
@@ -58,7 +55,8 @@ impl Status {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// The status a stored text names.
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
             "STARTED" => Some(Self::Started),
             "COMPLETED" => Some(Self::Completed),
@@ -66,16 +64,12 @@ impl Status {
             _ => None,
         }
     }
-
-    pub(crate) fn value(self) -> AttributeValue {
-        AttributeValue::S(self.as_str().to_owned())
-    }
 }
 
 /// What a found item means for a new message of the same key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
-    /// Past its TTL: counts as absent (DynamoDB deletes lazily).
+    /// Past its TTL: counts as absent (stores delete lazily).
     Expired,
     /// The key was used with another payload: the work never runs.
     OtherPayload,
@@ -118,11 +112,13 @@ pub struct StoredItem {
     pub result: Option<String>,
     /// The error (FAILED).
     pub error: Option<String>,
+    /// The error of a FAILED item an operator let run again.
+    pub last_error: Option<String>,
 }
 
 impl StoredItem {
-    /// Past its TTL: DynamoDB may not have deleted it yet, but it counts as
-    /// absent. Mirrors the claim condition `expires_at < :now_s`.
+    /// Past its TTL: the store may not have deleted it yet, but it counts
+    /// as absent. Mirrors the claim condition `expires_at < :now_s`.
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_s < crate::clock::ms_to_s(now_ms)
     }
@@ -149,77 +145,4 @@ impl StoredItem {
             }
         }
     }
-
-    pub(crate) fn parse(item: &HashMap<String, AttributeValue>) -> Result<Self, StoreError> {
-        let pk = string(item, attr::PK, "?")?;
-        let status_text = string(item, attr::STATUS, &pk)?;
-        let status = Status::parse(&status_text).ok_or_else(|| StoreError::MalformedItem {
-            key: pk.clone(),
-            reason: format!("unknown status {status_text:?}"),
-        })?;
-        Ok(Self {
-            status,
-            version: number(item, attr::VERSION, &pk)?,
-            owner: string(item, attr::OWNER, &pk)?,
-            payload_hash: string(item, attr::PAYLOAD_HASH, &pk)?,
-            lock_expires_at_ms: optional_number(item, attr::LOCK_EXPIRES_AT, &pk)?,
-            expires_at_s: number(item, attr::EXPIRES_AT, &pk)?,
-            created_at_ms: optional_number(item, attr::CREATED_AT, &pk)?,
-            updated_at_ms: optional_number(item, attr::UPDATED_AT, &pk)?,
-            attempts: optional_number(item, attr::ATTEMPTS, &pk)?,
-            origin: optional_string(item, attr::ORIGIN),
-            result: optional_string(item, attr::RESULT),
-            error: optional_string(item, attr::ERROR),
-            pk,
-        })
-    }
-}
-
-fn malformed(pk: &str, reason: String) -> StoreError {
-    StoreError::MalformedItem {
-        key: pk.to_owned(),
-        reason,
-    }
-}
-
-fn string(
-    item: &HashMap<String, AttributeValue>,
-    name: &str,
-    pk: &str,
-) -> Result<String, StoreError> {
-    optional_string(item, name).ok_or_else(|| malformed(pk, format!("missing string {name}")))
-}
-
-fn optional_string(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
-    item.get(name)?.as_s().ok().cloned()
-}
-
-fn number(item: &HashMap<String, AttributeValue>, name: &str, pk: &str) -> Result<u64, StoreError> {
-    optional_number(item, name, pk)?.ok_or_else(|| malformed(pk, format!("missing number {name}")))
-}
-
-fn optional_number(
-    item: &HashMap<String, AttributeValue>,
-    name: &str,
-    pk: &str,
-) -> Result<Option<u64>, StoreError> {
-    match item.get(name) {
-        None => Ok(None),
-        Some(value) => value
-            .as_n()
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .map(Some)
-            .ok_or_else(|| malformed(pk, format!("{name} is not a whole number: {value:?}"))),
-    }
-}
-
-/// `AttributeValue::S` from anything string-like.
-pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(value.into())
-}
-
-/// `AttributeValue::N` from a whole number.
-pub(crate) fn n(value: u64) -> AttributeValue {
-    AttributeValue::N(value.to_string())
 }

@@ -1,31 +1,43 @@
-//! Persistence of idempotency keys in DynamoDB: the key state machine.
+//! The idempotency store: the key state machine every backend implements.
 //!
-//! [`IdempotencyStore`] owns the transitions; each is ONE conditional write
-//! (see `locking.rs` and `lock_free.rs`, one file per path, each read top
-//! to bottom).
+//! [`Store`] is the narrow interface the engine and the operator CLI use:
+//! each transition is ONE conditional write in the backend, fenced as the
+//! diagram says. A backend is a module of its own (`dynamodb/`, `memory.rs`),
+//! its state machine read top to bottom in one file per path; what a found
+//! item means is judged in one place for all of them
+//! ([`StoredItem::standing`]). The conformance suite (`tests/conformance/`)
+//! holds every backend to the same semantics.
+//!
+//! ```text
+//! absent | expired ──claim──▶ STARTED v1
+//! STARTED, lock expired ──take over──▶ STARTED v+1 (new owner)
+//! STARTED ──complete──▶ COMPLETED          ┐ (optionally in one transaction
+//!                                          │  with the work's own effects)
+//! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
+//! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
+//! STARTED ──extend──▶ STARTED, lock later  ┘
+//! absent | expired ──commit new──▶ COMPLETED v1, with the effects (lock-free)
+//! absent | expired ──fail new──▶ FAILED v1 (lock-free)
+//! STARTED v ──operator release──▶ STARTED v, lock ended  ┐ fenced: status
+//! FAILED v ──operator retry──▶ STARTED v, lock ended     ┘ AND version
+//! ```
 
+pub mod dynamodb;
 mod error;
 mod item;
-mod lock_free;
-mod locking;
-mod operator;
-mod read;
-mod transact;
-mod write;
+pub mod memory;
 
-use aws_sdk_dynamodb::Client;
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
 
 pub use error::StoreError;
 pub use item::{Standing, Status, StoredItem, attr};
-pub use lock_free::{CommitOutcome, NewCommit};
-pub use locking::MAX_EFFECT_WRITES;
-pub(crate) use write::names_in;
 
+use crate::clock::duration_ms;
 use crate::config::{LongKeyPolicy, StoreConfig};
 use crate::engine::payload_hash;
 
-/// DynamoDB's limit on a partition key value, in bytes.
-pub const MAX_KEY_BYTES: usize = 2048;
 /// Error texts (and origins) are cut to this many bytes before they are
 /// stored.
 pub const MAX_TEXT_BYTES: usize = 1024;
@@ -34,19 +46,16 @@ pub const MAX_TEXT_BYTES: usize = 1024;
 /// fails a message whose result is larger.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
-/// The idempotency table, seen through the transitions of its keys.
-#[derive(Debug, Clone)]
-pub struct IdempotencyStore {
-    client: Client,
-    config: StoreConfig,
-}
+/// A claim that keeps racing (item expiring, takeovers by others) gives up
+/// after this many looks at the stored item and reports contention.
+const MAX_CLAIM_ROUNDS: usize = 4;
 
 /// What a claimer knows about the message whose key it claims.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
     /// The idempotency key, without the table's key prefix.
     pub key: &'a str,
-    /// Hex SHA-256 of the payload.
+    /// The payload's fingerprint.
     pub payload_hash: &'a str,
     /// Where the message came from, kept on the item for operators.
     pub origin: Option<&'a str>,
@@ -87,50 +96,310 @@ pub enum ClaimOutcome {
     InProgress(StoredItem),
 }
 
-impl IdempotencyStore {
-    /// The store on `client` as `config` says.
-    pub fn new(client: Client, config: StoreConfig) -> Self {
-        Self { client, config }
+/// A conditional write that creates or takes an item: written, or the
+/// item that made its condition fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional<T> {
+    /// The condition held; the write happened.
+    Written(T),
+    /// The condition failed; the item as it was (`None` if there was none).
+    Conflict(Option<Box<StoredItem>>),
+}
+
+/// One message for [`Store::commit_new`].
+#[derive(Debug, Clone)]
+pub struct NewCommit<E> {
+    /// The idempotency key, without the table's key prefix.
+    pub key: String,
+    /// The payload's fingerprint.
+    pub payload_hash: String,
+    /// Where the message came from.
+    pub origin: Option<String>,
+    /// Unique to this attempt (the handler's fencing token).
+    pub owner: String,
+    /// Kept whole on the COMPLETED item (within [`MAX_RESULT_BYTES`]).
+    pub result: Option<String>,
+    /// The work's effect.
+    pub effects: Vec<E>,
+}
+
+/// What a lock-free commit did: everything written, or nothing and why.
+#[derive(Debug)]
+pub enum CommitOutcome {
+    /// Every message's COMPLETED item and effects are written.
+    Committed {
+        /// The items' `expires_at` (epoch seconds).
+        expires_at_s: u64,
+    },
+    /// The key of message `index` is not new; the item found (None if the
+    /// store returned none).
+    KeyTaken {
+        /// Which message (0-based).
+        index: usize,
+        /// The item found.
+        item: Option<Box<StoredItem>>,
+    },
+    /// A condition of effect `effect` of message `index` failed.
+    EffectRefused {
+        /// Which message (0-based).
+        index: usize,
+        /// Which of its effects (0-based).
+        effect: usize,
+        /// The store's reason.
+        message: String,
+    },
+}
+
+/// Which keys an operator lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// STARTED keys whose lock ended, or created before `now - older_than`.
+    Stuck {
+        /// STARTED keys created longer ago are listed too.
+        older_than: Duration,
+    },
+    /// FAILED keys: the durable record of every poison record.
+    Failed,
+}
+
+impl Listing {
+    /// Whether `item` (not past its TTL) belongs to this listing at `now_ms`.
+    pub fn matches(&self, item: &StoredItem, now_ms: u64) -> bool {
+        match (self, item.status) {
+            (Listing::Stuck { older_than }, Status::Started) => {
+                item.lock_expired(now_ms)
+                    || item
+                        .created_at_ms
+                        .is_some_and(|at| at < now_ms.saturating_sub(duration_ms(*older_than)))
+            }
+            (Listing::Failed, Status::Failed) => true,
+            _ => false,
+        }
     }
+}
+
+/// What a listing cost the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListingCost {
+    /// Requests (pages) sent.
+    pub requests: u64,
+    /// Items the store read to answer (before any filter): what is billed.
+    pub read: u64,
+    /// Read capacity units consumed, where the store counts them.
+    pub capacity_units: f64,
+}
+
+/// The keys of a listing and what it cost.
+#[derive(Debug, Clone, Default)]
+pub struct Listed {
+    /// The items listed (under the store's key prefix).
+    pub items: Vec<StoredItem>,
+    /// What it cost.
+    pub cost: ListingCost,
+}
+
+/// A backend of the key state machine. Each transition is ONE conditional
+/// write whose condition keeps the invariant the diagram of this module
+/// shows; every write after a claim is fenced on `version` + `owner`.
+/// Errors say what happened and whether a later delivery may succeed
+/// ([`StoreError::is_retryable`]).
+///
+/// To add a backend: implement the required methods, each as one atomic
+/// conditional write (a conditional `UPDATE ... WHERE`, a Lua script, a
+/// conditional request), and instantiate the conformance suite for it
+/// (`tests/conformance/`). The claim loop and the judging of found items
+/// are shared.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// A business write committed in the same transaction as a completion
+    /// (DynamoDB: a `TransactWriteItem`; a SQL backend: a statement).
+    type Effect: Clone + Send + Sync + 'static;
+
+    /// At most this many effects fit in one transaction beside one item.
+    const MAX_EFFECTS: usize;
+    /// The longest partition key the store accepts, in bytes.
+    const MAX_KEY_BYTES: usize;
 
     /// Its configuration.
-    pub fn config(&self) -> &StoreConfig {
-        &self.config
-    }
+    fn config(&self) -> &StoreConfig;
+
+    /// The item an effect writes (`table/key`), when the store can tell:
+    /// effects on distinct items may share a transaction. `None`: the
+    /// effect commits alone.
+    fn touched(effect: &Self::Effect) -> Option<String>;
+
+    /// Claim: create the STARTED item at version 1 for `pk`, only if the
+    /// key is absent or past its TTL; else the item found.
+    fn create_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
+
+    /// Take over: become the owner of `observed` (STARTED, lock ended) at
+    /// version + 1, only if it is still at that version, STARTED and
+    /// abandoned; else the item found.
+    fn take_over(
+        &self,
+        observed: &StoredItem,
+        lease_cap_ms: Option<u64>,
+    ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
+
+    /// Complete (fenced): the work is done, together with `effects` in ONE
+    /// transaction when there are any. Returns the item's new
+    /// `expires_at` (epoch seconds).
+    fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Vec<Self::Effect>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Fail permanently (fenced): redeliveries are refused.
+    fn fail(
+        &self,
+        lease: &Lease,
+        error: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Release after a retryable error (fenced): the lock ends now, so the
+    /// next claim takes the key over at once as version + 1.
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Extend (fenced heartbeat): the lease ends at `until_ms`.
+    fn extend(
+        &self,
+        lease: &Lease,
+        until_ms: u64,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+
+    /// Lock-free commit: each message's COMPLETED item at version 1 (only
+    /// if its key is absent or past its TTL) and its effects, all in ONE
+    /// transaction; the caller makes sure the effects touch distinct items.
+    fn commit_new(
+        &self,
+        commits: Vec<NewCommit<Self::Effect>>,
+    ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
+
+    /// Lock-free failure: the FAILED item at version 1, only if the key is
+    /// absent or past its TTL; else the item found.
+    fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<Conditional<()>, StoreError>> + Send;
+
+    /// The item of `key`, read consistently; `None` when absent or past its
+    /// TTL.
+    fn get(&self, key: &str)
+    -> impl Future<Output = Result<Option<StoredItem>, StoreError>> + Send;
+
+    /// The items of `keys` (invalid keys skipped; expired ones absent), by
+    /// key. A hint, which may be stale: only a COMPLETED item may be trusted.
+    fn batch_get(
+        &self,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<HashMap<String, StoredItem>, StoreError>> + Send;
+
+    /// Operator release: the STARTED item at `version` becomes claimable at
+    /// once; [`StoreError::NotInState`] otherwise.
+    fn release_version(
+        &self,
+        key: &str,
+        version: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Operator retry: the FAILED item at `version` becomes STARTED with its
+    /// lock ended (`error` moves to `last_error`); [`StoreError::NotInState`]
+    /// otherwise.
+    fn retry_failed(
+        &self,
+        key: &str,
+        version: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The live items under the key prefix that `listing` names.
+    fn list(&self, listing: Listing) -> impl Future<Output = Result<Listed, StoreError>> + Send;
 
     /// Epoch milliseconds as this store sees them (the process's clock plus
     /// [`StoreConfig::clock_offset_ms`]).
-    pub fn now_ms(&self) -> u64 {
-        crate::clock::now_ms().saturating_add_signed(self.config.clock_offset_ms)
+    fn now_ms(&self) -> u64 {
+        crate::clock::now_ms().saturating_add_signed(self.config().clock_offset_ms)
     }
 
-    /// The partition key for an idempotency key, checked against DynamoDB's
-    /// limits: a longer key is refused, or hashed under
-    /// [`LongKeyPolicy::Hash`].
-    pub fn pk(&self, key: &str) -> Result<String, StoreError> {
+    /// The partition key for an idempotency key, within the store's limit:
+    /// a longer key is refused, or hashed under [`LongKeyPolicy::Hash`].
+    fn pk(&self, key: &str) -> Result<String, StoreError> {
+        let config = self.config();
         if key.is_empty() {
             return Err(StoreError::InvalidKey("the key is empty".into()));
         }
-        let prefix = &self.config.key_prefix;
+        let prefix = &config.key_prefix;
         let bytes = prefix.len() + key.len();
-        if bytes <= MAX_KEY_BYTES {
+        if bytes <= Self::MAX_KEY_BYTES {
             return Ok(format!("{prefix}{key}"));
         }
-        match self.config.long_keys {
+        match config.long_keys {
             LongKeyPolicy::Hash => Ok(format!("{prefix}sha256:{}", payload_hash(key.as_bytes()))),
             LongKeyPolicy::Reject => Err(StoreError::InvalidKey(format!(
-                "the key is {bytes} bytes with its prefix; DynamoDB allows at most \
-                 {MAX_KEY_BYTES} (LONG_KEY_POLICY=hash stores a SHA-256 of it instead)"
+                "the key is {bytes} bytes with its prefix; the store allows at most {} \
+                 (LONG_KEY_POLICY=hash stores a SHA-256 of it instead)",
+                Self::MAX_KEY_BYTES
             ))),
+        }
+    }
+
+    /// Claims `request.key`, or says why the work must not run now: ONE
+    /// conditional create, and on conflict the found item judged by
+    /// [`StoredItem::standing`] (an abandoned one taken over, version-guarded).
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        async move {
+            let pk = self.pk(request.key)?;
+            let mut observed = match self.create_started(&pk, request).await? {
+                Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+                Conditional::Conflict(item) => item,
+            };
+            for _ in 0..MAX_CLAIM_ROUNDS {
+                let Some(item) = observed else {
+                    observed = match self.create_started(&pk, request).await? {
+                        Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+                        Conditional::Conflict(item) => item,
+                    };
+                    continue;
+                };
+                let item = *item;
+                match item.standing(request.payload_hash, self.now_ms()) {
+                    // Past its TTL: absent, even if the store still has it.
+                    Standing::Expired => observed = None,
+                    Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
+                    Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
+                    Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
+                    Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
+                    Standing::Abandoned => match self.take_over(&item, request.lease_cap_ms).await?
+                    {
+                        Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
+                        Conditional::Conflict(item) => observed = item,
+                    },
+                }
+            }
+            Err(StoreError::Contention { key: pk })
         }
     }
 }
 
 /// Cuts `text` to at most [`MAX_TEXT_BYTES`], on a character boundary.
-fn bounded(text: &str) -> &str {
+pub(crate) fn bounded(text: &str) -> &str {
     let mut end = text.len().min(MAX_TEXT_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     &text[..end]
+}
+
+/// A new owner token: unique to each claim or lock-free attempt.
+pub(crate) fn new_owner() -> String {
+    uuid::Uuid::new_v4().to_string()
 }

@@ -9,7 +9,7 @@ use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::lambda::{FunctionSettings, MskFunction};
 use exactly_once::ledger::LedgerHandler;
-use exactly_once::{IdempotencyStore, StoreConfig};
+use exactly_once::{DynamoDbStore, StoreConfig};
 
 use super::schedule::Schedule;
 use super::slow::{SlowLedger, Slowness};
@@ -56,13 +56,13 @@ impl ClockSkew {
 
 impl Containers {
     /// A cold container.
-    pub fn start(&self) -> Arc<MskFunction<SlowLedger>> {
+    pub fn start(&self) -> Arc<MskFunction<SlowLedger, DynamoDbStore>> {
         let schedule = &self.schedule;
         let config = StoreConfig {
             clock_offset_ms: self.skew.offset_ms(),
             ..self.store.clone()
         };
-        let store = IdempotencyStore::new(self.client.clone(), config);
+        let store = DynamoDbStore::new(self.client.clone(), config);
         let ledger = SlowLedger {
             ledger: LedgerHandler::new(
                 self.client.clone(),

@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::Client;
 use exactly_once::engine::{PoisonPolicy, payload_hash};
 use exactly_once::ledger::{LedgerMode, Payment};
-use exactly_once::{IdempotencyStore, Status, StoredItem};
+use exactly_once::{DynamoDbStore, Status, Store, StoredItem};
 
 use super::mapping::At;
 use super::schedule::Schedule;
@@ -42,7 +42,7 @@ pub struct Findings {
 /// The final items of every key of the schedule, by `pk`.
 pub async fn final_items(
     schedule: &Schedule,
-    store: &IdempotencyStore,
+    store: &DynamoDbStore,
 ) -> HashMap<String, StoredItem> {
     let keys: BTreeSet<&str> = schedule
         .partitions
@@ -63,7 +63,7 @@ pub async fn final_items(
 /// `store` and `client` read without faults.
 pub async fn check(
     schedule: &Schedule,
-    store: &IdempotencyStore,
+    store: &DynamoDbStore,
     client: &Client,
     items: &HashMap<String, StoredItem>,
     destination: &BTreeSet<At>,

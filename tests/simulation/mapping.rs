@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use exactly_once::DynamoDbStore;
 use exactly_once::clock::now_ms;
 use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::{MskFunction, RecordReport};
@@ -83,8 +84,8 @@ pub struct Mapping {
     schedule: Arc<Schedule>,
     containers: Containers,
     /// The container of the mapping's poller, and of a second poller.
-    poller: Arc<MskFunction<SlowLedger>>,
-    second_poller: Arc<MskFunction<SlowLedger>>,
+    poller: Arc<MskFunction<SlowLedger, DynamoDbStore>>,
+    second_poller: Arc<MskFunction<SlowLedger, DynamoDbStore>>,
     committed: Vec<usize>,
     /// Per partition: the offset at its head and how often it was reported.
     head_failures: Vec<(usize, u32)>,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::ledger::LedgerHandler;
@@ -41,7 +42,7 @@ impl Slowness {
     }
 }
 
-impl RecordHandler for SlowLedger {
+impl RecordHandler<TransactWriteItem> for SlowLedger {
     type Record = KafkaRecord;
 
     /// The ledger's own path: a wrapper that answered anything else would
@@ -54,7 +55,7 @@ impl RecordHandler for SlowLedger {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion, HandlerError> {
+    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let pause = self.slowness.pause();
         if let Some((pause, false)) = pause {
             tokio::time::sleep(pause).await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use exactly_once::{IdempotencyStore, StoreConfig};
+use exactly_once::{DynamoDbStore, StoreConfig};
 
 /// A variable `infra/test.sh` exports; a clear failure without it.
 pub fn env(name: &str) -> String {
@@ -66,8 +66,8 @@ pub fn store_config(lock_timeout: Duration) -> StoreConfig {
     }
 }
 
-pub async fn store(lock_timeout: Duration) -> IdempotencyStore {
-    IdempotencyStore::new(client().await, store_config(lock_timeout))
+pub async fn store(lock_timeout: Duration) -> DynamoDbStore {
+    DynamoDbStore::new(client().await, store_config(lock_timeout))
 }
 
 /// The raw item under `pk`, as DynamoDB holds it (TTL not applied).
@@ -106,8 +106,10 @@ pub fn sha256_hex(payload: &[u8]) -> String {
 
 /// Builders of MSK events and readers of the demo ledger.
 pub mod msk {
+    use aws_sdk_dynamodb::types::TransactWriteItem;
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
+    use exactly_once::DynamoDbStore;
     use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
@@ -222,17 +224,22 @@ pub mod msk {
 
     /// The demo function on the test tables, under a fresh key prefix, in
     /// the ledger mode of [`ledger_mode`].
-    pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
+    pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler, DynamoDbStore> {
         ledger_function_in(ledger_mode(), keys).await
     }
 
-    pub async fn ledger_function_in(mode: LedgerMode, keys: KeySpec) -> MskFunction<LedgerHandler> {
+    pub async fn ledger_function_in(
+        mode: LedgerMode,
+        keys: KeySpec,
+    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
         ledger_function_with(mode, settings(keys), EngineConfig::default()).await
     }
 
     /// The demo function with `POISON_POLICY=report` (a FAILED record stops
     /// its lane), in the ledger mode of [`ledger_mode`].
-    pub async fn reporting_ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler> {
+    pub async fn reporting_ledger_function(
+        keys: KeySpec,
+    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
         let engine = EngineConfig {
             poison: exactly_once::engine::PoisonPolicy::Report,
             ..EngineConfig::default()
@@ -245,9 +252,9 @@ pub mod msk {
         mode: LedgerMode,
         settings: FunctionSettings,
         engine: EngineConfig,
-    ) -> MskFunction<LedgerHandler> {
+    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
         let client = super::client().await;
-        let store = exactly_once::IdempotencyStore::new(
+        let store = exactly_once::DynamoDbStore::new(
             client.clone(),
             super::store_config(std::time::Duration::from_secs(30)),
         );
@@ -272,11 +279,11 @@ pub mod msk {
         }
     }
 
-    pub fn function_with<H: RecordHandler<Record = KafkaRecord>>(
-        store: exactly_once::IdempotencyStore,
+    pub fn function_with<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+        store: exactly_once::DynamoDbStore,
         handler: H,
         keys: KeySpec,
-    ) -> MskFunction<H> {
+    ) -> MskFunction<H, DynamoDbStore> {
         MskFunction::new(
             Engine::new(store, handler, EngineConfig::default()),
             settings(keys),
@@ -284,8 +291,8 @@ pub mod msk {
         .without_metrics()
     }
 
-    pub async fn invoke<H: RecordHandler<Record = KafkaRecord>>(
-        function: &MskFunction<H>,
+    pub async fn invoke<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+        function: &MskFunction<H, DynamoDbStore>,
         event: &Value,
     ) -> KafkaBatchResponse {
         function
@@ -298,8 +305,8 @@ pub mod msk {
     /// response reports (or the whole batch after an invocation error, e.g.
     /// DynamoDB timing out under a load of concurrent workers), until nothing
     /// is reported.
-    pub async fn invoke_until_done<H: RecordHandler<Record = KafkaRecord>>(
-        function: &MskFunction<H>,
+    pub async fn invoke_until_done<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+        function: &MskFunction<H, DynamoDbStore>,
         event: &Value,
     ) {
         for _ in 0..200 {

@@ -5,21 +5,20 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use aws_sdk_dynamodb::types::TransactWriteItem;
 use tokio::sync::watch;
 
 use crate::engine::Work;
 use crate::engine::coalesce::Settled;
 use crate::engine::{Completion, FencingToken};
-use crate::store::MAX_EFFECT_WRITES;
 
 /// A message whose effect is computed and not yet committed.
-pub(super) struct Planned<R> {
+pub(super) struct Planned<R, E> {
     pub work: Work<R>,
     pub token: FencingToken,
-    pub completion: Completion,
-    /// The items its writes touch, or None if one is unknown (a Put, whose
-    /// key attributes the engine cannot tell): it then commits alone.
+    pub completion: Completion<E>,
+    /// The items its writes touch, or None if one is unknown (e.g. a
+    /// DynamoDB Put, whose key attributes the store cannot tell): it then
+    /// commits alone.
     pub touches: Option<Vec<String>>,
     /// Set for the first copy of its key in the batch: later copies wait
     /// for its outcome.
@@ -28,13 +27,13 @@ pub(super) struct Planned<R> {
 }
 
 /// Consecutive planned messages that commit in one transaction.
-pub(super) struct Group<R> {
-    pub members: Vec<Planned<R>>,
+pub(super) struct Group<R, E> {
+    pub members: Vec<Planned<R, E>>,
     pub touched: HashSet<String>,
     actions: usize,
 }
 
-impl<R> Default for Group<R> {
+impl<R, E> Default for Group<R, E> {
     fn default() -> Self {
         Self {
             members: Vec::new(),
@@ -44,21 +43,22 @@ impl<R> Default for Group<R> {
     }
 }
 
-impl<R> Group<R> {
-    /// Whether `planned` may share this group's transaction: room left, and
-    /// no item touched twice (DynamoDB refuses that, and order would matter).
-    pub fn admits(&self, planned: &Planned<R>, limit: usize) -> bool {
+impl<R, E> Group<R, E> {
+    /// Whether `planned` may share this group's transaction: room left (at
+    /// most `limit` messages, `max_effects` + 1 actions), and no item touched
+    /// twice (DynamoDB refuses that, and order would matter).
+    pub fn admits(&self, planned: &Planned<R, E>, limit: usize, max_effects: usize) -> bool {
         let Some(touches) = &planned.touches else {
             return self.members.is_empty();
         };
         self.members.is_empty()
             || (self.members.len() < limit
                 && self.members.iter().all(|m| m.touches.is_some())
-                && self.actions + 1 + touches.len() <= MAX_EFFECT_WRITES + 1
+                && self.actions + 1 + touches.len() <= max_effects + 1
                 && touches.iter().all(|item| !self.touched.contains(item)))
     }
 
-    pub fn add(&mut self, planned: Planned<R>) {
+    pub fn add(&mut self, planned: Planned<R, E>) {
         self.actions += 1 + planned.completion.writes.len();
         self.touched
             .extend(planned.touches.iter().flatten().cloned());
@@ -66,31 +66,13 @@ impl<R> Group<R> {
     }
 }
 
-/// The table and key of the item a write touches; None for a Put (its key
-/// attributes are not known here).
-pub(super) fn touched_item(write: &TransactWriteItem) -> Option<String> {
-    let (table, key) = if let Some(update) = write.update() {
-        (update.table_name(), update.key())
-    } else if let Some(delete) = write.delete() {
-        (delete.table_name(), delete.key())
-    } else if let Some(check) = write.condition_check() {
-        (check.table_name(), check.key())
-    } else {
-        return None;
-    };
-    let mut parts: Vec<String> = key
-        .iter()
-        .map(|(name, value)| format!("{name}={value:?}"))
-        .collect();
-    parts.sort_unstable();
-    Some(format!("{table}/{}", parts.join("/")))
-}
-
 #[cfg(test)]
 mod tests {
-    use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 
     use super::*;
+    use crate::store::Store;
+    use crate::store::dynamodb::{DynamoDbStore, MAX_EFFECT_WRITES};
 
     fn update(table: &str, account: &str) -> TransactWriteItem {
         let update = Update::builder()
@@ -111,9 +93,9 @@ mod tests {
         TransactWriteItem::builder().put(put).build()
     }
 
-    fn planned(writes: Vec<TransactWriteItem>) -> Planned<()> {
+    fn planned(writes: Vec<TransactWriteItem>) -> Planned<(), TransactWriteItem> {
         Planned {
-            touches: writes.iter().map(touched_item).collect(),
+            touches: writes.iter().map(DynamoDbStore::touched).collect(),
             work: Work {
                 key: "k".into(),
                 payload_hash: "h".into(),
@@ -132,25 +114,16 @@ mod tests {
     }
 
     #[test]
-    fn an_item_is_named_by_its_table_and_key() {
-        assert_eq!(
-            touched_item(&update("ledger", "a")).as_deref(),
-            Some(r#"ledger/account_id=S("a")"#)
-        );
-        assert_eq!(touched_item(&put("ledger")), None);
-    }
-
-    #[test]
     fn a_group_never_touches_an_item_twice_and_keeps_its_limits() {
         let mut group = Group::default();
         group.add(planned(vec![update("ledger", "a")]));
-        assert!(!group.admits(&planned(vec![update("ledger", "a")]), 10));
-        assert!(group.admits(&planned(vec![update("other", "a")]), 10));
-        assert!(group.admits(&planned(vec![update("ledger", "b")]), 10));
-        assert!(!group.admits(&planned(vec![update("ledger", "b")]), 1));
+        assert!(!group.admits(&planned(vec![update("ledger", "a")]), 10, MAX_EFFECT_WRITES));
+        assert!(group.admits(&planned(vec![update("other", "a")]), 10, MAX_EFFECT_WRITES));
+        assert!(group.admits(&planned(vec![update("ledger", "b")]), 10, MAX_EFFECT_WRITES));
+        assert!(!group.admits(&planned(vec![update("ledger", "b")]), 1, MAX_EFFECT_WRITES));
         // A Put's key is unknown: it commits alone.
-        assert!(!group.admits(&planned(vec![put("ledger")]), 10));
-        assert!(Group::default().admits(&planned(vec![put("ledger")]), 10));
+        assert!(!group.admits(&planned(vec![put("ledger")]), 10, MAX_EFFECT_WRITES));
+        assert!(Group::default().admits(&planned(vec![put("ledger")]), 10, MAX_EFFECT_WRITES));
         // 100 actions at most: 49 writes + 1 item already, 50 more is one too many.
         let wide = |prefix: &str, n: usize| {
             planned(
@@ -161,7 +134,7 @@ mod tests {
         };
         let mut group = Group::default();
         group.add(wide("x", 49));
-        assert!(group.admits(&wide("y", 49), 10));
-        assert!(!group.admits(&wide("y", 50), 10));
+        assert!(group.admits(&wide("y", 49), 10, MAX_EFFECT_WRITES));
+        assert!(!group.admits(&wide("y", 50), 10, MAX_EFFECT_WRITES));
     }
 }

@@ -16,11 +16,14 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::store::{ClaimRequest, CommitOutcome, NewCommit, Standing, StoreError, StoredItem};
+use crate::store::{
+    ClaimRequest, CommitOutcome, Conditional, NewCommit, Standing, Store, StoreError, StoredItem,
+    new_owner,
+};
 
 mod group;
 
-use group::{Group, Planned, touched_item};
+use group::{Group, Planned};
 
 use super::cache::Completed;
 use super::coalesce::{self, Settled, Turn};
@@ -44,26 +47,30 @@ enum Unplanned {
 }
 
 /// What a message of a lane needs next.
-enum Next<R> {
+enum Next<R, E> {
     /// Unreadable: settled without a write.
     Invalid(String),
     /// Known COMPLETED before the batch, with the stored result.
     Known(Work<R>, Option<Arc<str>>),
     /// Planned: may join the lane's next transaction.
-    Planned(Planned<R>),
+    Planned(Planned<R, E>),
     /// A later copy of a key in flight: waits for the first copy.
     Copy(Work<R>, watch::Receiver<Option<Settled>>),
     /// No effect to commit; settled after the messages before it.
     Unplanned(Work<R>, Unplanned, watch::Sender<Option<Settled>>),
 }
 
-impl<H: RecordHandler> Engine<H> {
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
     /// Runs a lane on the lock-free path, in order, stopping at the first
     /// message not finished.
     pub(super) async fn run_lane_lock_free(
         self: Arc<Self>,
         lane: Vec<Message<H::Record>>,
-        batch: Arc<Batch>,
+        batch: Arc<Batch<S>>,
     ) -> Vec<RecordOutcome> {
         let limit = self.config.max_records_per_transaction.max(1);
         let mut log = LaneLog::new(lane.len());
@@ -73,7 +80,7 @@ impl<H: RecordHandler> Engine<H> {
             let Some(item) = pending.next() else { break };
             let started = Instant::now();
             let next = match self.plan_next(item, &batch, started).await {
-                Next::Planned(planned) if group.admits(&planned, limit) => {
+                Next::Planned(planned) if group.admits(&planned, limit, S::MAX_EFFECTS) => {
                     group.add(planned);
                     continue;
                 }
@@ -114,9 +121,9 @@ impl<H: RecordHandler> Engine<H> {
     async fn plan_next(
         &self,
         message: Message<H::Record>,
-        batch: &Batch,
+        batch: &Batch<S>,
         started: Instant,
-    ) -> Next<H::Record> {
+    ) -> Next<H::Record, S::Effect> {
         let work = match message {
             Ok(work) => work,
             Err(reason) => return Next::Invalid(reason),
@@ -146,8 +153,8 @@ impl<H: RecordHandler> Engine<H> {
         &self,
         work: Work<H::Record>,
         started: Instant,
-        batch: &Batch,
-    ) -> Result<Planned<H::Record>, (Work<H::Record>, Unplanned)> {
+        batch: &Batch<S>,
+    ) -> Result<Planned<H::Record, S::Effect>, (Work<H::Record>, Unplanned)> {
         let pk = match self.store.pk(&work.key) {
             Ok(pk) => pk,
             Err(err) => return Err((work, Unplanned::InvalidKey(err))),
@@ -155,7 +162,7 @@ impl<H: RecordHandler> Engine<H> {
         let token = FencingToken {
             key: pk,
             version: 1,
-            owner: uuid::Uuid::new_v4().to_string(),
+            owner: new_owner(),
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
@@ -168,7 +175,7 @@ impl<H: RecordHandler> Engine<H> {
         });
         match planned {
             Ok(completion) => Ok(Planned {
-                touches: completion.writes.iter().map(touched_item).collect(),
+                touches: completion.writes.iter().map(S::touched).collect(),
                 work,
                 token,
                 completion,
@@ -181,7 +188,7 @@ impl<H: RecordHandler> Engine<H> {
 
     /// A message with no effect to commit: FAILED for a permanent error,
     /// reported otherwise.
-    async fn refused(&self, work: &Work<H::Record>, why: Unplanned, batch: &Batch) -> Outcome {
+    async fn refused(&self, work: &Work<H::Record>, why: Unplanned, batch: &Batch<S>) -> Outcome {
         match why {
             Unplanned::Refused(HandlerError::Permanent(error)) => {
                 self.fail_new(work, error, batch).await
@@ -193,7 +200,7 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// A later copy of a key whose first copy did not finish: on its own.
-    async fn plan_and_commit(&self, work: Work<H::Record>, batch: &Batch) -> Outcome {
+    async fn plan_and_commit(&self, work: Work<H::Record>, batch: &Batch<S>) -> Outcome {
         match self.plan(work, Instant::now(), batch).await {
             Ok(planned) => self.commit_alone(planned, batch).await,
             Err((work, why)) => {
@@ -205,7 +212,12 @@ impl<H: RecordHandler> Engine<H> {
 
     /// Commits a group's messages in order: together while they can, the
     /// one a shared transaction refused alone. Records their outcomes.
-    async fn commit_group(&self, group: Group<H::Record>, log: &mut LaneLog, batch: &Batch) {
+    async fn commit_group(
+        &self,
+        group: Group<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
         if !group.members.is_empty()
             && batch.combiner.accepts(group.members.len())
             && log.stop_reason(batch).is_none()
@@ -218,7 +230,7 @@ impl<H: RecordHandler> Engine<H> {
                 return;
             }
         }
-        let mut members: VecDeque<Planned<H::Record>> = group.members.into();
+        let mut members: VecDeque<Planned<H::Record, S::Effect>> = group.members.into();
         let mut together = members.len();
         // Set when a shared transaction was refused at a member: once the
         // members before it are committed, it goes alone.
@@ -231,7 +243,7 @@ impl<H: RecordHandler> Engine<H> {
                 return;
             }
             let take = together.clamp(1, members.len());
-            let mut chunk: Vec<Planned<H::Record>> = members.drain(..take).collect();
+            let mut chunk: Vec<Planned<H::Record, S::Effect>> = members.drain(..take).collect();
             if chunk.len() == 1
                 && let Some(planned) = chunk.pop()
             {
@@ -283,10 +295,10 @@ impl<H: RecordHandler> Engine<H> {
     /// Records a message committed with others.
     fn committed(
         &self,
-        planned: Planned<H::Record>,
+        planned: Planned<H::Record, S::Effect>,
         expires_at_s: u64,
         log: &mut LaneLog,
-        batch: &Batch,
+        batch: &Batch<S>,
     ) {
         let outcome = self.processed(&planned, expires_at_s);
         announce(&planned, &outcome);
@@ -294,7 +306,7 @@ impl<H: RecordHandler> Engine<H> {
     }
 
     /// A message whose COMPLETED item was written: remembered in the cache.
-    fn processed(&self, planned: &Planned<H::Record>, expires_at_s: u64) -> Outcome {
+    fn processed(&self, planned: &Planned<H::Record, S::Effect>, expires_at_s: u64) -> Outcome {
         let work = &planned.work;
         let completed = Completed::new(&work.payload_hash, planned.completion.result.as_deref());
         let result = completed.result.clone();
@@ -304,13 +316,21 @@ impl<H: RecordHandler> Engine<H> {
 
     /// Commits one message and says exactly what became of it (a duplicate
     /// handed to the handler's `on_duplicate`).
-    async fn commit_alone(&self, planned: Planned<H::Record>, batch: &Batch) -> Outcome {
+    async fn commit_alone(
+        &self,
+        planned: Planned<H::Record, S::Effect>,
+        batch: &Batch<S>,
+    ) -> Outcome {
         let outcome = self.commit_one(&planned, batch).await;
         announce(&planned, &outcome);
         self.replayed(&planned.work, outcome).await
     }
 
-    async fn commit_one(&self, planned: &Planned<H::Record>, batch: &Batch) -> Outcome {
+    async fn commit_one(
+        &self,
+        planned: &Planned<H::Record, S::Effect>,
+        batch: &Batch<S>,
+    ) -> Outcome {
         let work = &planned.work;
         for _ in 0..COMMIT_ROUNDS {
             let result = {
@@ -323,8 +343,10 @@ impl<H: RecordHandler> Engine<H> {
                 }
                 Ok(CommitOutcome::KeyTaken { item, .. }) => item,
                 // Nothing was written: the effect's own condition decides.
-                Ok(CommitOutcome::EffectRefused { write, message, .. }) => {
-                    let error = StoreError::EffectConditionFailed { write, message }.to_string();
+                Ok(CommitOutcome::EffectRefused {
+                    effect, message, ..
+                }) => {
+                    let error = StoreError::EffectConditionFailed { effect, message }.to_string();
                     return match planned.completion.on_condition_failure {
                         ConditionFailure::Permanent => self.fail_new(work, error, batch).await,
                         ConditionFailure::Retryable => Outcome::Retrying { error },
@@ -346,16 +368,16 @@ impl<H: RecordHandler> Engine<H> {
 
     /// A poison message: its key becomes FAILED (if it is new), so that its
     /// redeliveries are refused without running the work.
-    async fn fail_new(&self, work: &Work<H::Record>, error: String, batch: &Batch) -> Outcome {
-        let owner = uuid::Uuid::new_v4().to_string();
+    async fn fail_new(&self, work: &Work<H::Record>, error: String, batch: &Batch<S>) -> Outcome {
+        let owner = new_owner();
         for _ in 0..COMMIT_ROUNDS {
             let result = {
                 let _permit = self.permits.acquire().await;
                 self.store.fail_new(request(work), &owner, &error).await
             };
             let item = match result {
-                Ok(None) => return Outcome::Failed { error },
-                Ok(Some(item)) => item,
+                Ok(Conditional::Written(())) => return Outcome::Failed { error },
+                Ok(Conditional::Conflict(item)) => item,
                 Err(err) => return store_failure(err),
             };
             if let Some(outcome) = self.found(work, item, batch).await {
@@ -374,7 +396,7 @@ impl<H: RecordHandler> Engine<H> {
         &self,
         work: &Work<H::Record>,
         item: Option<Box<StoredItem>>,
-        batch: &Batch,
+        batch: &Batch<S>,
     ) -> Option<Outcome> {
         let item = *item?;
         Some(
@@ -411,7 +433,7 @@ fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
     }
 }
 
-fn new_commit<R>(planned: &Planned<R>) -> NewCommit {
+fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> NewCommit<E> {
     let work = &planned.work;
     NewCommit {
         key: work.key.clone(),
@@ -419,13 +441,13 @@ fn new_commit<R>(planned: &Planned<R>) -> NewCommit {
         origin: Some(work.origin.clone()),
         owner: planned.token.owner.clone(),
         result: planned.completion.result.clone(),
-        writes: planned.completion.writes.clone(),
+        effects: planned.completion.writes.clone(),
     }
 }
 
 /// How many members commit together next: the refused one alone, after
 /// those before it; else all.
-fn next_together<R>(refused_next: &mut bool, members: &VecDeque<Planned<R>>) -> usize {
+fn next_together<R, E>(refused_next: &mut bool, members: &VecDeque<Planned<R, E>>) -> usize {
     if std::mem::take(refused_next) {
         1
     } else {
@@ -434,14 +456,14 @@ fn next_together<R>(refused_next: &mut bool, members: &VecDeque<Planned<R>>) -> 
 }
 
 /// Puts `chunk` back in front of `members`, in order.
-fn requeue<R>(members: &mut VecDeque<Planned<R>>, chunk: Vec<Planned<R>>) {
+fn requeue<R, E>(members: &mut VecDeque<Planned<R, E>>, chunk: Vec<Planned<R, E>>) {
     for planned in chunk.into_iter().rev() {
         members.push_front(planned);
     }
 }
 
 /// Tells later copies of a first copy's key how it ended.
-fn announce<R>(planned: &Planned<R>, outcome: &Outcome) {
+fn announce<R, E>(planned: &Planned<R, E>, outcome: &Outcome) {
     if let Some(first_copy) = &planned.first_copy {
         first_copy.send_replace(Some(Settled::new(&planned.work.payload_hash, outcome)));
     }

@@ -11,11 +11,14 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
 
-use super::item::{n, s};
-use super::{ClaimRequest, IdempotencyStore, Status, StoreError, StoredItem, bounded};
+use super::codec::{RawItem, n, parse, s};
+use super::{DynamoDbStore, sdk_error};
 use crate::clock::ms_to_s;
+use crate::store::{ClaimRequest, Conditional, Status, StoreError, StoredItem, bounded};
 
 /// The condition of every write that creates an item (claim, lock-free
 /// commit, lock-free failure).
@@ -23,17 +26,7 @@ use crate::clock::ms_to_s;
 /// not passed its TTL.
 pub(super) const NEW_KEY: &str = "attribute_not_exists(#pk) OR #expires_at < :now_s";
 
-/// An item as DynamoDB returns it.
-pub(super) type RawItem = HashMap<String, AttributeValue>;
-
-/// Result of a conditional write that returns the stored item on conflict.
-pub(super) enum Conditional<T> {
-    Written(T),
-    /// The condition failed; the item as it was (None if there was none).
-    Conflict(Option<Box<StoredItem>>),
-}
-
-impl IdempotencyStore {
+impl DynamoDbStore {
     /// PutItem of a new item under [`NEW_KEY`]: `written`, or the stored
     /// item when the key is not new.
     pub(super) async fn put_if_new<T>(
@@ -78,10 +71,6 @@ impl IdempotencyStore {
             .set_expression_attribute_names(Some(names_in(&[update, condition])))
             .set_expression_attribute_values(Some(values))
     }
-
-    pub(super) fn expires_at_s(&self, now_ms: u64) -> u64 {
-        ms_to_s(now_ms) + self.config.retention.as_secs()
-    }
 }
 /// The attributes every new item starts with (version 1, one attempt);
 /// the caller adds `expires_at` and what its status needs.
@@ -124,14 +113,13 @@ where
         Ok(_) => Ok(Conditional::Written(written)),
         Err(err) => match err.as_service_error().and_then(conflict) {
             Some(item) => Ok(Conditional::Conflict(parse_old(item)?)),
-            None => Err(StoreError::from_sdk(operation, err)),
+            None => Err(sdk_error(operation, err)),
         },
     }
 }
 
 pub(super) fn parse_old(item: Option<&RawItem>) -> Result<Option<Box<StoredItem>>, StoreError> {
-    item.map(|item| StoredItem::parse(item).map(Box::new))
-        .transpose()
+    item.map(|item| parse(item).map(Box::new)).transpose()
 }
 
 /// The expression attribute names used in `expressions`: `#name` -> `name`.
@@ -149,9 +137,55 @@ pub(crate) fn names_in(expressions: &[&str]) -> HashMap<String, String> {
     names
 }
 
+/// The table and key of the item a write touches; None for a Put (its key
+/// attributes are not known here).
+pub(super) fn touched_item(write: &TransactWriteItem) -> Option<String> {
+    let (table, key) = if let Some(update) = write.update() {
+        (update.table_name(), update.key())
+    } else if let Some(delete) = write.delete() {
+        (delete.table_name(), delete.key())
+    } else if let Some(check) = write.condition_check() {
+        (check.table_name(), check.key())
+    } else {
+        return None;
+    };
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(name, value)| format!("{name}={value:?}"))
+        .collect();
+    parts.sort_unstable();
+    Some(format!("{table}/{}", parts.join("/")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_item_is_named_by_its_table_and_key() {
+        use aws_sdk_dynamodb::types::{Put, Update};
+        let update = Update::builder()
+            .table_name("ledger")
+            .key("account_id", AttributeValue::S("a".into()))
+            .update_expression("ADD balance_cents :one")
+            .build()
+            .expect("an update");
+        let update = TransactWriteItem::builder().update(update).build();
+        assert_eq!(
+            touched_item(&update).as_deref(),
+            Some(r#"ledger/account_id=S("a")"#)
+        );
+        // A Put's key attributes are not known here: it commits alone.
+        let put = Put::builder()
+            .table_name("ledger")
+            .item("account_id", AttributeValue::S("a".into()))
+            .build()
+            .expect("a put");
+        assert_eq!(
+            touched_item(&TransactWriteItem::builder().put(put).build()),
+            None
+        );
+    }
 
     #[test]
     fn names_are_derived_from_placeholders() {

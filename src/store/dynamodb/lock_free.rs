@@ -1,4 +1,5 @@
-//! The lock-free path, for work whose whole effect is DynamoDB writes: no
+//! The lock-free path on DynamoDB, for work whose whole effect is DynamoDB
+//! writes: no
 //! claim and no lock. The effect and the COMPLETED item commit in ONE
 //! transaction that succeeds only if the key is new ([`NEW_KEY`]); a
 //! concurrent duplicate loses that condition and is, by construction, a
@@ -8,73 +9,35 @@
 
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 
-use super::item::{n, s};
-use super::locking::MAX_EFFECT_WRITES;
+use super::codec::{RawItem, n, s};
 use super::transact::{condition_failed, transaction_error};
-use super::write::{Conditional, NEW_KEY, RawItem, names_in, new_item, parse_old};
-use super::{ClaimRequest, IdempotencyStore, Status, StoreError, StoredItem, bounded};
+use super::write::{NEW_KEY, names_in, new_item, parse_old};
+use super::{DynamoDbStore, MAX_EFFECT_WRITES};
 use crate::clock::ms_to_s;
+use crate::store::{
+    ClaimRequest, CommitOutcome, Conditional, NewCommit, Status, Store, StoreError, bounded,
+};
 
-/// One message for [`IdempotencyStore::commit_new`].
-#[derive(Debug)]
-pub struct NewCommit {
-    /// The idempotency key, without the table's key prefix.
-    pub key: String,
-    /// Hex SHA-256 of the payload.
-    pub payload_hash: String,
-    /// Where the message came from.
-    pub origin: Option<String>,
-    /// Unique to this attempt (the handler's fencing token).
-    pub owner: String,
-    /// Kept whole on the COMPLETED item (within [`super::MAX_RESULT_BYTES`]).
-    pub result: Option<String>,
-    /// The work's effect.
-    pub writes: Vec<TransactWriteItem>,
-}
-
-/// What a lock-free commit did: everything written, or nothing and why.
-#[derive(Debug)]
-pub enum CommitOutcome {
-    /// Every message's COMPLETED item and writes are written.
-    Committed {
-        /// The items' `expires_at` (epoch seconds).
-        expires_at_s: u64,
-    },
-    /// The key of message `index` is not new; the item found (None if
-    /// DynamoDB returned none).
-    KeyTaken {
-        /// Which message (0-based).
-        index: usize,
-        /// The item found.
-        item: Option<Box<StoredItem>>,
-    },
-    /// A condition of write `write` of message `index` failed.
-    EffectRefused {
-        /// Which message (0-based).
-        index: usize,
-        /// Which of its writes (0-based).
-        write: usize,
-        /// DynamoDB's reason.
-        message: String,
-    },
-}
-
-impl IdempotencyStore {
+impl DynamoDbStore {
     /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
     /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
     /// returned on failure) and its writes, all in ONE transaction. Several
     /// messages commit together only if all can (the caller makes sure their
     /// writes touch distinct items); at most 100 actions in all.
     /// Returns the items' `expires_at`, or why nothing was written.
-    pub async fn commit_new(&self, commits: Vec<NewCommit>) -> Result<CommitOutcome, StoreError> {
-        let actions: usize = commits.iter().map(|c| 1 + c.writes.len()).sum();
+    pub(super) async fn commit_items(
+        &self,
+        commits: Vec<NewCommit<TransactWriteItem>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let actions: usize = commits.iter().map(|c| 1 + c.effects.len()).sum();
         if actions > MAX_EFFECT_WRITES + 1 {
             return Err(StoreError::TooManyWrites {
                 count: actions - commits.len(),
+                limit: MAX_EFFECT_WRITES,
             });
         }
         let now = self.now_ms();
-        let expires_at_s = self.expires_at_s(now);
+        let expires_at_s = self.config.expires_at_s(now);
         // Which message, and which of its writes (None: its item), each action is.
         let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
         let mut items = Vec::with_capacity(actions);
@@ -93,8 +56,8 @@ impl IdempotencyStore {
             }
             items.push(self.put_new(item, now)?);
             owners.push((index, None));
-            owners.extend((0..commit.writes.len()).map(|write| (index, Some(write))));
-            items.extend(commit.writes);
+            owners.extend((0..commit.effects.len()).map(|effect| (index, Some(effect))));
+            items.extend(commit.effects);
         }
         let (reasons, err) = match self.transact(items).await {
             Ok(()) => return Ok(CommitOutcome::Committed { expires_at_s }),
@@ -119,9 +82,9 @@ impl IdempotencyStore {
                 index,
                 item: parse_old(reason.item())?,
             },
-            (_, write) => CommitOutcome::EffectRefused {
+            (_, effect) => CommitOutcome::EffectRefused {
                 index,
-                write: write.unwrap_or(0),
+                effect: effect.unwrap_or(0),
                 message: reasons[action].message().unwrap_or_default().to_owned(),
             },
         })
@@ -129,26 +92,20 @@ impl IdempotencyStore {
 
     /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
     /// lock-free path, so that its redeliveries are refused without running
-    /// the work. `None` when written; else the item found (the key is not
-    /// new; `Some(None)` if DynamoDB returned no item).
-    pub async fn fail_new(
+    /// the work; else the item found (the key is not new).
+    pub(super) async fn put_failed(
         &self,
         request: ClaimRequest<'_>,
         owner: &str,
         error: &str,
-    ) -> Result<Option<Option<Box<StoredItem>>>, StoreError> {
+    ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
         let mut item = new_item(&pk, Status::Failed, owner, request, now);
-        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
+        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         item.insert("error".to_owned(), s(bounded(error)));
         // Invariant: one live item per key (see NEW_KEY).
-        Ok(
-            match self.put_if_new(item, now, (), "fail new (PutItem)").await? {
-                Conditional::Written(()) => None,
-                Conditional::Conflict(item) => Some(item),
-            },
-        )
+        self.put_if_new(item, now, (), "fail new (PutItem)").await
     }
 
     /// The transaction action creating `item` under [`NEW_KEY`].

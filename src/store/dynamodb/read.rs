@@ -7,19 +7,40 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use tokio::task::JoinSet;
 
-use super::item::s;
-use super::write::{RawItem, parse_old};
-use super::{IdempotencyStore, StoreError, StoredItem};
+use super::codec::{RawItem, parse, s};
+use super::write::parse_old;
+use super::{DynamoDbStore, sdk_error};
+use crate::store::{Store, StoreError, StoredItem};
 
 /// BatchGetItem reads at most this many keys a call.
 const KEYS_PER_BATCH_GET: usize = 100;
 /// Rounds of retrying UnprocessedKeys before giving up on the rest.
 const UNPROCESSED_RETRIES: u32 = 5;
 
-impl IdempotencyStore {
+impl DynamoDbStore {
+    /// The item under `pk` as DynamoDB holds it, every attribute, read
+    /// consistently, TTL not applied (operators see expired items too).
+    pub async fn raw_item(&self, pk: &str) -> Result<Option<RawItem>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.config.table_name)
+            .key("pk", s(pk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| sdk_error("inspect (GetItem)", err))?;
+        Ok(output.item)
+    }
+
+    /// The stored item of a raw one (an error names what is malformed).
+    pub fn parse_item(raw: &RawItem) -> Result<StoredItem, StoreError> {
+        parse(raw)
+    }
+
     /// The stored item of `key`, read consistently; `None` when absent or
     /// past its TTL.
-    pub async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+    pub(super) async fn get_item(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
         let pk = self.pk(key)?;
         let output = self
             .client
@@ -29,7 +50,7 @@ impl IdempotencyStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|err| StoreError::from_sdk("read (GetItem)", err))?;
+            .map_err(|err| sdk_error("read (GetItem)", err))?;
         let now = self.now_ms();
         Ok(parse_old(output.item())?
             .map(|item| *item)
@@ -41,7 +62,7 @@ impl IdempotencyStore {
     /// UnprocessedKeys retried with backoff. Eventually consistent: a hint,
     /// never a reason to skip a conditional write except for a COMPLETED item
     /// (COMPLETED never goes back).
-    pub async fn batch_get(
+    pub(super) async fn batch_get_items(
         &self,
         keys: &[&str],
     ) -> Result<HashMap<String, StoredItem>, StoreError> {
@@ -64,7 +85,7 @@ impl IdempotencyStore {
                 message: err.to_string(),
             })??;
             for raw in items {
-                let item = StoredItem::parse(&raw)?;
+                let item = parse(&raw)?;
                 // Only items asked for count; an expired one is absent.
                 if let Some(key) = key_of.get(&item.pk).filter(|_| !item.is_expired(now)) {
                     found.insert((*key).to_owned(), item);
@@ -97,7 +118,7 @@ impl IdempotencyStore {
                 .request_items(&self.config.table_name, request)
                 .send()
                 .await
-                .map_err(|err| StoreError::from_sdk("read (BatchGetItem)", err))?;
+                .map_err(|err| sdk_error("read (BatchGetItem)", err))?;
             if let Some(found) = output
                 .responses
                 .as_mut()

@@ -8,16 +8,17 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-use super::item::{n, s};
+use super::codec::{n, s};
 use super::write::parse_old;
-use super::{IdempotencyStore, Status, StoreError};
+use super::{DynamoDbStore, sdk_error};
+use crate::store::{Status, Store, StoreError};
 
-impl IdempotencyStore {
+impl DynamoDbStore {
     /// Operator release: a STARTED key becomes claimable at once (the same
-    /// write as [`Self::release`]), so the next delivery takes it over as
-    /// version + 1. Fails with [`StoreError::NotInState`] if the key is not
+    /// write as a release), so the next delivery takes it over as the next
+    /// version. Fails with [`StoreError::NotInState`] if the key is not
     /// STARTED at `version`.
-    pub async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+    pub(super) async fn operator_release(&self, key: &str, version: u64) -> Result<(), StoreError> {
         let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
         // Invariant: only the STARTED item at the version the operator saw is
         // released; one taken over since (newer version) or finished is not.
@@ -36,7 +37,7 @@ impl IdempotencyStore {
     /// and runs the work again. The error text moves to `last_error` (so a
     /// later COMPLETED item carries no `error`). Fails with
     /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
-    pub async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+    pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
         let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
                       #last_error = if_not_exists(#error, :no_error) REMOVE #error";
         // Invariant: only the FAILED item at the version the operator saw goes
@@ -102,7 +103,7 @@ where
     };
     let Some(UpdateItemError::ConditionalCheckFailedException(conflict)) = err.as_service_error()
     else {
-        return Err(StoreError::from_sdk(operation, err));
+        return Err(sdk_error(operation, err));
     };
     let found = match parse_old(conflict.item())? {
         None => "absent".to_owned(),

@@ -1,20 +1,9 @@
-//! The key state machine, top to bottom. Every transition is ONE conditional
-//! write; its condition sits next to it with the invariant it keeps.
-//!
-//! ```text
-//! absent | expired ──claim──▶ STARTED v1
-//! STARTED, lock expired ──take over──▶ STARTED v+1 (new owner)
-//! STARTED ──complete──▶ COMPLETED          ┐ (optionally in one transaction
-//!                                          │  with the work's own writes)
-//! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
-//! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
-//! STARTED ──extend──▶ STARTED, lock later  ┘
-//! STARTED v ──operator release──▶ STARTED v, lock ended  ┐ fenced: status
-//! FAILED v ──operator retry──▶ STARTED v, lock ended     ┘ AND version
-//! ```
-//!
-//! The claim's condition ([`NEW_KEY`]) and the helpers both paths share are
-//! in `write.rs`; the lock-free path is `lock_free.rs`.
+//! The locking path on DynamoDB, top to bottom: claim, take over, then
+//! complete (alone or with the effect), fail, release or extend. Every
+//! transition is ONE conditional write; its condition sits next to it with
+//! the invariant it keeps. The claim's condition ([`NEW_KEY`]) and the
+//! helpers both paths share are in `write.rs`; the claim loop that judges a
+//! found item is the store trait's ([`crate::store::Store::claim`]).
 //!
 //! [`NEW_KEY`]: super::write::NEW_KEY
 
@@ -26,62 +15,22 @@ use aws_sdk_dynamodb::types::{
     Update,
 };
 
-use super::item::{n, s};
+use super::codec::{n, s};
 use super::transact::{TransactError, condition_failed, transaction_error};
-use super::write::{Conditional, conditional, names_in, new_item};
-use super::{
-    ClaimOutcome, ClaimRequest, IdempotencyStore, Lease, Standing, Status, StoreError, StoredItem,
-    bounded,
+use super::write::{conditional, names_in, new_item};
+use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
+use crate::store::{
+    ClaimRequest, Conditional, Lease, Status, Store, StoreError, StoredItem, bounded, new_owner,
 };
-use crate::clock::duration_ms;
-
-/// DynamoDB's limit of 100 actions per transaction, less the completion.
-pub const MAX_EFFECT_WRITES: usize = 99;
-
-/// A claim that keeps racing (item expiring, takeovers by others) gives up
-/// after this many looks at the stored item and reports contention.
-const MAX_CLAIM_ROUNDS: usize = 4;
 
 /// The condition of every write after the claim.
 /// Invariant: only the current owner of a STARTED item writes to it; a worker
 /// whose lock was taken over (new version, new owner) is fenced out.
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
 
-impl IdempotencyStore {
-    /// Claims `request.key`, or says why the work must not run now.
-    pub async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let pk = self.pk(request.key)?;
-        let mut observed = match self.put_started(&pk, request).await? {
-            Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
-            Conditional::Conflict(item) => item,
-        };
-        for _ in 0..MAX_CLAIM_ROUNDS {
-            let Some(item) = observed else {
-                observed = match self.put_started(&pk, request).await? {
-                    Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
-                    Conditional::Conflict(item) => item,
-                };
-                continue;
-            };
-            let item = *item;
-            match item.standing(request.payload_hash, self.now_ms()) {
-                // Past its TTL: absent, even if DynamoDB still has it.
-                Standing::Expired => observed = None,
-                Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
-                Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
-                Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
-                Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
-                Standing::Abandoned => match self.take_over(&item, request.lease_cap_ms).await? {
-                    Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
-                    Conditional::Conflict(item) => observed = item,
-                },
-            }
-        }
-        Err(StoreError::Contention { key: pk })
-    }
-
+impl DynamoDbStore {
     /// Claim: create the STARTED item at version 1.
-    async fn put_started(
+    pub(super) async fn put_started(
         &self,
         pk: &str,
         request: ClaimRequest<'_>,
@@ -90,18 +39,18 @@ impl IdempotencyStore {
         let lease = Lease {
             pk: pk.to_owned(),
             version: 1,
-            owner: uuid::Uuid::new_v4().to_string(),
-            lock_expires_at_ms: self.lease_end(now, request.lease_cap_ms),
+            owner: new_owner(),
+            lock_expires_at_ms: self.config.lease_end(now, request.lease_cap_ms),
         };
         let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
-        item.insert("expires_at".to_owned(), n(self.expires_at_s(now)));
+        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         // Invariant: one live item per key (see NEW_KEY).
         self.put_if_new(item, now, lease, "claim (PutItem)").await
     }
 
     /// Take over: become the owner of an abandoned STARTED item, version + 1.
-    async fn take_over(
+    pub(super) async fn take_over_item(
         &self,
         observed: &StoredItem,
         lease_cap_ms: Option<u64>,
@@ -110,8 +59,8 @@ impl IdempotencyStore {
         let lease = Lease {
             pk: observed.pk.clone(),
             version: observed.version + 1,
-            owner: uuid::Uuid::new_v4().to_string(),
-            lock_expires_at_ms: self.lease_end(now, lease_cap_ms),
+            owner: new_owner(),
+            lock_expires_at_ms: self.config.lease_end(now, lease_cap_ms),
         };
         let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
                       #expires_at = :exp, #updated_at = :now_ms ADD #attempts :one";
@@ -123,7 +72,7 @@ impl IdempotencyStore {
             (":owner".to_owned(), s(&lease.owner)),
             (":next".to_owned(), n(lease.version)),
             (":lock".to_owned(), n(lease.lock_expires_at_ms)),
-            (":exp".to_owned(), n(self.expires_at_s(now))),
+            (":exp".to_owned(), n(self.config.expires_at_s(now))),
             (":now_ms".to_owned(), n(now)),
             (":one".to_owned(), n(1)),
             (":observed".to_owned(), n(observed.version)),
@@ -142,9 +91,13 @@ impl IdempotencyStore {
 
     /// Complete: the work is done; redeliveries become duplicates until the
     /// retention ends. `result` is stored whole (the engine keeps it within
-    /// [`super::MAX_RESULT_BYTES`]). Returns
-    /// the item's new `expires_at` (epoch seconds).
-    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<u64, StoreError> {
+    /// [`crate::store::MAX_RESULT_BYTES`]). Returns the item's new
+    /// `expires_at` (epoch seconds).
+    pub(super) async fn complete_alone(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+    ) -> Result<u64, StoreError> {
         let (update, values, expires_at_s) = self.completion(result);
         self.fenced_update(lease, "complete (UpdateItem)", update, values)
             .await?;
@@ -154,8 +107,9 @@ impl IdempotencyStore {
     /// Complete together with the work's own DynamoDB writes, in ONE
     /// transaction: either the effect and COMPLETED both happen, or neither.
     /// The completion is the transaction's first action, fenced like
-    /// [`Self::complete`]; at most [`MAX_EFFECT_WRITES`] writes fit beside it.
-    pub async fn complete_with(
+    /// [`Self::complete_alone`]; at most [`MAX_EFFECT_WRITES`] writes fit
+    /// beside it.
+    pub(super) async fn complete_with(
         &self,
         lease: &Lease,
         result: Option<&str>,
@@ -164,6 +118,7 @@ impl IdempotencyStore {
         if writes.len() > MAX_EFFECT_WRITES {
             return Err(StoreError::TooManyWrites {
                 count: writes.len(),
+                limit: MAX_EFFECT_WRITES,
             });
         }
         let (update, values, expires_at_s) = self.completion(result);
@@ -194,7 +149,7 @@ impl IdempotencyStore {
         result: Option<&str>,
     ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
         let now = self.now_ms();
-        let expires_at_s = self.expires_at_s(now);
+        let expires_at_s = self.config.expires_at_s(now);
         let mut values = vec![
             (":completed", Status::Completed.value()),
             (":exp", n(expires_at_s)),
@@ -215,14 +170,14 @@ impl IdempotencyStore {
     }
 
     /// Fail permanently: redeliveries are refused without running the work.
-    pub async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+    pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
         let now = self.now_ms();
         let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
                       #updated_at = :now_ms REMOVE #lock_expires_at";
         let values = vec![
             (":failed", Status::Failed.value()),
             (":error", s(bounded(error))),
-            (":exp", n(self.expires_at_s(now))),
+            (":exp", n(self.config.expires_at_s(now))),
             (":now_ms", n(now)),
         ];
         self.fenced_update(lease, "fail (UpdateItem)", update, values)
@@ -231,7 +186,7 @@ impl IdempotencyStore {
 
     /// Release after a retryable error: the lock ends now, so the next claim
     /// takes the key over at once (as version + 1, keeping the history).
-    pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+    pub(super) async fn release_item(&self, lease: &Lease) -> Result<(), StoreError> {
         let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
         let values = vec![(":zero", n(0)), (":now_ms", n(self.now_ms()))];
         self.fenced_update(lease, "release (UpdateItem)", update, values)
@@ -239,7 +194,11 @@ impl IdempotencyStore {
     }
 
     /// Extend (heartbeat): push the lease's end to `until_ms`.
-    pub async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
+    pub(super) async fn extend_item(
+        &self,
+        lease: &Lease,
+        until_ms: u64,
+    ) -> Result<Lease, StoreError> {
         let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
         let values = vec![(":until", n(until_ms)), (":now_ms", n(self.now_ms()))];
         self.fenced_update(lease, "extend (UpdateItem)", update, values)
@@ -271,14 +230,9 @@ impl IdempotencyStore {
                         version: lease.version,
                     })
                 }
-                _ => Err(StoreError::from_sdk(operation, err)),
+                _ => Err(sdk_error(operation, err)),
             },
         }
-    }
-    /// A new lease's end: one lock timeout from now, but not past `cap_ms`.
-    fn lease_end(&self, now_ms: u64, cap_ms: Option<u64>) -> u64 {
-        let full = now_ms + duration_ms(self.config.lock_timeout);
-        cap_ms.map_or(full, |cap| full.min(cap))
     }
 }
 
@@ -312,7 +266,7 @@ fn failed_transaction(
     }
     if let Some(index) = reasons.iter().position(condition_failed) {
         return StoreError::EffectConditionFailed {
-            write: index - 1,
+            effect: index - 1,
             message: reasons[index].message().unwrap_or_default().to_owned(),
         };
     }

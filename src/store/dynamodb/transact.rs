@@ -8,14 +8,15 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{CancellationReason, TransactWriteItem};
 
-use super::{IdempotencyStore, StoreError};
+use super::{DynamoDbStore, sdk_error};
 use crate::clock::now_ms;
+use crate::store::StoreError;
 
 /// Attempts of a transaction cancelled only by transaction conflicts or
 /// throttling (the SDK does not retry a cancelled transaction).
 const TRANSACT_ATTEMPTS: u32 = 4;
 
-impl IdempotencyStore {
+impl DynamoDbStore {
     /// One TransactWriteItems, sent again (with backoff) while it is
     /// cancelled only by transaction conflicts or throttling, which the SDK
     /// does not retry. On failure: the cancellation reasons (empty if it
@@ -93,5 +94,5 @@ pub(super) fn transaction_error(
             message: aws_sdk_dynamodb::error::DisplayErrorContext(&err).to_string(),
         };
     }
-    StoreError::from_sdk(operation, err)
+    sdk_error(operation, err)
 }
