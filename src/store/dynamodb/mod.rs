@@ -52,6 +52,11 @@ impl DynamoDbStore {
         }
     }
 
+    /// Its DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The same store, its listings scanning as `scan` says.
     pub fn with_scan(self, scan: ScanOptions) -> Self {
         Self { scan, ..self }
