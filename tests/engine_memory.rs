@@ -1,0 +1,254 @@
+//! Batch behaviour of the engine and the Lambda edge on the in-memory
+//! backend, which passes the same conformance suite as DynamoDB
+//! (`tests/store_memory.rs`): lanes, claims made ahead, copies of a key in
+//! one batch, the lock-free grouping and its fallback, leases waited out and
+//! kept by heartbeat. No network; time is tokio's, paused where a test waits
+//! out a lease, so 30-second locks cost nothing.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use exactly_once::clock::now_ms;
+use exactly_once::engine::{
+    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+};
+use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::ledger::Payment;
+use exactly_once::store::memory::{CounterEffect, MemoryStore};
+use exactly_once::{ClaimOutcome, ClaimRequest, Status, Store, StoreConfig};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::Value;
+use support::msk::{event, header_keys, payment, reported, settings};
+
+/// The demo ledger on counters: a payment adds its amount to its account; a
+/// debit may not take the account below 0. Counts its runs per payment.
+struct Counters {
+    path: CommitPath,
+    /// Virtual time each run takes.
+    pause: Duration,
+    runs: Mutex<HashMap<String, usize>>,
+}
+
+impl Counters {
+    fn new(path: CommitPath) -> Self {
+        Self {
+            path,
+            pause: Duration::ZERO,
+            runs: Mutex::default(),
+        }
+    }
+
+    fn runs(&self) -> HashMap<String, usize> {
+        self.runs.lock().unwrap().clone()
+    }
+}
+
+impl RecordHandler<CounterEffect> for Counters {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        self.path
+    }
+
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion<CounterEffect>, HandlerError> {
+        let payment = Payment::parse(&record.value)?;
+        *self
+            .runs
+            .lock()
+            .unwrap()
+            .entry(payment.payment_id.clone())
+            .or_default() += 1;
+        tokio::time::sleep(self.pause).await;
+        let effect = CounterEffect {
+            counter: payment.account_id,
+            add: payment.amount_cents,
+            floor: (payment.amount_cents < 0).then_some(0),
+        };
+        Ok(Completion::transactional(payment.payment_id, vec![effect]))
+    }
+}
+
+fn store(lock: Duration) -> MemoryStore {
+    MemoryStore::new(StoreConfig {
+        lock_timeout: lock,
+        ..StoreConfig::new("memory")
+    })
+}
+
+fn function(store: &MemoryStore, handler: Counters) -> MskFunction<Counters, MemoryStore> {
+    MskFunction::new(
+        Engine::new(store.clone(), handler, EngineConfig::default()),
+        settings(header_keys()),
+    )
+    .without_metrics()
+}
+
+/// One invocation with ten minutes to go.
+async fn invoke(function: &MskFunction<Counters, MemoryStore>, batch: &Value) -> Vec<String> {
+    let mut context = Context::default();
+    context.deadline = now_ms() + 600_000;
+    let response = function
+        .handle(LambdaEvent::new(batch.clone(), context))
+        .await
+        .expect("a Kafka event is never an invocation error");
+    reported(&response)
+}
+
+/// 3 partitions of 20 payments; every payment appears twice (in another
+/// partition, or twice in its own): each runs once, each applies once.
+async fn each_payment_applies_once(path: CommitPath) {
+    let store = store(Duration::from_secs(30));
+    let function = function(&store, Counters::new(path));
+    let partitions: Vec<(&str, Vec<_>)> = ["payments-0", "payments-1", "payments-2"]
+        .into_iter()
+        .enumerate()
+        .map(|(p, name)| {
+            let records = (0..20)
+                .map(|i| {
+                    // Payment n of partition p: p-n, and also the one of the next partition.
+                    let n = if i % 2 == 0 { i / 2 } else { i / 2 + 100 };
+                    let owner = if n >= 100 { (p + 1) % 3 } else { p };
+                    let key = format!("pay-{owner}-{}", n % 100);
+                    payment(i as i64, &key, &format!("acc-{owner}"), 10)
+                })
+                .collect();
+            (name, records)
+        })
+        .collect();
+    let batch = event(partitions);
+
+    assert_eq!(invoke(&function, &batch).await, Vec::<String>::new());
+    let runs = function.engine().handler().runs();
+    assert_eq!(runs.len(), 30, "{runs:?}");
+    assert!(runs.values().all(|&n| n == 1), "{runs:?}");
+    for account in ["acc-0", "acc-1", "acc-2"] {
+        assert_eq!(store.counter(account), 100, "{account}");
+    }
+    // Delivered again: all duplicates, nothing runs or applies again.
+    assert_eq!(invoke(&function, &batch).await, Vec::<String>::new());
+    assert_eq!(function.engine().handler().runs(), runs);
+    assert_eq!(store.counter("acc-0"), 100);
+    let item = store.get("pay-0-3").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.version, item.result.as_deref()),
+        (Status::Completed, 1, Some("pay-0-3"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locking_each_payment_of_a_batch_with_copies_runs_and_applies_once() {
+    each_payment_applies_once(CommitPath::Locking).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_each_payment_of_a_batch_with_copies_runs_and_applies_once() {
+    each_payment_applies_once(CommitPath::LockFree).await;
+}
+
+/// Lock-free: a debit the account cannot cover in the middle of a lane's
+/// shared transaction fails alone (stored FAILED, parked); the payments
+/// around it apply.
+#[tokio::test]
+async fn a_refused_effect_inside_a_shared_transaction_fails_that_payment_alone() {
+    let store = store(Duration::from_secs(30));
+    let function = function(&store, Counters::new(CommitPath::LockFree));
+    let batch = event(vec![(
+        "payments-0",
+        vec![
+            payment(0, "g-0", "acc", 100),
+            payment(1, "g-1", "acc-poor", -5),
+            payment(2, "g-2", "acc-2", 7),
+            payment(3, "g-3", "acc-poor", 3),
+        ],
+    )]);
+
+    assert_eq!(invoke(&function, &batch).await, Vec::<String>::new());
+    assert_eq!(
+        (
+            store.counter("acc"),
+            store.counter("acc-poor"),
+            store.counter("acc-2")
+        ),
+        (100, 3, 7)
+    );
+    let failed = store.get("g-1").await.expect("get").expect("item");
+    assert_eq!((failed.status, failed.version), (Status::Failed, 1));
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("a condition of effect write 0 failed")),
+        "{failed:?}"
+    );
+}
+
+/// A crashed worker holds a 30 s lease on a key: the invocation waits it
+/// out (virtual time) and takes the key over, instead of reporting the
+/// record.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_workers_lease_is_waited_out_and_taken_over() {
+    let store = store(Duration::from_secs(30));
+    let crashed = store
+        .claim(ClaimRequest {
+            key: "p-1",
+            payload_hash: &exactly_once::engine::payload_hash(
+                support::msk::payment_json("p-1", "acc", 40).as_bytes(),
+            ),
+            origin: Some("payments-0@0"),
+            lease_cap_ms: None,
+        })
+        .await
+        .expect("claim");
+    assert!(matches!(crashed, ClaimOutcome::Acquired(_)));
+    let function = function(&store, Counters::new(CommitPath::Locking));
+    let batch = event(vec![("payments-0", vec![payment(0, "p-1", "acc", 40)])]);
+
+    let started = tokio::time::Instant::now();
+    assert_eq!(invoke(&function, &batch).await, Vec::<String>::new());
+    assert!(started.elapsed() >= Duration::from_secs(30));
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Completed, 2));
+    assert_eq!(store.counter("acc"), 40);
+}
+
+/// Work that runs 100 s under a 30 s lock keeps it by heartbeat: a second
+/// container delivered the same record meanwhile finds it in progress and
+/// runs nothing; the first completes at version 1.
+#[tokio::test(start_paused = true)]
+async fn a_handler_slower_than_its_lock_keeps_it_by_heartbeat() {
+    let store = store(Duration::from_secs(30));
+    let slow = Counters {
+        pause: Duration::from_secs(100),
+        ..Counters::new(CommitPath::Locking)
+    };
+    let first = Arc::new(function(&store, slow));
+    let second = function(&store, Counters::new(CommitPath::Locking));
+    let batch = event(vec![("payments-0", vec![payment(0, "slow-1", "acc", 5)])]);
+
+    let running = tokio::spawn({
+        let (first, batch) = (Arc::clone(&first), batch.clone());
+        async move { invoke(&first, &batch).await }
+    });
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    // Its own deadline is near enough that the live lease is not waited out.
+    let mut context = Context::default();
+    context.deadline = now_ms() + 20_000;
+    let response = second
+        .handle(LambdaEvent::new(batch.clone(), context))
+        .await
+        .expect("response");
+    assert_eq!(reported(&response), ["payments-0@0"]);
+    assert!(second.engine().handler().runs().is_empty());
+
+    assert_eq!(running.await.expect("task"), Vec::<String>::new());
+    let item = store.get("slow-1").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Completed, 1));
+    assert_eq!(store.counter("acc"), 5);
+}
