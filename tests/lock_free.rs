@@ -383,8 +383,10 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
             let (engine, work, barrier) = (engine.clone(), work.clone(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                let batch = engine.run_batch(vec![vec![Ok(work)]], Deadline::NONE).await;
-                batch.outcomes[0][0].outcome.name()
+                let batch = engine
+                    .run_batch(vec![vec![(0, Ok(work))]], Deadline::NONE)
+                    .await;
+                batch.outcomes[0].1.outcome.name()
             })
         })
         .collect();

@@ -98,7 +98,7 @@ impl StopReason {
         match self {
             Self::EarlierRecordUnfinished => "an earlier record of its partition did not finish",
             Self::DeadlineNear => "the invocation's deadline is within the safety margin",
-            Self::StoreUnavailable => "DynamoDB is unavailable: failing closed",
+            Self::StoreUnavailable => "the store is unavailable: failing closed",
         }
     }
 }

@@ -123,14 +123,19 @@ pub struct RecordOutcome {
     pub elapsed: std::time::Duration,
 }
 
-/// The outcomes of a batch, in the shape of its lanes.
+/// The outcomes of a batch: each message's, under the tag the caller gave
+/// it.
 #[derive(Debug)]
-pub struct BatchResult {
-    /// One outcome per message, lane by lane, in the lanes' order.
-    pub outcomes: Vec<Vec<RecordOutcome>>,
-    /// DynamoDB failed during the batch, so records were not started.
+pub struct BatchResult<T> {
+    /// One outcome per message, with its tag (lane by lane).
+    pub outcomes: Vec<(T, RecordOutcome)>,
+    /// The store failed during the batch, so records were not started.
     pub store_unavailable: bool,
 }
+
+/// A message of a batch under the caller's tag (e.g. the record's
+/// coordinates), which its outcome carries back.
+pub type Tagged<T, R> = (T, Message<R>);
 
 /// State shared by the lanes of one batch.
 struct Batch<S: Store> {
@@ -194,13 +199,23 @@ where
         &self.config
     }
 
-    /// Runs every lane; returns one outcome per message, in the lanes'
-    /// shape, and whether the store failed during the batch.
-    pub async fn run_batch(
+    /// Runs every lane; returns each message's outcome under its tag, and
+    /// whether the store failed during the batch. Every message gets one:
+    /// those of a lane whose task failed (a panicking handler) come back as
+    /// not started, so the caller reports them and nothing is lost.
+    pub async fn run_batch<T>(
         self: &Arc<Self>,
-        lanes: Vec<Vec<Message<H::Record>>>,
+        lanes: Vec<Vec<Tagged<T, H::Record>>>,
         deadline: Deadline,
-    ) -> BatchResult {
+    ) -> BatchResult<T> {
+        let mut tags: Vec<Vec<T>> = Vec::with_capacity(lanes.len());
+        let mut messages: Vec<Vec<Message<H::Record>>> = Vec::with_capacity(lanes.len());
+        for lane in lanes {
+            let (lane_tags, lane_messages) = lane.into_iter().unzip();
+            tags.push(lane_tags);
+            messages.push(lane_messages);
+        }
+        let lanes = messages;
         let batch = Arc::new(Batch {
             completed: self.known_completed(&lanes).await,
             in_flight: InFlight::default(),
@@ -213,7 +228,6 @@ where
             parking: self.config.parking(),
         });
         let mut tasks = JoinSet::new();
-        let lane_count = lanes.len();
         for (index, lane) in lanes.into_iter().enumerate() {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
             tasks.spawn(async move {
@@ -224,17 +238,30 @@ where
                 (index, outcomes)
             });
         }
-        let mut results: Vec<Vec<RecordOutcome>> = (0..lane_count).map(|_| Vec::new()).collect();
+        let mut results: Vec<Vec<RecordOutcome>> = tags.iter().map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((index, outcomes)) => results[index] = outcomes,
-                // A panicking handler: its lane's results are lost, so the
-                // edge reports that lane whole (missing outcomes).
                 Err(err) => tracing::error!(error = %err, "a lane's task failed"),
             }
         }
+        // A lane answers its messages in order, one outcome each.
+        let outcomes = tags
+            .into_iter()
+            .zip(results)
+            .flat_map(|(tags, outcomes)| {
+                let mut outcomes = outcomes.into_iter();
+                tags.into_iter().map(move |tag| {
+                    let outcome = outcomes.next().unwrap_or(RecordOutcome {
+                        outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+                        elapsed: std::time::Duration::ZERO,
+                    });
+                    (tag, outcome)
+                })
+            })
+            .collect();
         BatchResult {
-            outcomes: results,
+            outcomes,
             store_unavailable: batch.guard.is_store_down(),
         }
     }

@@ -12,7 +12,6 @@ pub mod settings;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
@@ -20,7 +19,7 @@ use serde_json::Value;
 use crate::clock::now_ms;
 use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
-    Deadline, Engine, Message, Outcome, Parking, RecordHandler, RecordOutcome, StopReason, Work,
+    Deadline, Engine, Message, Parking, RecordHandler, RecordOutcome, Tagged, Work,
 };
 use crate::store::Store;
 use dead_letter::{DeadLetterQueue, Parked};
@@ -41,7 +40,7 @@ pub enum InvocationError {
     Event(#[from] EventError),
     /// DynamoDB was unavailable and no record could be finished.
     #[error(
-        "DynamoDB unavailable: no record of the batch could be processed ({reported} reported)"
+        "the idempotency store is unavailable: no record of the batch could be processed ({reported} reported)"
     )]
     StoreUnavailable {
         /// Records reported.
@@ -186,9 +185,8 @@ where
         let mut report = InvocationReport::new();
         let requests_before = self.requests.as_ref().map(RequestCounter::stats);
         let partitions = decode::decode_event(&event.payload)?;
-        // Per lane: each record's coordinates and key (for the log), and the
-        // items the engine runs.
-        let (labels, lanes): (Vec<Vec<Label>>, Vec<Vec<Message<KafkaRecord>>>) = partitions
+        // Each record tagged with its coordinates and key (for the log).
+        let lanes: Vec<Vec<Tagged<Label, KafkaRecord>>> = partitions
             .into_iter()
             .flat_map(|records| self.lanes(records))
             .map(|lane| {
@@ -198,25 +196,16 @@ where
                         let key = message.as_ref().ok().map(|work| work.key.clone());
                         ((at, key), message)
                     })
-                    .unzip()
+                    .collect()
             })
-            .unzip();
+            .collect();
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
         let batch = self.engine.run_batch(lanes, deadline).await;
-
-        let mut results = Vec::new();
-        for (records, outcomes) in labels.into_iter().zip(batch.outcomes) {
-            let mut outcomes = outcomes.into_iter();
-            for (at, key) in records {
-                // A lane without an outcome for a record (its task failed) is
-                // reported: nothing is lost.
-                let result = outcomes.next().unwrap_or(RecordOutcome {
-                    outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
-                    elapsed: Duration::ZERO,
-                });
-                results.push((at, key, result));
-            }
-        }
+        let results: Vec<(Coordinates, Option<String>, RecordOutcome)> = batch
+            .outcomes
+            .into_iter()
+            .map(|((at, key), result)| (at, key, result))
+            .collect();
         let parking = self.engine.config().parking();
         let unsent = self.forward_parked(&event.payload, &results, parking).await;
         let (mut failures, log_keys) = (Vec::new(), self.settings.log_keys);

@@ -197,6 +197,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     type Effect = CounterEffect;
+    const NAME: &'static str = "the in-memory store";
     const MAX_EFFECTS: usize = 99;
     const MAX_KEY_BYTES: usize = 2048;
 

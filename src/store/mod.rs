@@ -214,6 +214,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// (DynamoDB: a `TransactWriteItem`; a SQL backend: a statement).
     type Effect: Clone + Send + Sync + 'static;
 
+    /// The backend's name in messages (`DynamoDB`).
+    const NAME: &'static str;
     /// At most this many effects fit in one transaction beside one item.
     const MAX_EFFECTS: usize;
     /// The longest partition key the store accepts, in bytes.
@@ -342,8 +344,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         match config.long_keys {
             LongKeyPolicy::Hash => Ok(format!("{prefix}sha256:{}", payload_hash(key.as_bytes()))),
             LongKeyPolicy::Reject => Err(StoreError::InvalidKey(format!(
-                "the key is {bytes} bytes with its prefix; the store allows at most {} \
+                "the key is {bytes} bytes with its prefix; {} allows at most {} \
                  (LONG_KEY_POLICY=hash stores a SHA-256 of it instead)",
+                Self::NAME,
                 Self::MAX_KEY_BYTES
             ))),
         }

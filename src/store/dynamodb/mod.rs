@@ -65,6 +65,7 @@ impl DynamoDbStore {
 
 impl Store for DynamoDbStore {
     type Effect = TransactWriteItem;
+    const NAME: &'static str = "DynamoDB";
     const MAX_EFFECTS: usize = MAX_EFFECT_WRITES;
     const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
 
