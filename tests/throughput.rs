@@ -1,5 +1,6 @@
-//! What a batch costs in DynamoDB requests (counted by an SDK interceptor),
-//! and the batch rules in every ordering mode.
+//! What a batch costs in DynamoDB requests (counted by an SDK interceptor)
+//! and capacity units (by another, `support::capacity`), and the batch rules
+//! in every ordering mode.
 
 mod support;
 
@@ -7,12 +8,14 @@ use exactly_once::Store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use exactly_once::dynamo::{RequestCounter, RequestStats};
+use aws_sdk_dynamodb::Client;
+use exactly_once::dynamo::RequestCounter;
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::{DynamoDbStore, StoreConfig};
 use serde_json::Value;
+use support::capacity::{CapacityCounter, CapacityUnits};
 use support::msk::{
     Rec, account, balance, event, header_keys, invoke, invoke_until_done, ledger_entry, payment,
     reported,
@@ -52,6 +55,17 @@ async fn counted_with(
     counter: &RequestCounter,
 ) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
+    function_on(client, mode, engine, config, ordering)
+}
+
+/// The ledger function in `mode` with `engine`'s settings, on `client`.
+fn function_on(
+    client: Client,
+    mode: LedgerMode,
+    engine: EngineConfig,
+    config: &StoreConfig,
+    ordering: OrderingMode,
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let store = DynamoDbStore::new(client.clone(), config.clone());
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
     let settings = FunctionSettings {
@@ -156,25 +170,36 @@ async fn consecutive_records_on_distinct_accounts_share_a_transaction() {
     assert_eq!(lock_free_transactions(10, 5).await, 200);
 }
 
-/// 100 new payments over 4 partitions into 2 accounts in `mode`: the
-/// requests' stats, capacity units included.
-async fn capacity_of_100(mode: LedgerMode, engine: EngineConfig) -> BTreeMap<String, RequestStats> {
+/// What a batch cost, by operation: requests, and capacity units as DynamoDB
+/// Local reports them.
+struct Cost {
+    requests: BTreeMap<String, u64>,
+    units: BTreeMap<String, CapacityUnits>,
+}
+
+/// What 100 new payments over 4 partitions into 2 accounts cost in `mode`.
+async fn cost_of_100(mode: LedgerMode, engine: EngineConfig) -> Cost {
     let config = support::store_config(Duration::from_secs(30));
-    let counter = RequestCounter::with_consumed_capacity();
-    let function = counted_with(mode, engine, &config, OrderingMode::Partition, &counter).await;
+    let (counter, capacity) = (RequestCounter::default(), CapacityCounter::default());
+    let client = capacity.attach(&counter.attach(&support::client().await));
+    let function = function_on(client, mode, engine, &config, OrderingMode::Partition);
     let accounts: Vec<String> = (0..2).map(|_| account()).collect();
     assert_eq!(
         reported(&invoke(&function, &payments(100, &accounts)).await),
         Vec::<String>::new()
     );
-    counter.stats()
+    Cost {
+        requests: counter.counts(),
+        units: capacity.units(),
+    }
 }
 
 #[tokio::test]
 async fn a_new_record_costs_five_write_units_on_the_locking_path_as_dynamodb_local_reports_them() {
-    let stats = capacity_of_100(LedgerMode::Transactional, EngineConfig::default()).await;
+    let cost = cost_of_100(LedgerMode::Transactional, EngineConfig::default()).await;
+    let stats = &cost.units;
     let units = |operation: &str| {
-        let consumed = stats.get(operation).copied().unwrap_or_default().consumed;
+        let consumed = stats.get(operation).copied().unwrap_or_default();
         (consumed.read, consumed.write)
     };
     // The claim: a PutItem of an item under 1 KB, 1 WCU.
@@ -199,12 +224,17 @@ async fn a_new_record_costs_four_write_units_on_the_lock_free_path_as_dynamodb_l
         max_records_per_transaction: 1,
         ..EngineConfig::default()
     };
-    let stats = capacity_of_100(LedgerMode::LockFree, engine).await;
+    let cost = cost_of_100(LedgerMode::LockFree, engine).await;
+    let stats = &cost.units;
     // The COMPLETED item (idempotency table) and the balance update (ledger
     // table) in one transaction: 2 + 2 WCU; no claim.
-    let consumed = stats["TransactWriteItems"].consumed;
+    let consumed = stats["TransactWriteItems"];
     assert_eq!((consumed.read, consumed.write), (0.0, 400.0), "{stats:?}");
-    assert!(!stats.contains_key("PutItem"), "{stats:?}");
+    assert!(
+        !cost.requests.contains_key("PutItem"),
+        "{:?}",
+        cost.requests
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,4 +381,130 @@ async fn total_balance(accounts: &[String]) -> i64 {
         total += balance(account).await;
     }
     total
+}
+
+/// The parser of `support::capacity` (the one test binary that uses it runs
+/// its tests).
+mod capacity_parser {
+    use super::support::capacity::{ACCEPTING, CapacityUnits, ask_for_total, consumed};
+    use serde_json::{Value, json};
+
+    fn asked(operation: &str, body: Value) -> Option<Value> {
+        let bytes = serde_json::to_vec(&body).expect("json");
+        ask_for_total(operation, &bytes).map(|b| serde_json::from_slice(&b).expect("json"))
+    }
+
+    #[test]
+    fn total_is_asked_for_by_every_operation_that_accepts_it() {
+        for operation in ACCEPTING {
+            let body = asked(
+                operation,
+                json!({"TableName": "t", "Key": {"pk": {"S": "a"}}}),
+            );
+            assert_eq!(
+                body,
+                Some(
+                    json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ReturnConsumedCapacity": "TOTAL"})
+                ),
+                "{operation}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_operations_a_caller_s_choice_and_bodies_that_are_not_objects_stay_as_they_are() {
+        assert_eq!(asked("DescribeTable", json!({"TableName": "t"})), None);
+        assert_eq!(asked("CreateTable", json!({"TableName": "t"})), None);
+        assert_eq!(
+            asked("PutItem", json!({"ReturnConsumedCapacity": "INDEXES"})),
+            None
+        );
+        assert_eq!(asked("PutItem", json!([1, 2])), None);
+        assert_eq!(ask_for_total("PutItem", b""), None);
+        assert_eq!(ask_for_total("PutItem", b"{not json"), None);
+    }
+
+    fn read(operation: &str, body: Value) -> Option<CapacityUnits> {
+        consumed(operation, &serde_json::to_vec(&body).expect("json"))
+    }
+
+    #[test]
+    fn capacity_units_of_one_table_count_as_reads_or_writes_by_operation() {
+        // DynamoDB Local's answers.
+        let one = json!({"ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.0}});
+        assert_eq!(
+            read("PutItem", one.clone()),
+            Some(CapacityUnits {
+                read: 0.0,
+                write: 1.0
+            })
+        );
+        let half =
+            json!({"Item": {}, "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 0.5}});
+        assert_eq!(
+            read("GetItem", half),
+            Some(CapacityUnits {
+                read: 0.5,
+                write: 0.0
+            })
+        );
+        assert_eq!(read("Query", one).map(|u| u.read), Some(1.0));
+    }
+
+    #[test]
+    fn a_list_of_tables_is_summed() {
+        let body = json!({"ConsumedCapacity": [
+            {"TableName": "idempotency", "CapacityUnits": 2.0},
+            {"TableName": "ledger", "CapacityUnits": 2.0},
+        ]});
+        assert_eq!(
+            read("TransactWriteItems", body),
+            Some(CapacityUnits {
+                read: 0.0,
+                write: 4.0
+            })
+        );
+        let body = json!({"Responses": {}, "ConsumedCapacity": [
+            {"TableName": "a", "CapacityUnits": 0.5},
+            {"TableName": "b", "CapacityUnits": 0.0},
+        ]});
+        assert_eq!(read("BatchGetItem", body).map(|u| u.read), Some(0.5));
+    }
+
+    #[test]
+    fn read_and_write_units_named_by_dynamodb_are_taken_as_they_are() {
+        let body = json!({"ConsumedCapacity": {
+            "TableName": "t", "CapacityUnits": 3.0, "ReadCapacityUnits": 1.0, "WriteCapacityUnits": 2.0,
+            "Table": {"CapacityUnits": 3.0},
+        }});
+        assert_eq!(
+            read("UpdateItem", body),
+            Some(CapacityUnits {
+                read: 1.0,
+                write: 2.0
+            })
+        );
+        let body = json!({"ConsumedCapacity": {"WriteCapacityUnits": 2.0}});
+        assert_eq!(
+            read("GetItem", body),
+            Some(CapacityUnits {
+                read: 0.0,
+                write: 2.0
+            })
+        );
+    }
+
+    #[test]
+    fn an_error_body_reports_capacity_if_it_has_some() {
+        let failed = json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+            "Message": "The conditional request failed",
+        });
+        assert_eq!(read("PutItem", failed.clone()), None);
+        let mut with_capacity = failed;
+        with_capacity["ConsumedCapacity"] = json!({"TableName": "t", "CapacityUnits": 1.0});
+        assert_eq!(read("PutItem", with_capacity).map(|u| u.write), Some(1.0));
+        assert_eq!(consumed("PutItem", b""), None);
+        assert_eq!(consumed("PutItem", b"<html>"), None);
+    }
 }

@@ -8,8 +8,9 @@
 //! pre-check, no cache, no claim-ahead), the way common idempotency libraries
 //! do. Prints per scenario, mode and simulated round trip: records per second,
 //! DynamoDB requests per record by operation (counted by the SDK interceptor
-//! `RequestCounter`, every HTTP request sent, retries included), p50/p99 batch
-//! latency. Writes `bench/results.csv` and `bench/batch-time-vs-rtt.svg`.
+//! `RequestCounter`, every HTTP request sent, retries included), capacity
+//! units per record (counted by the test support's `CapacityCounter`), p50/p99
+//! batch latency. Writes `bench/results.csv` and `bench/batch-time-vs-rtt.svg`.
 //!
 //! DynamoDB Local on loopback answers in about a millisecond; in AWS a request
 //! costs a network round trip of several. Every DynamoDB HTTP request of the
@@ -25,6 +26,10 @@
 //! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
 mod batches;
+// Shared with tests/throughput.rs; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../../tests/support/capacity.rs"]
+mod capacity;
 mod chart;
 mod columns;
 mod latency;

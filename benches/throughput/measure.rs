@@ -1,17 +1,20 @@
 //! Measuring a scenario: fresh instances and key prefixes per repetition,
-//! requests counted and time in DynamoDB Local summed per row.
+//! requests and capacity units counted and time in DynamoDB Local summed per
+//! row.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use exactly_once::dynamo::{CapacityUnits, RequestCounter};
+use exactly_once::dynamo::RequestCounter;
 use exactly_once::engine::Work;
 use exactly_once::lambda::KafkaRecord;
 use serde_json::Value;
 
 use crate::Env;
 use crate::batches::Batch;
+use crate::capacity::{CapacityCounter, CapacityUnits};
 use crate::latency::{ServiceTime, client_with};
 use crate::processor::{Mode, Processor};
 use crate::row::Row;
@@ -33,6 +36,7 @@ pub enum Measure {
 /// Counters of one row while it is measured.
 struct Meter {
     counter: RequestCounter,
+    capacity: CapacityCounter,
     served: ServiceTime,
     row: Row,
 }
@@ -40,7 +44,8 @@ struct Meter {
 impl Meter {
     fn new(scenario: &'static str, mode: Mode, rtt_ms: u64) -> Self {
         Self {
-            counter: RequestCounter::with_consumed_capacity(),
+            counter: RequestCounter::default(),
+            capacity: CapacityCounter::default(),
             served: ServiceTime::default(),
             row: Row {
                 scenario,
@@ -56,6 +61,13 @@ impl Meter {
         }
     }
 
+    /// The run's client at a simulated round trip, with this row's counters
+    /// attached.
+    fn client(&self, env: &Env, rtt_ms: u64) -> Client {
+        let client = client_with(&env.base, rtt_ms, &self.counter, &self.served);
+        self.capacity.attach(&client)
+    }
+
     async fn time(
         &mut self,
         processor: &Processor,
@@ -64,6 +76,7 @@ impl Meter {
         works: &[Work<KafkaRecord>],
     ) {
         self.counter.reset();
+        self.capacity.reset();
         self.served.reset();
         let started = Instant::now();
         let unfinished = processor.process(batch, event, works).await;
@@ -72,8 +85,8 @@ impl Meter {
         row.records = batch.len();
         for (op, stats) in self.counter.stats() {
             *row.requests.entry(op).or_default() += stats.count;
-            row.units = row.units + stats.consumed;
         }
+        row.units = row.units + self.capacity.total();
         let (requests, micros) = self.served.read();
         row.served = (row.served.0 + requests, row.served.1 + micros);
         row.failures += unfinished;
@@ -122,11 +135,11 @@ pub async fn measure(
     }
     let mut cold = Meter::new(cold_name, mode, rtt_ms);
     let mut warm = Meter::new(warm_name, mode, rtt_ms);
-    let cold_client = client_with(&env.base, rtt_ms, &cold.counter, &cold.served);
-    let warm_client = client_with(&env.base, rtt_ms, &warm.counter, &warm.served);
+    let cold_client = cold.client(env, rtt_ms);
+    let warm_client = warm.client(env, rtt_ms);
     for _ in 0..reps {
         let tag = env.fresh_tag();
-        let prefix = format!("bench/{tag}/");
+        let prefix = format!("bench-{tag}#");
         let batch = make(&tag);
         let (event, works) = (batch.event(), batch.works());
         match measure {

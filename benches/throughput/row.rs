@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use exactly_once::dynamo::CapacityUnits;
-
+use crate::capacity::CapacityUnits;
 use crate::processor::Mode;
 
 /// Operations shown in their own column; anything else is counted as `other`.

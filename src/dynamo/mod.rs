@@ -1,9 +1,7 @@
 //! The DynamoDB client: built once per container and shared.
 
-mod capacity;
 mod requests;
 
-pub use capacity::CapacityUnits;
 pub use requests::{RequestCounter, RequestStats};
 
 use aws_config::BehaviorVersion;

@@ -1,6 +1,5 @@
 //! Counting and timing DynamoDB requests by operation, with an SDK
-//! interceptor: every HTTP request the client sends (retries included), and
-//! on request the capacity units they consumed.
+//! interceptor: every HTTP request the client sends (retries included).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -8,16 +7,12 @@ use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::interceptors::{
-    BeforeTransmitInterceptorContextMut, BeforeTransmitInterceptorContextRef,
-    FinalizerInterceptorContextRef,
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
-
-use super::capacity::{self, CapacityUnits};
 
 /// Requests of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -28,9 +23,6 @@ pub struct RequestStats {
     pub total_ms: f64,
     /// The longest round trip, ms.
     pub max_ms: f64,
-    /// Capacity units the responses reported (counted only by
-    /// [`RequestCounter::with_consumed_capacity`]).
-    pub consumed: CapacityUnits,
 }
 
 impl RequestStats {
@@ -40,7 +32,6 @@ impl RequestStats {
             count: self.count - earlier.count,
             total_ms: self.total_ms - earlier.total_ms,
             max_ms: self.max_ms,
-            consumed: self.consumed - earlier.consumed,
         }
     }
 }
@@ -49,8 +40,6 @@ impl RequestStats {
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     stats: Arc<Mutex<BTreeMap<String, RequestStats>>>,
-    /// Ask every request for its consumed capacity, and add it up.
-    consumed_capacity: bool,
 }
 
 /// When the current attempt was handed to the HTTP client.
@@ -62,18 +51,6 @@ impl Storable for AttemptStart {
 }
 
 impl RequestCounter {
-    /// A counter that also asks DynamoDB for the capacity every request
-    /// consumes (`ReturnConsumedCapacity=TOTAL`, added to the request body
-    /// of each operation that accepts it) and adds up the read and write
-    /// units the responses report, failed ones included. A counter made with
-    /// `default()` leaves requests untouched.
-    pub fn with_consumed_capacity() -> Self {
-        Self {
-            consumed_capacity: true,
-            ..Self::default()
-        }
-    }
-
     /// `client` with this counter attached (shares the client's connections).
     pub fn attach(&self, client: &Client) -> Client {
         Client::from_conf(
@@ -93,7 +70,7 @@ impl RequestCounter {
             .collect()
     }
 
-    /// Counts, round trips and capacity units per operation so far.
+    /// Counts and round trips per operation so far.
     pub fn stats(&self) -> BTreeMap<String, RequestStats> {
         self.lock().clone()
     }
@@ -118,29 +95,6 @@ impl Intercept for RequestCounter {
         "RequestCounter"
     }
 
-    fn modify_before_signing(
-        &self,
-        context: &mut BeforeTransmitInterceptorContextMut<'_>,
-        _components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if !self.consumed_capacity {
-            return Ok(());
-        }
-        let request = context.request_mut();
-        let asked = request
-            .body()
-            .bytes()
-            .and_then(|body| capacity::ask_for_total(operation(cfg), body));
-        if let Some(body) = asked {
-            request
-                .headers_mut()
-                .insert("content-length", body.len().to_string());
-            *request.body_mut() = SdkBody::from(body);
-        }
-        Ok(())
-    }
-
     fn read_before_transmit(
         &self,
         _context: &BeforeTransmitInterceptorContextRef<'_>,
@@ -154,7 +108,7 @@ impl Intercept for RequestCounter {
 
     fn read_after_attempt(
         &self,
-        context: &FinalizerInterceptorContextRef<'_>,
+        _context: &FinalizerInterceptorContextRef<'_>,
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
@@ -163,21 +117,11 @@ impl Intercept for RequestCounter {
             return Ok(());
         };
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        let operation = operation(cfg);
-        let units = match context.response() {
-            Some(response) if self.consumed_capacity => response
-                .body()
-                .bytes()
-                .and_then(|body| capacity::consumed(operation, body)),
-            _ => None,
-        }
-        .unwrap_or_default();
         let mut stats = self.lock();
-        let entry = stats.entry(operation.to_owned()).or_default();
+        let entry = stats.entry(operation(cfg).to_owned()).or_default();
         entry.count += 1;
         entry.total_ms += ms;
         entry.max_ms = entry.max_ms.max(ms);
-        entry.consumed = entry.consumed + units;
         Ok(())
     }
 }

@@ -337,7 +337,6 @@ mod tests {
                     count: 2,
                     total_ms: 8.0,
                     max_ms: 5.0,
-                    ..RequestStats::default()
                 },
             ),
             (
@@ -346,7 +345,6 @@ mod tests {
                     count: 2,
                     total_ms: 12.0,
                     max_ms: 7.0,
-                    ..RequestStats::default()
                 },
             ),
         ]);

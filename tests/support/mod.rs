@@ -5,6 +5,7 @@
 //! random key prefix, so tests run in parallel on one table.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod capacity;
 pub mod charges;
 pub mod faults;
 pub mod proxy;

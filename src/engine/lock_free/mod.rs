@@ -231,10 +231,9 @@ where
             }
         }
         let mut members: VecDeque<Planned<H::Record, S::Effect>> = group.members.into();
-        let mut together = members.len();
-        // Set when a shared transaction was refused at a member: once the
-        // members before it are committed, it goes alone.
-        let mut refused_next = false;
+        // The sizes of the next chunks, when a refusal planned them; with
+        // none planned, all the members left commit together.
+        let mut plan: VecDeque<usize> = VecDeque::new();
         while !members.is_empty() {
             if let Some(reason) = log.stop_reason(batch) {
                 for planned in members.drain(..) {
@@ -242,15 +241,18 @@ where
                 }
                 return;
             }
-            let take = together.clamp(1, members.len());
+            let take = plan
+                .pop_front()
+                .unwrap_or(members.len())
+                .clamp(1, members.len());
             let mut chunk: Vec<Planned<H::Record, S::Effect>> = members.drain(..take).collect();
             if chunk.len() == 1
                 && let Some(planned) = chunk.pop()
             {
+                // Alone, the commit says exactly what became of it.
                 let started = planned.started;
                 let outcome = self.commit_alone(planned, batch).await;
                 log.push(outcome, started, batch);
-                together = next_together(&mut refused_next, &members);
                 continue;
             }
             let result = {
@@ -264,21 +266,20 @@ where
                     for planned in chunk {
                         self.committed(planned, expires_at_s, log, batch);
                     }
-                    together = next_together(&mut refused_next, &members);
                 }
                 // Nothing was written. The ones before the refused message
-                // commit together again; the refused one then goes alone.
+                // commit together again, then the refused one alone.
                 Ok(
                     CommitOutcome::KeyTaken { index, .. }
                     | CommitOutcome::EffectRefused { index, .. },
                 ) => {
-                    together = index;
-                    refused_next = index > 0;
+                    plan = [index, 1].into_iter().filter(|&n| n > 0).collect();
                     requeue(&mut members, chunk);
                 }
-                // E.g. the request grew too large: each alone.
+                // E.g. the request grew too large: the first alone, then
+                // the rest together again.
                 Err(StoreError::Rejected { .. }) => {
-                    together = 1;
+                    plan = VecDeque::from([1]);
                     requeue(&mut members, chunk);
                 }
                 Err(err) => {
@@ -442,16 +443,6 @@ fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> NewCommit<E> {
         owner: planned.token.owner.clone(),
         result: planned.completion.result.clone(),
         effects: planned.completion.writes.clone(),
-    }
-}
-
-/// How many members commit together next: the refused one alone, after
-/// those before it; else all.
-fn next_together<R, E>(refused_next: &mut bool, members: &VecDeque<Planned<R, E>>) -> usize {
-    if std::mem::take(refused_next) {
-        1
-    } else {
-        members.len()
     }
 }
 
