@@ -9,7 +9,11 @@
 //!   logic ([`engine::RecordHandler`]); knows nothing of Kafka.
 //! - [`lambda`]: the edge for MSK events: decoding, keys, the partial batch
 //!   response, configuration from the environment.
-//! - [`ledger`]: the demo business logic, a payments ledger.
+//!
+//! A team depends on these four and writes its handler and a ten-line
+//! `main` (see `examples/`). The demo ledger (`ledger`) and the operator
+//! tool (`ops`) are the shipped binaries' own code, public only so that the
+//! binaries and the tests can reach them: not part of the library's API.
 
 #![warn(missing_docs)]
 
@@ -18,7 +22,9 @@ pub mod config;
 pub mod dynamo;
 pub mod engine;
 pub mod lambda;
+#[doc(hidden)]
 pub mod ledger;
+#[doc(hidden)]
 pub mod ops;
 pub mod redact;
 pub mod store;
