@@ -29,7 +29,7 @@ impl DynamoDbStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|err| sdk_error("inspect (GetItem)", err))?;
+            .map_err(|err| sdk_error("read (GetItem)", err))?;
         Ok(output.item)
     }
 
@@ -41,18 +41,9 @@ impl DynamoDbStore {
     /// The stored item of `key`, read consistently; `None` when absent or
     /// past its TTL.
     pub(super) async fn get_item(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let pk = self.pk(key)?;
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.config.table_name)
-            .key("pk", s(pk))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| sdk_error("read (GetItem)", err))?;
+        let raw = self.raw_item(&self.pk(key)?).await?;
         let now = self.now_ms();
-        Ok(parse_old(output.item())?
+        Ok(parse_old(raw.as_ref())?
             .map(|item| *item)
             .filter(|item| !item.is_expired(now)))
     }
