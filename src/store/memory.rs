@@ -111,24 +111,17 @@ impl MemoryStore {
         state.items.get(pk).filter(|item| !item.is_expired(now))
     }
 
-    /// A fenced write: `change` applies only to the lease holder's STARTED
-    /// item. Invariant: only the current owner of a STARTED item writes to
-    /// it; a worker taken over (new version, new owner) is fenced out.
-    fn fenced<T>(
-        &self,
-        state: &mut State,
-        lease: &Lease,
-        change: impl FnOnce(&mut StoredItem, u64) -> T,
-    ) -> Result<T, StoreError> {
-        let now = self.now_ms();
+    /// The lease holder's STARTED item, for a fenced write. Invariant: only
+    /// the current owner of a STARTED item writes to it; a worker taken over
+    /// (new version, new owner) is fenced out.
+    fn fenced<'a>(state: &'a mut State, lease: &Lease) -> Result<&'a mut StoredItem, StoreError> {
         match state.items.get_mut(&lease.pk) {
             Some(item)
                 if item.status == Status::Started
                     && item.version == lease.version
                     && item.owner == lease.owner =>
             {
-                item.updated_at_ms = Some(now);
-                Ok(change(item, now))
+                Ok(item)
             }
             _ => Err(StoreError::LockLost {
                 key: lease.pk.clone(),
@@ -285,42 +278,44 @@ impl Store for MemoryStore {
                 limit: Self::MAX_EFFECTS,
             });
         }
+        let now = self.now_ms();
         let mut state = self.lock();
         // The fence first: a worker taken over changes nothing, effects
-        // included.
-        self.fenced(&mut state, lease, |_, _| ())?;
+        // included; a refused effect changes nothing either.
+        Self::fenced(&mut state, lease)?;
         state.counters = Self::applied(state.counters.clone(), &effects)
             .map_err(|(effect, message)| StoreError::EffectConditionFailed { effect, message })?;
-        let expires_at_s = self.config.expires_at_s(self.now_ms());
-        self.fenced(&mut state, lease, |item, _| {
-            item.status = Status::Completed;
-            item.expires_at_s = expires_at_s;
-            item.result = result.map(str::to_owned);
-            item.lock_expires_at_ms = None;
-        })?;
-        Ok(expires_at_s)
+        let item = Self::fenced(&mut state, lease)?;
+        item.status = Status::Completed;
+        item.expires_at_s = self.config.expires_at_s(now);
+        item.result = result.map(str::to_owned);
+        item.lock_expires_at_ms = None;
+        item.updated_at_ms = Some(now);
+        Ok(item.expires_at_s)
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        let expires_at_s = self.config.expires_at_s(self.now_ms());
-        self.fenced(&mut self.lock(), lease, |item, _| {
-            item.status = Status::Failed;
-            item.error = Some(bounded(error).to_owned());
-            item.expires_at_s = expires_at_s;
-            item.lock_expires_at_ms = None;
-        })
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let item = Self::fenced(&mut state, lease)?;
+        item.status = Status::Failed;
+        item.error = Some(bounded(error).to_owned());
+        item.expires_at_s = self.config.expires_at_s(now);
+        item.lock_expires_at_ms = None;
+        item.updated_at_ms = Some(now);
+        Ok(())
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.fenced(&mut self.lock(), lease, |item, _| {
-            item.lock_expires_at_ms = Some(0);
-        })
+        self.extend(lease, 0).await.map(|_| ())
     }
 
     async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
-        self.fenced(&mut self.lock(), lease, |item, _| {
-            item.lock_expires_at_ms = Some(until_ms);
-        })?;
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let item = Self::fenced(&mut state, lease)?;
+        item.lock_expires_at_ms = Some(until_ms);
+        item.updated_at_ms = Some(now);
         Ok(Lease {
             lock_expires_at_ms: until_ms,
             ..lease.clone()
