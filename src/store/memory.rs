@@ -361,12 +361,7 @@ impl Store for MemoryStore {
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         for (commit, pk) in commits.iter().zip(pks) {
-            let request = ClaimRequest {
-                key: &commit.key,
-                payload_hash: &commit.payload_hash,
-                origin: commit.origin.as_deref(),
-                lease_cap_ms: None,
-            };
+            let request = commit.request();
             let mut item = self.new_item(pk.clone(), Status::Completed, &commit.owner, request);
             item.result = commit.result.clone();
             item.expires_at_s = expires_at_s;

@@ -123,6 +123,18 @@ pub struct NewCommit<E> {
     pub effects: Vec<E>,
 }
 
+impl<E> NewCommit<E> {
+    /// What its new item is written with (no lease: it is created finished).
+    pub fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: &self.key,
+            payload_hash: &self.payload_hash,
+            origin: self.origin.as_deref(),
+            lease_cap_ms: None,
+        }
+    }
+}
+
 /// What a lock-free commit did: everything written, or nothing and why.
 #[derive(Debug)]
 pub enum CommitOutcome {

@@ -42,12 +42,7 @@ impl DynamoDbStore {
         let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
         let mut items = Vec::with_capacity(actions);
         for (index, commit) in commits.into_iter().enumerate() {
-            let request = ClaimRequest {
-                key: &commit.key,
-                payload_hash: &commit.payload_hash,
-                origin: commit.origin.as_deref(),
-                lease_cap_ms: None,
-            };
+            let request = commit.request();
             let pk = self.pk(request.key)?;
             let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
             item.insert("expires_at".to_owned(), n(expires_at_s));
