@@ -1,18 +1,21 @@
 //! The demo business logic: a payments ledger. Each payment adds its amount
-//! to an account's balance with DynamoDB's `ADD`, which is deliberately not
-//! idempotent by itself: a repeated payment shows as a wrong balance.
+//! to an account's balance, which is deliberately not idempotent by itself:
+//! a repeated payment shows as a wrong balance. The balance update is an
+//! [`Increment`] (DynamoDB `ADD`), so a hot account's payments merge into
+//! shared transactions, and the ledger runs on every store.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
 
 use crate::config::{self, SettingsError};
 use crate::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use crate::lambda::KafkaRecord;
 use crate::redact::json_error;
+use crate::store::Increment;
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -81,7 +84,7 @@ impl LedgerMode {
 }
 
 /// The environment variables the ledger reads.
-pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE"];
+pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE", "LEDGER_MIN_BALANCE_CENTS"];
 
 /// Where the ledger is and how it applies payments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,16 +93,38 @@ pub struct LedgerSettings {
     pub table: String,
     /// How payments are applied.
     pub mode: LedgerMode,
+    /// The lowest balance a payment may leave (e.g. 0: no overdraft); a
+    /// payment that would go below fails permanently (FAILED, "insufficient
+    /// funds"). `None`: unbounded.
+    pub min_balance_cents: Option<i64>,
 }
 
 impl LedgerSettings {
-    /// `LEDGER_TABLE` (required) and `LEDGER_MODE` (lock-free, the default,
-    /// transactional or direct), read through `lookup`.
+    /// `LEDGER_TABLE` (required), `LEDGER_MODE` (lock-free, the default,
+    /// transactional or direct) and `LEDGER_MIN_BALANCE_CENTS` (unset:
+    /// unbounded; not with direct mode, which has no transaction to refuse),
+    /// read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let table = config::required(var, "LEDGER_TABLE")?;
         let mode = config::parsed(var, "LEDGER_MODE", LedgerMode::LockFree, LedgerMode::parse)?;
-        Ok(Self { table, mode })
+        let floor = |text: &str| {
+            let floor = text
+                .trim()
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|e| e.to_string())?;
+            match mode {
+                LedgerMode::Direct => Err("direct mode cannot keep a floor".to_owned()),
+                _ => Ok(floor),
+            }
+        };
+        let min_balance_cents = config::parsed(var, "LEDGER_MIN_BALANCE_CENTS", None, floor)?;
+        Ok(Self {
+            table,
+            mode,
+            min_balance_cents,
+        })
     }
 }
 
@@ -112,21 +137,49 @@ pub struct LedgerHandler {
     client: Client,
     table: String,
     mode: LedgerMode,
+    min_balance_cents: Option<i64>,
 }
 
 impl LedgerHandler {
-    /// A ledger on `table`, applying payments as `mode` says.
+    /// A ledger on `table`, applying payments as `mode` says, unbounded.
     pub fn new(client: Client, table: impl Into<String>, mode: LedgerMode) -> Self {
         Self {
             client,
             table: table.into(),
             mode,
+            min_balance_cents: None,
         }
     }
 
     /// A ledger as `settings` say.
     pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
-        Self::new(client, settings.table, settings.mode)
+        Self::new(client, settings.table, settings.mode).with_floor(settings.min_balance_cents)
+    }
+
+    /// Payments may not take a balance below `min_balance_cents` (`None`:
+    /// unbounded). Not kept by direct mode.
+    pub fn with_floor(mut self, min_balance_cents: Option<i64>) -> Self {
+        self.min_balance_cents = min_balance_cents;
+        self
+    }
+
+    /// The path its mode takes (also what its [`RecordHandler`] answers,
+    /// for every store).
+    pub fn commit_path(&self) -> CommitPath {
+        match self.mode {
+            LedgerMode::LockFree => CommitPath::LockFree,
+            LedgerMode::Transactional | LedgerMode::Direct => CommitPath::Locking,
+        }
+    }
+
+    /// The balance update of `payment`: its amount, and one more payment.
+    pub fn increment(&self, payment: &Payment) -> Increment {
+        let account = Increment::new(&self.table, "account_id", &payment.account_id);
+        let account = match self.min_balance_cents {
+            Some(floor) => account.add_at_least("balance_cents", payment.amount_cents, floor),
+            None => account.add("balance_cents", payment.amount_cents),
+        };
+        account.add("payment_count", 1)
     }
 
     fn values(payment: &Payment) -> HashMap<String, AttributeValue> {
@@ -147,34 +200,26 @@ impl LedgerHandler {
     }
 }
 
-impl RecordHandler<TransactWriteItem> for LedgerHandler {
+/// The same on every store: the balance update is an increment, which every
+/// backend commits.
+impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for LedgerHandler {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
-        match self.mode {
-            LedgerMode::LockFree => CommitPath::LockFree,
-            LedgerMode::Transactional | LedgerMode::Direct => CommitPath::Locking,
-        }
+        LedgerHandler::commit_path(self)
     }
 
     async fn handle(
         &self,
         _: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
+    ) -> Result<Completion<E>, HandlerError> {
         let payment = Payment::parse(&record.value)?;
         match self.mode {
-            // The effect as a write, committed by the engine (no side effect).
+            // The effect as an increment, committed by the engine (no side
+            // effect); below the floor: insufficient funds, permanent.
             LedgerMode::LockFree | LedgerMode::Transactional => {
-                let update = Update::builder()
-                    .table_name(&self.table)
-                    .set_key(Some(HashMap::from([Self::key(&payment)])))
-                    .update_expression(ADD_PAYMENT)
-                    .set_expression_attribute_values(Some(Self::values(&payment)))
-                    .build()
-                    .map_err(|err| HandlerError::Permanent(err.to_string()))?;
-                let write = TransactWriteItem::builder().update(update).build();
-                Ok(Completion::transactional(payment.summary(), vec![write]))
+                Ok(Completion::done(payment.summary()).increment(self.increment(&payment)))
             }
             LedgerMode::Direct => {
                 let (name, key) = Self::key(&payment);

@@ -78,7 +78,7 @@ async fn acquire(store: &DynamoDbStore, key: &str) -> Lease {
 async fn completed(store: &DynamoDbStore, key: &str) {
     let lease = acquire(store, key).await;
     store
-        .complete(&lease, Some("applied"), vec![])
+        .complete(&lease, Some("applied"), vec![].into())
         .await
         .expect("complete");
 }
@@ -366,7 +366,7 @@ async fn retry_failed_lets_the_next_claim_take_the_key_over() {
         ClaimOutcome::TakenOver(lease) => {
             assert_eq!(lease.version, 2);
             store
-                .complete(&lease, None, vec![])
+                .complete(&lease, None, vec![].into())
                 .await
                 .expect("complete");
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use conformance::{Backend, LONG_LOCK, acquire, request};
 use exactly_once::clock::now_ms;
+use exactly_once::store::Increment;
 use exactly_once::{ClaimOutcome, DynamoDbStore, Store, StoreConfig, StoreError};
 use support::{number, raw_item, string};
 
@@ -57,6 +58,29 @@ impl Backend for DynamoDb {
 
     async fn counter(&self, _: &DynamoDbStore, counter: &str) -> i64 {
         support::msk::balance(counter).await
+    }
+
+    fn ledger_table(&self) -> String {
+        support::env("LEDGER_TABLE")
+    }
+
+    async fn number(&self, store: &DynamoDbStore, increment: &Increment, attribute: &str) -> i128 {
+        let item = store
+            .client()
+            .get_item()
+            .table_name(&increment.table)
+            .key(
+                &increment.key_name,
+                AttributeValue::S(increment.key.clone()),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("GetItem");
+        match item.item().and_then(|item| item.get(attribute)) {
+            Some(AttributeValue::N(number)) => number.parse().expect("a number"),
+            _ => 0,
+        }
     }
 }
 

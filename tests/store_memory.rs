@@ -6,6 +6,7 @@ mod conformance;
 use std::time::Duration;
 
 use exactly_once::StoreConfig;
+use exactly_once::store::Increment;
 use exactly_once::store::memory::{CounterEffect, MemoryStore};
 
 struct Memory;
@@ -37,6 +38,14 @@ impl conformance::Backend for Memory {
             add,
             floor,
         }
+    }
+
+    fn ledger_table(&self) -> String {
+        "ledger".to_owned()
+    }
+
+    async fn number(&self, store: &MemoryStore, increment: &Increment, attribute: &str) -> i128 {
+        store.number(&increment.item(), attribute)
     }
 
     async fn counter(&self, store: &MemoryStore, counter: &str) -> i64 {

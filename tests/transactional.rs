@@ -53,7 +53,9 @@ async fn a_worker_taken_over_commits_neither_its_effect_nor_its_completion() {
         panic!("stale lock");
     };
 
-    let late = store.complete(&old, None, vec![add(&a, 100, None)]).await;
+    let late = store
+        .complete(&old, None, vec![add(&a, 100, None)].into())
+        .await;
     assert!(
         matches!(late, Err(StoreError::LockLost { version: 1, .. })),
         "{late:?}"
@@ -61,7 +63,7 @@ async fn a_worker_taken_over_commits_neither_its_effect_nor_its_completion() {
     assert_eq!(balance(&a).await, 0);
 
     store
-        .complete(&new, Some("done"), vec![add(&a, 100, None)])
+        .complete(&new, Some("done"), vec![add(&a, 100, None)].into())
         .await
         .expect("the owner commits");
     assert_eq!(balance(&a).await, 100);
@@ -95,6 +97,7 @@ impl RecordHandler<TransactWriteItem> for Debit {
             result: None,
             writes,
             on_condition_failure: self.on_condition_failure,
+            ..Completion::default()
         })
     }
 }

@@ -6,12 +6,12 @@
 //! shared transaction is not committed (refused, failed), every lane in it
 //! commits its group on its own, which then says what happened.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 
+use super::footprint::{Footprint, ItemLocks};
 use crate::store::{CommitOutcome, NewCommit, Store};
 
 /// Times the flusher lets other tasks run before it takes the queue, so
@@ -21,17 +21,11 @@ const LINGER_YIELDS: usize = 3;
 /// One lane's group, waiting to be combined.
 pub(super) struct Submission<E> {
     pub commits: Vec<NewCommit<E>>,
-    /// The items its writes touch.
-    pub touched: HashSet<String>,
+    /// The items its effects touch.
+    pub footprint: Footprint,
     /// `Some(expires_at_s)` once committed with others; `None`: commit it
     /// alone.
     pub done: oneshot::Sender<Option<u64>>,
-}
-
-impl<E> Submission<E> {
-    fn actions(&self) -> usize {
-        self.commits.iter().map(|c| 1 + c.effects.len()).sum()
-    }
 }
 
 /// The groups waiting, and whether a flusher is on its way for them.
@@ -57,16 +51,23 @@ pub(super) struct Combiner<S: Store> {
     queue: Mutex<Queue<S::Effect>>,
     store: S,
     permits: Arc<Semaphore>,
+    items: Arc<ItemLocks>,
     /// At most this many records a shared transaction.
     limit: usize,
 }
 
 impl<S: Store> Combiner<S> {
-    pub fn new(store: S, permits: Arc<Semaphore>, limit: usize) -> Arc<Self> {
+    pub fn new(
+        store: S,
+        permits: Arc<Semaphore>,
+        items: Arc<ItemLocks>,
+        limit: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
             queue: Mutex::default(),
             store,
             permits,
+            items,
             limit,
         })
     }
@@ -94,14 +95,14 @@ impl<S: Store> Combiner<S> {
     pub async fn commit(
         self: &Arc<Self>,
         commits: Vec<NewCommit<S::Effect>>,
-        touched: HashSet<String>,
+        footprint: Footprint,
     ) -> Option<u64> {
         let (done, answer) = oneshot::channel();
         let start_flusher = {
             let mut queue = self.lock();
             queue.waiting.push(Submission {
                 commits,
-                touched,
+                footprint,
                 done,
             });
             !std::mem::replace(&mut queue.flushing, true)
@@ -148,6 +149,7 @@ impl<S: Store> Combiner<S> {
     async fn send(&self, shared: Vec<Submission<S::Effect>>) {
         let mut commits = Vec::new();
         let mut answers = Vec::new();
+        let _hold = self.items.hold(shared.iter().map(|s| &s.footprint)).await;
         for submission in shared {
             commits.extend(submission.commits);
             answers.push(submission.done);
@@ -167,40 +169,23 @@ impl<S: Store> Combiner<S> {
 }
 
 /// Groups submissions into shared transactions, first fit: at most `limit`
-/// records and `max_effects` + 1 actions each, no item touched twice.
+/// records and `max_effects` + 1 actions each, an item written by at most
+/// one of them (an incremented one by any number, merged).
 fn pack<E>(
     waiting: Vec<Submission<E>>,
     limit: usize,
     max_effects: usize,
 ) -> Vec<Vec<Submission<E>>> {
-    struct Bin<E> {
-        members: Vec<Submission<E>>,
-        records: usize,
-        actions: usize,
-        touched: HashSet<String>,
-    }
-    let mut bins: Vec<Bin<E>> = Vec::new();
+    let mut bins: Vec<(Footprint, Vec<Submission<E>>)> = Vec::new();
     for submission in waiting {
-        let (records, actions) = (submission.commits.len(), submission.actions());
-        let fits = |bin: &Bin<E>| {
-            bin.records + records <= limit
-                && bin.actions + actions <= max_effects + 1
-                && bin.touched.is_disjoint(&submission.touched)
-        };
-        let index = bins.iter().position(fits).unwrap_or_else(|| {
-            bins.push(Bin {
-                members: Vec::new(),
-                records: 0,
-                actions: 0,
-                touched: HashSet::new(),
-            });
-            bins.len() - 1
-        });
-        let bin = &mut bins[index];
-        bin.records += records;
-        bin.actions += actions;
-        bin.touched.extend(submission.touched.iter().cloned());
-        bin.members.push(submission);
+        // `join` changes a bin only when the submission fits it.
+        let fits = bins
+            .iter_mut()
+            .position(|(footprint, _)| footprint.join(&submission.footprint, limit, max_effects));
+        match fits {
+            Some(bin) => bins[bin].1.push(submission),
+            None => bins.push((submission.footprint.clone(), vec![submission])),
+        }
     }
-    bins.into_iter().map(|bin| bin.members).collect()
+    bins.into_iter().map(|(_, members)| members).collect()
 }

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use crate::store::Lease;
+use crate::store::{Effects, Increment, Lease};
 
 /// Handed to the business logic with every message it runs.
 ///
@@ -76,7 +76,16 @@ pub struct Completion<E> {
     /// most [`crate::store::Store::MAX_EFFECTS`] (DynamoDB: 99). Empty when
     /// the work performed its effects itself.
     pub writes: Vec<E>,
-    /// What it means when a condition of `writes` fails.
+    /// The work's commutative effects ("add N to a number of an item",
+    /// optionally with a floor such as `balance >= 0`), committed like
+    /// `writes` on every backend. On the lock-free path the increments of
+    /// consecutive messages on one item merge into one update, so a hot
+    /// item's messages share transactions; a merged update that a floor
+    /// refuses is split so that each message gets the outcome it would have
+    /// had alone. Each counts as one write of `writes`' limit.
+    pub increments: Vec<Increment>,
+    /// What it means when a condition of `writes` fails, or a floor of
+    /// `increments` refuses one.
     pub on_condition_failure: ConditionFailure,
 }
 
@@ -85,6 +94,7 @@ impl<E> Default for Completion<E> {
         Self {
             result: None,
             writes: Vec::new(),
+            increments: Vec::new(),
             on_condition_failure: ConditionFailure::default(),
         }
     }
@@ -114,7 +124,25 @@ impl<E> Completion<E> {
         Self {
             result: Some(result.into()),
             writes,
-            on_condition_failure: ConditionFailure::Permanent,
+            ..Self::default()
+        }
+    }
+
+    /// Also commits `increment` with the completion (see
+    /// [`Completion::increments`]).
+    pub fn increment(mut self, increment: Increment) -> Self {
+        self.increments.push(increment);
+        self
+    }
+
+    /// The writes and increments, as the store commits them.
+    pub(super) fn effects(&self) -> Effects<E>
+    where
+        E: Clone,
+    {
+        Effects {
+            writes: self.writes.clone(),
+            increments: self.increments.clone(),
         }
     }
 

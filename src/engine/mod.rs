@@ -11,12 +11,18 @@
 //!   released at once;
 //! - lock-free (`lock_free/`): the handler's writes commit with the
 //!   COMPLETED item in one transaction, consecutive messages together, and
-//!   the groups of lanes ready at once together (`combine.rs`).
+//!   the groups of lanes ready at once together (`combine.rs`), the
+//!   increments of one item merged into one update.
+//!
+//! On both paths, two commits touching a common item are never in flight at
+//! the same time (`footprint.rs`): the function never conflicts with
+//! itself.
 
 mod cache;
 mod coalesce;
 mod combine;
 mod deadline;
+mod footprint;
 mod handler;
 mod lane;
 mod lease;
@@ -43,6 +49,7 @@ use cache::{Completed, CompletedCache};
 use coalesce::InFlight;
 use combine::Combiner;
 use deadline::BatchGuard;
+use footprint::ItemLocks;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -166,6 +173,8 @@ pub struct Engine<H, S> {
     config: EngineConfig,
     cache: CompletedCache,
     permits: Arc<Semaphore>,
+    /// The items of the commits in flight, across batches.
+    items: Arc<ItemLocks>,
 }
 
 impl<H, S> Engine<H, S>
@@ -178,6 +187,7 @@ where
         Self {
             cache: CompletedCache::new(config.completed_cache),
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            items: Arc::default(),
             store,
             handler,
             config,
@@ -222,6 +232,7 @@ where
             combiner: Combiner::new(
                 self.store.clone(),
                 Arc::clone(&self.permits),
+                Arc::clone(&self.items),
                 self.config.max_records_per_transaction.max(1),
             ),
             guard: BatchGuard::new(deadline),

@@ -7,6 +7,7 @@ use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredI
 
 use super::cache::Completed;
 use super::deadline::Deadline;
+use super::footprint::Footprint;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lease::{Held, hold};
 use super::{Engine, Outcome, Work};
@@ -150,7 +151,17 @@ where
         }
         let policy = completion.on_condition_failure;
         let result = completion.result.as_deref();
-        let recorded = self.store.complete(&lease, result, completion.writes).await;
+        let recorded = {
+            let footprint = Footprint::of(
+                completion.writes.iter().map(S::touched),
+                &completion.increments,
+            );
+            // Never in flight with another commit touching its items.
+            let _hold = self.items.hold([&footprint]).await;
+            self.store
+                .complete(&lease, result, completion.effects())
+                .await
+        };
         match recorded {
             Ok(expires_at_s) => {
                 let completed = Completed::new(&work.payload_hash, result);

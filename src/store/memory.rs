@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    ClaimRequest, CommitOutcome, Conditional, Lease, Listed, Listing, NewCommit, Status, Store,
-    StoreError, StoredItem, bounded, new_owner,
+    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
+    NewCommit, Status, Store, StoreError, StoredItem, bounded, increment, new_owner,
+    transaction_effects,
 };
 use crate::config::StoreConfig;
 
@@ -37,6 +38,8 @@ pub struct CounterEffect {
 struct State {
     items: HashMap<String, StoredItem>,
     counters: HashMap<String, i64>,
+    /// Incremented numbers: item ([`Increment::item`]) → attribute → value.
+    numbers: HashMap<String, HashMap<String, i128>>,
 }
 
 /// The in-memory store. Clones share the same items; [`Self::with_config`]
@@ -67,6 +70,14 @@ impl MemoryStore {
             config,
             ..self.clone()
         }
+    }
+
+    /// The number `attribute` of the incremented `item` (named as
+    /// [`Increment::item`] names it; 0 if never incremented).
+    pub fn number(&self, item: &str, attribute: &str) -> i128 {
+        let state = self.lock();
+        let numbers = state.numbers.get(item);
+        numbers.and_then(|n| n.get(attribute)).copied().unwrap_or(0)
     }
 
     /// The value of `counter` (0 if never written).
@@ -132,6 +143,22 @@ impl MemoryStore {
 
     /// `counters` with `effects` applied, if every floor holds; else which
     /// effect is refused and why.
+    /// `increments` (merged) applied to `numbers`; else the index of the
+    /// one refused.
+    fn incremented(
+        mut numbers: HashMap<String, HashMap<String, i128>>,
+        increments: &[Increment],
+    ) -> Result<HashMap<String, HashMap<String, i128>>, usize> {
+        for (index, increment) in increments.iter().enumerate() {
+            let values = numbers.entry(increment.item()).or_default();
+            // Invariant: no number falls below its floor.
+            if !increment.apply(values) {
+                return Err(index);
+            }
+        }
+        Ok(numbers)
+    }
+
     fn applied(
         mut counters: HashMap<String, i64>,
         effects: &[CounterEffect],
@@ -270,21 +297,23 @@ impl Store for MemoryStore {
         &self,
         lease: &Lease,
         result: Option<&str>,
-        effects: Vec<CounterEffect>,
+        effects: Effects<CounterEffect>,
     ) -> Result<u64, StoreError> {
-        if effects.len() > Self::MAX_EFFECTS {
-            return Err(StoreError::TooManyWrites {
-                count: effects.len(),
-                limit: Self::MAX_EFFECTS,
-            });
-        }
+        let increments = transaction_effects([&effects], Self::MAX_EFFECTS)?;
         let now = self.now_ms();
         let mut state = self.lock();
         // The fence first: a worker taken over changes nothing, effects
         // included; a refused effect changes nothing either.
         Self::fenced(&mut state, lease)?;
-        state.counters = Self::applied(state.counters.clone(), &effects)
+        let counters = Self::applied(state.counters.clone(), &effects.writes)
             .map_err(|(effect, message)| StoreError::EffectConditionFailed { effect, message })?;
+        let numbers = Self::incremented(state.numbers.clone(), &increments).map_err(|index| {
+            StoreError::EffectConditionFailed {
+                effect: effects.writes.len() + index,
+                message: increment::BELOW_FLOOR.into(),
+            }
+        })?;
+        (state.counters, state.numbers) = (counters, numbers);
         let item = Self::fenced(&mut state, lease)?;
         item.status = Status::Completed;
         item.expires_at_s = self.config.expires_at_s(now);
@@ -326,13 +355,8 @@ impl Store for MemoryStore {
         &self,
         commits: Vec<NewCommit<CounterEffect>>,
     ) -> Result<CommitOutcome, StoreError> {
-        let effects: usize = commits.iter().map(|c| c.effects.len()).sum();
-        if effects + commits.len() > Self::MAX_EFFECTS + 1 {
-            return Err(StoreError::TooManyWrites {
-                count: effects,
-                limit: Self::MAX_EFFECTS,
-            });
-        }
+        let room = (Self::MAX_EFFECTS + 1).saturating_sub(commits.len());
+        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
         let mut pks = Vec::with_capacity(commits.len());
         for commit in &commits {
             pks.push(self.pk(&commit.key)?);
@@ -346,7 +370,7 @@ impl Store for MemoryStore {
                 let item = Some(Box::new(item.clone()));
                 return Ok(CommitOutcome::KeyTaken { index, item });
             }
-            counters = match Self::applied(counters, &commit.effects) {
+            counters = match Self::applied(counters, &commit.effects.writes) {
                 Ok(counters) => counters,
                 Err((effect, message)) => {
                     return Ok(CommitOutcome::EffectRefused {
@@ -357,7 +381,19 @@ impl Store for MemoryStore {
                 }
             };
         }
-        state.counters = counters;
+        // Invariant: the increments, merged, keep every floor.
+        let numbers = match Self::incremented(state.numbers.clone(), &increments) {
+            Ok(numbers) => numbers,
+            Err(index) => {
+                let item = increments[index].item();
+                let current = state.numbers.get(&item).cloned().unwrap_or_default();
+                return Ok(CommitOutcome::IncrementRefused {
+                    item,
+                    current: Some(current),
+                });
+            }
+        };
+        (state.counters, state.numbers) = (counters, numbers);
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         for (commit, pk) in commits.iter().zip(pks) {

@@ -24,6 +24,7 @@
 
 pub mod dynamodb;
 mod error;
+pub mod increment;
 mod item;
 pub mod memory;
 
@@ -32,6 +33,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use error::StoreError;
+pub use increment::{Add, Increment};
 pub use item::{Standing, Status, StoredItem, attr};
 
 use crate::clock::duration_ms;
@@ -120,7 +122,65 @@ pub struct NewCommit<E> {
     /// Kept whole on the COMPLETED item (within [`MAX_RESULT_BYTES`]).
     pub result: Option<String>,
     /// The work's effect.
-    pub effects: Vec<E>,
+    pub effects: Effects<E>,
+}
+
+/// A work's effect, committed in ONE transaction with its completion:
+/// opaque writes, and increments (which the store merges per item across
+/// the messages of a transaction, see [`increment`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effects<E> {
+    /// Writes in the store's own terms (DynamoDB: `TransactWriteItem`).
+    pub writes: Vec<E>,
+    /// Commutative increments.
+    pub increments: Vec<Increment>,
+}
+
+impl<E> Default for Effects<E> {
+    fn default() -> Self {
+        Self {
+            writes: Vec::new(),
+            increments: Vec::new(),
+        }
+    }
+}
+
+/// Writes only.
+impl<E> From<Vec<E>> for Effects<E> {
+    fn from(writes: Vec<E>) -> Self {
+        Self {
+            writes,
+            increments: Vec::new(),
+        }
+    }
+}
+
+impl<E> Effects<E> {
+    /// Nothing to write beside the completion.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.increments.is_empty()
+    }
+}
+
+/// The increments of `commits`, merged per item in message order, and the
+/// number of effect actions of the whole transaction (writes + merged
+/// increments); [`StoreError::TooManyWrites`] beyond `limit`, and
+/// [`StoreError::Rejected`] if a merged sum leaves `i64`.
+pub(crate) fn transaction_effects<'a, E: 'a>(
+    effects: impl IntoIterator<Item = &'a Effects<E>> + Clone,
+    limit: usize,
+) -> Result<Vec<Increment>, StoreError> {
+    let increments = increment::merged(effects.clone().into_iter().flat_map(|e| &e.increments))
+        .ok_or(StoreError::Rejected {
+            operation: "commit",
+            message: "a merged increment leaves the range of a 64-bit integer".into(),
+        })?;
+    let writes: usize = effects.into_iter().map(|e| e.writes.len()).sum();
+    let count = writes + increments.len();
+    if count > limit {
+        return Err(StoreError::TooManyWrites { count, limit });
+    }
+    Ok(increments)
 }
 
 impl<E> NewCommit<E> {
@@ -151,7 +211,17 @@ pub enum CommitOutcome {
         /// The item found.
         item: Option<Box<StoredItem>>,
     },
-    /// A condition of effect `effect` of message `index` failed.
+    /// The merged increment of `item` would take a number below its floor
+    /// (nothing was written). `current`: the item's numbers as the store
+    /// found them (missing: 0), when it tells, so that the caller can see
+    /// which message, applied alone after the ones before it, is refused.
+    IncrementRefused {
+        /// The item ([`Increment::item`]).
+        item: String,
+        /// Its numbers at the refusal, by attribute.
+        current: Option<HashMap<String, i128>>,
+    },
+    /// A condition of write `effect` of message `index` failed.
     EffectRefused {
         /// Which message (0-based).
         index: usize,
@@ -259,13 +329,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
 
     /// Complete (fenced): the work is done, together with `effects` in ONE
-    /// transaction when there are any. Returns the item's new
+    /// transaction when there are any (a refused write or increment:
+    /// [`StoreError::EffectConditionFailed`], its index counting the writes
+    /// first, then the increments merged per item). Returns the item's new
     /// `expires_at` (epoch seconds).
     fn complete(
         &self,
         lease: &Lease,
         result: Option<&str>,
-        effects: Vec<Self::Effect>,
+        effects: Effects<Self::Effect>,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Fail permanently (fenced): redeliveries are refused.
@@ -288,7 +360,9 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Lock-free commit: each message's COMPLETED item at version 1 (only
     /// if its key is absent or past its TTL) and its effects, all in ONE
-    /// transaction; the caller makes sure the effects touch distinct items.
+    /// transaction; the increments of one item merged into one update
+    /// ([`Increment::then`]). The caller makes sure that the writes touch
+    /// distinct items, and no item that is incremented.
     fn commit_new(
         &self,
         commits: Vec<NewCommit<Self::Effect>>,

@@ -8,13 +8,14 @@
 //! the same items under another configuration (clock skew, to see items
 //! expire), and effects on counters (a ledger's balances).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use exactly_once::store::{
-    ClaimOutcome, ClaimRequest, CommitOutcome, Conditional, Lease, Listing, NewCommit, Status,
-    Store, StoreError,
+    ClaimOutcome, ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listing,
+    NewCommit, Status, Store, StoreError,
 };
 use exactly_once::{StoreConfig, clock::now_ms};
 use tokio::sync::Barrier;
@@ -45,6 +46,18 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The value of `counter` (0 if never written).
     fn counter(&self, store: &Self::S, counter: &str) -> impl Future<Output = i64> + Send;
+
+    /// The table increments of the suite go to (its items keyed by a
+    /// string `account_id`).
+    fn ledger_table(&self) -> String;
+
+    /// The number `attribute` of the item `increment` touches (0 if none).
+    fn number(
+        &self,
+        store: &Self::S,
+        increment: &Increment,
+        attribute: &str,
+    ) -> impl Future<Output = i128> + Send;
 }
 
 /// Instantiates every test of the suite for `$backend` (an expression of a
@@ -71,6 +84,8 @@ macro_rules! conformance_suite {
             a_late_completion_and_concurrent_takers_never_both_win,
             a_completion_and_its_effect_happen_together_or_not_at_all,
             a_lock_free_commit_writes_every_message_and_effect_or_nothing,
+            increments_of_one_item_merge_and_keep_every_floor,
+            a_refused_increment_refuses_the_completion,
             lock_free_commits_and_claims_racing_on_one_key_have_one_winner,
             a_lock_free_failure_is_written_only_for_a_new_key,
             operator_release_and_retry_act_only_at_the_observed_version,
@@ -152,7 +167,7 @@ pub async fn complete_marks_the_key_completed_and_a_redelivery_is_a_duplicate<B:
     let store = backend.store(LONG_LOCK).await;
     let lease = acquire(&store, "p-1", "h1").await;
     store
-        .complete(&lease, Some("balance 1250"), vec![])
+        .complete(&lease, Some("balance 1250"), vec![].into())
         .await
         .expect("complete");
 
@@ -174,7 +189,7 @@ pub async fn a_key_reused_with_another_payload_is_rejected_in_every_state<B: Bac
     let started = acquire(&store, "started", "h1").await;
     let completed = acquire(&store, "completed", "h1").await;
     store
-        .complete(&completed, None, vec![])
+        .complete(&completed, None, vec![].into())
         .await
         .expect("complete");
     let failed = acquire(&store, "failed", "h1").await;
@@ -358,8 +373,13 @@ pub async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend<B:
     assert_eq!(new.version, 2);
 
     let effect = backend.effect(&store, &counter, 5, None);
-    lost(store.complete(&old, Some("late"), vec![]).await, 1);
-    lost(store.complete(&old, Some("late"), vec![effect]).await, 1);
+    lost(store.complete(&old, Some("late"), vec![].into()).await, 1);
+    lost(
+        store
+            .complete(&old, Some("late"), vec![effect].into())
+            .await,
+        1,
+    );
     lost(store.fail(&old, "late").await, 1);
     lost(store.release(&old).await, 1);
     lost(store.extend(&old, now_ms() + 60_000).await, 1);
@@ -372,7 +392,7 @@ pub async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend<B:
     assert_eq!(backend.counter(&store, &counter).await, 0);
     // The new owner's writes still go through.
     store
-        .complete(&new, None, vec![])
+        .complete(&new, None, vec![].into())
         .await
         .expect("the new owner completes");
 }
@@ -383,7 +403,7 @@ pub async fn an_expired_item_counts_as_absent_and_is_claimable_again<B: Backend>
     let store = backend.store(LONG_LOCK).await;
     let lease = acquire(&store, "old", "h1").await;
     store
-        .complete(&lease, None, vec![])
+        .complete(&lease, None, vec![].into())
         .await
         .expect("complete");
     let config = store.config().clone();
@@ -457,7 +477,7 @@ pub async fn a_lease_is_extended_by_its_owner<B: Backend>(backend: &B) {
         other => panic!("an extended lease must still hold, got {other:?}"),
     }
     store
-        .complete(&extended, None, vec![])
+        .complete(&extended, None, vec![].into())
         .await
         .expect("complete");
 }
@@ -490,7 +510,7 @@ pub async fn a_late_completion_and_concurrent_takers_never_both_win<B: Backend>(
             let (store, barrier, old) = (store.clone(), barrier.clone(), old.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.complete(&old, None, vec![]).await
+                store.complete(&old, None, vec![].into()).await
             })
         };
         let takers: Vec<_> = (0..8)
@@ -543,7 +563,8 @@ pub async fn a_completion_and_its_effect_happen_together_or_not_at_all<B: Backen
             vec![
                 backend.effect(&store, &a, 100, None),
                 backend.effect(&store, &b, -5, Some(0)),
-            ],
+            ]
+            .into(),
         )
         .await;
     match refused {
@@ -563,8 +584,8 @@ pub async fn a_completion_and_its_effect_happen_together_or_not_at_all<B: Backen
     // Too many effects for one transaction: refused before any write.
     let many = (0..=<B::S as Store>::MAX_EFFECTS)
         .map(|i| backend.effect(&store, &format!("{a}-{i}"), 1, None))
-        .collect();
-    match store.complete(&lease, None, many).await {
+        .collect::<Vec<_>>();
+    match store.complete(&lease, None, many.into()).await {
         Err(err @ StoreError::TooManyWrites { .. }) => assert!(!err.is_retryable()),
         other => panic!("expected too many writes, got {other:?}"),
     }
@@ -576,7 +597,8 @@ pub async fn a_completion_and_its_effect_happen_together_or_not_at_all<B: Backen
             vec![
                 backend.effect(&store, &a, 100, None),
                 backend.effect(&store, &b, 5, Some(0)),
-            ],
+            ]
+            .into(),
         )
         .await
         .expect("complete with the effect");
@@ -601,8 +623,115 @@ fn new_commit<E>(key: &str, hash: &str, effects: Vec<E>) -> NewCommit<E> {
         origin: Some(format!("payments-0@{key}")),
         owner: uuid::Uuid::new_v4().to_string(),
         result: Some(format!("applied {key}")),
-        effects,
+        effects: effects.into(),
     }
+}
+
+/// A message adding `by` to the balance of `account` (floor 0) and 1 to
+/// its payment count, as the demo ledger does.
+fn payment<B: Backend>(backend: &B, account: &str, by: i64) -> Increment {
+    Increment::new(backend.ledger_table(), "account_id", account)
+        .add_at_least("balance_cents", by, 0)
+        .add("payment_count", 1)
+}
+
+fn incrementing<E>(key: &str, increment: Increment) -> NewCommit<E> {
+    NewCommit {
+        effects: Effects {
+            writes: Vec::new(),
+            increments: vec![increment],
+        },
+        ..new_commit(key, "h1", Vec::new())
+    }
+}
+
+/// Lock-free: the increments of one item from several messages commit as
+/// ONE merged update, accepted exactly when the messages, one after
+/// another, would all be; a refusal writes nothing and tells the numbers
+/// it found (from which the engine finds the message that overdraws).
+pub async fn increments_of_one_item_merge_and_keep_every_floor<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let account = format!("hot-{}", uuid::Uuid::new_v4());
+    let pay = |by| payment(backend, &account, by);
+    let committed = |outcome: CommitOutcome| {
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { .. }),
+            "{outcome:?}"
+        )
+    };
+    committed(
+        store
+            .commit_new(vec![incrementing("i-0", pay(5))])
+            .await
+            .expect("commit"),
+    );
+    // 5 +10 -20 +100: the sum (95) is fine, but the second step (-5) is
+    // not. Nothing is written.
+    let outcome = store
+        .commit_new(vec![
+            incrementing("i-1", pay(10)),
+            incrementing("i-2", pay(-20)),
+            incrementing("i-3", pay(100)),
+        ])
+        .await
+        .expect("commit");
+    let found = HashMap::from([
+        ("balance_cents".to_owned(), 5),
+        ("payment_count".to_owned(), 1),
+    ]);
+    match outcome {
+        CommitOutcome::IncrementRefused { item, current } => {
+            assert_eq!(item, pay(0).item());
+            assert_eq!(current, Some(found));
+        }
+        other => panic!("expected the merged increment refused, got {other:?}"),
+    }
+    assert_eq!(store.get("i-1").await.expect("get"), None);
+    assert_eq!(backend.number(&store, &pay(0), "balance_cents").await, 5);
+    // 5 +10 -15 +100: every step stays at 0 or above: one update.
+    committed(
+        store
+            .commit_new(vec![
+                incrementing("i-1", pay(10)),
+                incrementing("i-2", pay(-15)),
+                incrementing("i-3", pay(100)),
+            ])
+            .await
+            .expect("commit"),
+    );
+    assert_eq!(backend.number(&store, &pay(0), "balance_cents").await, 100);
+    assert_eq!(backend.number(&store, &pay(0), "payment_count").await, 4);
+    for key in ["i-1", "i-2", "i-3"] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!(item.status, Status::Completed);
+    }
+}
+
+/// Locking path: a completion whose increment a floor refuses writes
+/// nothing and names the increment (after the writes).
+pub async fn a_refused_increment_refuses_the_completion<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let (account, counter) = (
+        format!("acc-{}", uuid::Uuid::new_v4()),
+        format!("c-{}", uuid::Uuid::new_v4()),
+    );
+    let lease = acquire(&store, "pay", "h1").await;
+    let effects = |by| Effects {
+        writes: vec![backend.effect(&store, &counter, 1, None)],
+        increments: vec![payment(backend, &account, by)],
+    };
+    match store.complete(&lease, None, effects(-1)).await {
+        Err(StoreError::EffectConditionFailed { effect: 1, .. }) => {}
+        other => panic!("expected the increment refused, got {other:?}"),
+    }
+    assert_eq!(backend.counter(&store, &counter).await, 0);
+    store
+        .complete(&lease, Some("ok"), effects(7))
+        .await
+        .expect("complete");
+    let item = payment(backend, &account, 0);
+    assert_eq!(backend.number(&store, &item, "balance_cents").await, 7);
+    assert_eq!(backend.counter(&store, &counter).await, 1);
 }
 
 /// Lock-free: several messages and their effects in one commit, or nothing,
@@ -832,7 +961,7 @@ pub async fn batch_reads_return_live_items_by_key<B: Backend>(backend: &B) {
     let store = backend.store(LONG_LOCK).await;
     let done = acquire(&store, "done", "h1").await;
     store
-        .complete(&done, Some("ok"), vec![])
+        .complete(&done, Some("ok"), vec![].into())
         .await
         .expect("complete");
     acquire(&store, "running", "h2").await;
@@ -856,7 +985,10 @@ pub async fn listings_find_stuck_and_failed_keys_under_the_prefix<B: Backend>(ba
     let failed = acquire(&store, "failed", "h1").await;
     store.fail(&failed, "bad").await.expect("fail");
     let done = acquire(&store, "done", "h1").await;
-    store.complete(&done, None, vec![]).await.expect("complete");
+    store
+        .complete(&done, None, vec![].into())
+        .await
+        .expect("complete");
     // Another function's keys (another prefix) are never listed.
     let other = backend.store(LONG_LOCK).await;
     let theirs = acquire(&other, "released", "h1").await;

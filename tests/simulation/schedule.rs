@@ -163,6 +163,9 @@ impl Schedule {
                 response_lost: maybe(&mut rng, 0.3, 0.01, 0.05),
                 latency: maybe(&mut rng, 0.3, 0.05, 0.3),
                 latency_ms: (5, 120),
+                // As DynamoDB in AWS: concurrent transactions on one item
+                // (a hot account) cancel each other.
+                transaction_conflicts: true,
             },
             chaos: Chaos {
                 abort: maybe(&mut rng, 0.3, 0.05, 0.25),

@@ -22,6 +22,8 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 
+use super::transactions::{InFlight, transaction_items};
+
 /// The kinds of fault, in the order of [`FaultCounts`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -36,15 +38,21 @@ pub enum Fault {
     ResponseLost,
     /// The request waits before it is sent.
     Latency,
+    /// A `TransactWriteItems` touching an item that another transaction in
+    /// flight touches: counted always; cancelled with `TransactionConflict`
+    /// (never reaching DynamoDB) when [`FaultPlan::transaction_conflicts`]
+    /// is on, as DynamoDB in AWS does.
+    TransactionConflict,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Throttle,
         Fault::ServerError,
         Fault::DispatchFailure,
         Fault::ResponseLost,
         Fault::Latency,
+        Fault::TransactionConflict,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +62,7 @@ impl Fault {
             Fault::DispatchFailure => "dispatch-failure",
             Fault::ResponseLost => "response-lost",
             Fault::Latency => "latency",
+            Fault::TransactionConflict => "transaction-conflict",
         }
     }
 }
@@ -68,11 +77,13 @@ pub struct FaultPlan {
     pub latency: f64,
     /// Added latency, milliseconds, drawn uniformly from this range.
     pub latency_ms: (u64, u64),
+    /// Cancel transactions that meet another in flight on an item.
+    pub transaction_conflicts: bool,
 }
 
 /// Faults injected so far, by kind (indexed as [`Fault::ALL`]).
 #[derive(Debug, Default)]
-pub struct FaultCounts([AtomicU64; 5]);
+pub struct FaultCounts([AtomicU64; 6]);
 
 impl FaultCounts {
     fn add(&self, fault: Fault) {
@@ -120,6 +131,8 @@ pub struct Faults {
     observer: Option<Arc<dyn Observer>>,
     /// Requests sent and not yet answered.
     in_flight: Arc<AtomicU64>,
+    /// Transactions sent and not yet answered, with their items.
+    transactions: Arc<Mutex<InFlight>>,
 }
 
 impl fmt::Debug for Faults {
@@ -136,6 +149,7 @@ impl Faults {
             counts: FaultCounts::default(),
             observer,
             in_flight: Arc::default(),
+            transactions: Arc::default(),
         })
     }
 
@@ -171,6 +185,7 @@ impl Faults {
             Fault::DispatchFailure => self.plan.dispatch_failure,
             Fault::ResponseLost => self.plan.response_lost,
             Fault::Latency => self.plan.latency,
+            Fault::TransactionConflict => 0.0,
         };
         let hit = probability > 0.0 && self.rng().f64() < probability;
         if hit {
@@ -220,11 +235,22 @@ impl Faults {
             .unwrap_or("unknown")
             .to_owned();
         let body = request.body().bytes().unwrap_or_default().to_vec();
-        // Sent on a task of its own: a request on the wire reaches DynamoDB
-        // (and is observed) even if its caller is aborted meanwhile.
+        let ticket = {
+            let items = transaction_items(&operation, &body);
+            let mut transactions = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            let conflicts = transactions.conflicts(&items);
+            if conflicts.contains(&true) {
+                self.counts.add(Fault::TransactionConflict);
+                if self.plan.transaction_conflicts {
+                    return Ok(conflict_response(&conflicts));
+                }
+            }
+            transactions.send(items)
+        };
         let answer_lost = self.strikes(Fault::ResponseLost);
         let observer = self.observer.clone();
         let in_flight = Arc::clone(&self.in_flight);
+        let transactions = Arc::clone(&self.transactions);
         in_flight.fetch_add(1, Ordering::SeqCst);
         // Sent on a task of its own: a request on the wire reaches DynamoDB
         // (and is observed) even if its caller stops waiting (an SDK attempt
@@ -234,6 +260,10 @@ impl Faults {
             let sent = sequence();
             let response = inner.call(request).await;
             let received = sequence();
+            transactions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .answered(ticket);
             let status = response.as_ref().ok().map(|r| r.status().as_u16());
             let delivered = answer.send(response).is_ok();
             if let (Some(status), Some(observer)) = (status, observer) {
@@ -262,12 +292,35 @@ impl Faults {
     }
 }
 
+/// DynamoDB's answer to a transaction that met another in flight: cancelled,
+/// `TransactionConflict` for each action whose item was busy.
+fn conflict_response(conflicts: &[bool]) -> HttpResponse {
+    let reasons: Vec<serde_json::Value> = conflicts
+        .iter()
+        .map(|&busy| match busy {
+            true => serde_json::json!({"Code": "TransactionConflict",
+                "Message": "Transaction is ongoing for the item"}),
+            false => serde_json::json!({"Code": "None"}),
+        })
+        .collect();
+    let body = serde_json::json!({
+        "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "Message": "Transaction cancelled, please refer cancellation reasons for specific reasons",
+        "CancellationReasons": reasons,
+    });
+    json_response(400, body)
+}
+
 /// An error answer in DynamoDB's JSON protocol.
 fn error_response(status: u16, error_type: &str, message: &str) -> HttpResponse {
     let body = serde_json::json!({
         "__type": format!("com.amazonaws.dynamodb.v20120810#{error_type}"),
         "message": message,
     });
+    json_response(status, body)
+}
+
+fn json_response(status: u16, body: serde_json::Value) -> HttpResponse {
     let mut response = HttpResponse::new(
         StatusCode::try_from(status).expect("a valid status code"),
         SdkBody::from(body.to_string()),

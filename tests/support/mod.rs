@@ -10,6 +10,7 @@ pub mod charges;
 pub mod faults;
 pub mod proxy;
 pub mod sqs;
+pub mod transactions;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,25 +1,22 @@
 //! A lane's consecutive planned messages, and which of them may share one
-//! transaction: distinct items, at most 100 actions and the configured
-//! number of messages.
+//! transaction ([`Footprint::join`]): distinct items or increments of one
+//! item, at most 100 actions and the configured number of messages.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::engine::Work;
 use crate::engine::coalesce::Settled;
-use crate::engine::{Completion, FencingToken};
+use crate::engine::footprint::Footprint;
+use crate::engine::{Completion, FencingToken, Work};
 
 /// A message whose effect is computed and not yet committed.
 pub(super) struct Planned<R, E> {
     pub work: Work<R>,
     pub token: FencingToken,
     pub completion: Completion<E>,
-    /// The items its writes touch, or None if one is unknown (e.g. a
-    /// DynamoDB Put, whose key attributes the store cannot tell): it then
-    /// commits alone.
-    pub touches: Option<Vec<String>>,
+    /// The items its effect touches.
+    pub footprint: Footprint,
     /// Set for the first copy of its key in the batch: later copies wait
     /// for its outcome.
     pub first_copy: Option<watch::Sender<Option<Settled>>>,
@@ -29,40 +26,33 @@ pub(super) struct Planned<R, E> {
 /// Consecutive planned messages that commit in one transaction.
 pub(super) struct Group<R, E> {
     pub members: Vec<Planned<R, E>>,
-    pub touched: HashSet<String>,
-    actions: usize,
+    pub footprint: Footprint,
 }
 
 impl<R, E> Default for Group<R, E> {
     fn default() -> Self {
         Self {
             members: Vec::new(),
-            touched: HashSet::new(),
-            actions: 0,
+            footprint: Footprint::default(),
         }
     }
 }
 
 impl<R, E> Group<R, E> {
-    /// Whether `planned` may share this group's transaction: room left (at
-    /// most `limit` messages, `max_effects` + 1 actions), and no item touched
-    /// twice (DynamoDB refuses that, and order would matter).
-    pub fn admits(&self, planned: &Planned<R, E>, limit: usize, max_effects: usize) -> bool {
-        let Some(touches) = &planned.touches else {
-            return self.members.is_empty();
-        };
-        self.members.is_empty()
-            || (self.members.len() < limit
-                && self.members.iter().all(|m| m.touches.is_some())
-                && self.actions + 1 + touches.len() <= max_effects + 1
-                && touches.iter().all(|item| !self.touched.contains(item)))
-    }
-
-    pub fn add(&mut self, planned: Planned<R, E>) {
-        self.actions += 1 + planned.completion.writes.len();
-        self.touched
-            .extend(planned.touches.iter().flatten().cloned());
+    /// Adds `planned` if it may share this group's transaction (at most
+    /// `limit` messages, `max_effects` + 1 actions); gives it back if not.
+    /// An empty group takes any message.
+    pub fn add(
+        &mut self,
+        planned: Planned<R, E>,
+        limit: usize,
+        max_effects: usize,
+    ) -> Option<Planned<R, E>> {
+        if !self.footprint.join(&planned.footprint, limit, max_effects) {
+            return Some(planned);
+        }
         self.members.push(planned);
+        None
     }
 }
 
@@ -71,8 +61,8 @@ mod tests {
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 
     use super::*;
-    use crate::store::Store;
     use crate::store::dynamodb::{DynamoDbStore, MAX_EFFECT_WRITES};
+    use crate::store::{Increment, Store};
 
     fn update(table: &str, account: &str) -> TransactWriteItem {
         let update = Update::builder()
@@ -93,48 +83,62 @@ mod tests {
         TransactWriteItem::builder().put(put).build()
     }
 
-    fn planned(writes: Vec<TransactWriteItem>) -> Planned<(), TransactWriteItem> {
-        Planned {
-            touches: writes.iter().map(DynamoDbStore::touched).collect(),
-            work: Work {
-                key: "k".into(),
-                payload_hash: "h".into(),
-                origin: "t-0@0".into(),
-                record: (),
-            },
-            token: FencingToken {
-                key: "k".into(),
-                version: 1,
-                owner: "o".into(),
-            },
-            completion: Completion::transactional("r", writes),
-            first_copy: None,
-            started: Instant::now(),
-        }
+    fn footprint(writes: &[TransactWriteItem], increments: &[Increment]) -> Footprint {
+        Footprint::of(writes.iter().map(DynamoDbStore::touched), increments)
+    }
+
+    fn joins(group: &Footprint, next: &Footprint, limit: usize) -> bool {
+        group.clone().join(next, limit, MAX_EFFECT_WRITES)
+    }
+
+    fn credit(account: &str, by: i64) -> Increment {
+        Increment::new("ledger", "account_id", account).add_at_least("balance_cents", by, 0)
     }
 
     #[test]
-    fn a_group_never_touches_an_item_twice_and_keeps_its_limits() {
-        let mut group = Group::default();
-        group.add(planned(vec![update("ledger", "a")]));
-        assert!(!group.admits(&planned(vec![update("ledger", "a")]), 10, MAX_EFFECT_WRITES));
-        assert!(group.admits(&planned(vec![update("other", "a")]), 10, MAX_EFFECT_WRITES));
-        assert!(group.admits(&planned(vec![update("ledger", "b")]), 10, MAX_EFFECT_WRITES));
-        assert!(!group.admits(&planned(vec![update("ledger", "b")]), 1, MAX_EFFECT_WRITES));
+    fn a_transaction_never_writes_an_item_twice_and_keeps_its_limits() {
+        let group = footprint(&[update("ledger", "a")], &[]);
+        assert!(!joins(
+            &group,
+            &footprint(&[update("ledger", "a")], &[]),
+            10
+        ));
+        assert!(joins(&group, &footprint(&[update("other", "a")], &[]), 10));
+        assert!(joins(&group, &footprint(&[update("ledger", "b")], &[]), 10));
+        assert!(!joins(&group, &footprint(&[update("ledger", "b")], &[]), 1));
         // A Put's key is unknown: it commits alone.
-        assert!(!group.admits(&planned(vec![put("ledger")]), 10, MAX_EFFECT_WRITES));
-        assert!(Group::default().admits(&planned(vec![put("ledger")]), 10, MAX_EFFECT_WRITES));
+        assert!(!joins(&group, &footprint(&[put("ledger")], &[]), 10));
+        assert!(joins(
+            &Footprint::default(),
+            &footprint(&[put("ledger")], &[]),
+            10
+        ));
         // 100 actions at most: 49 writes + 1 item already, 50 more is one too many.
         let wide = |prefix: &str, n: usize| {
-            planned(
-                (0..n)
-                    .map(|i| update("ledger", &format!("{prefix}{i}")))
-                    .collect(),
-            )
+            let writes: Vec<_> = (0..n)
+                .map(|i| update("ledger", &format!("{prefix}{i}")))
+                .collect();
+            footprint(&writes, &[])
         };
-        let mut group = Group::default();
-        group.add(wide("x", 49));
-        assert!(group.admits(&wide("y", 49), 10, MAX_EFFECT_WRITES));
-        assert!(!group.admits(&wide("y", 50), 10, MAX_EFFECT_WRITES));
+        assert!(joins(&wide("x", 49), &wide("y", 49), 10));
+        assert!(!joins(&wide("x", 49), &wide("y", 50), 10));
+    }
+
+    #[test]
+    fn increments_of_one_item_share_a_transaction_as_one_action() {
+        let mut group = Footprint::default();
+        for _ in 0..99 {
+            assert!(group.join(&footprint(&[], &[credit("hot", 1)]), 100, MAX_EFFECT_WRITES));
+        }
+        // 99 items + 1 merged update: full.
+        assert_eq!(group.actions(), 100);
+        assert!(!joins(&group, &footprint(&[], &[credit("hot", 1)]), 100));
+        // An opaque write of an incremented item never joins its increments.
+        let hot = footprint(&[], &[credit("a", 1)]);
+        assert!(!joins(&hot, &footprint(&[update("ledger", "a")], &[]), 10));
+        assert!(!joins(&footprint(&[update("ledger", "a")], &[]), &hot, 10));
+        // A sum beyond i64 does not merge.
+        let huge = footprint(&[], &[credit("a", i64::MAX)]);
+        assert!(!joins(&hot, &huge, 10));
     }
 }

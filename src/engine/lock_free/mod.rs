@@ -10,7 +10,7 @@
 //!
 //! [`CommitPath::LockFree`]: super::CommitPath::LockFree
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use crate::store::{
     ClaimRequest, CommitOutcome, Conditional, NewCommit, Standing, Store, StoreError, StoredItem,
-    new_owner,
+    increment, new_owner,
 };
 
 mod group;
@@ -27,7 +27,8 @@ use group::{Group, Planned};
 
 use super::cache::Completed;
 use super::coalesce::{self, Settled, Turn};
-use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::footprint::Footprint;
+use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lane::LaneLog;
 use super::record::store_failure;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, Work};
@@ -80,10 +81,10 @@ where
             let Some(item) = pending.next() else { break };
             let started = Instant::now();
             let next = match self.plan_next(item, &batch, started).await {
-                Next::Planned(planned) if group.admits(&planned, limit, S::MAX_EFFECTS) => {
-                    group.add(planned);
-                    continue;
-                }
+                Next::Planned(planned) => match group.add(planned, limit, S::MAX_EFFECTS) {
+                    None => continue,
+                    Some(refused) => Next::Planned(refused),
+                },
                 next => next,
             };
             // Anything else commits the group before it, in order.
@@ -93,7 +94,8 @@ where
                 (Some(reason), _) => Outcome::NotStarted(reason),
                 (None, Next::Invalid(reason)) => Outcome::Invalid { reason },
                 (None, Next::Planned(planned)) => {
-                    group.add(planned);
+                    // An empty group takes any message.
+                    let _ = group.add(planned, limit, S::MAX_EFFECTS);
                     continue;
                 }
                 (None, Next::Known(work, result)) => {
@@ -175,7 +177,10 @@ where
         });
         match planned {
             Ok(completion) => Ok(Planned {
-                touches: completion.writes.iter().map(S::touched).collect(),
+                footprint: Footprint::of(
+                    completion.writes.iter().map(S::touched),
+                    &completion.increments,
+                ),
                 work,
                 token,
                 completion,
@@ -223,7 +228,7 @@ where
             && log.stop_reason(batch).is_none()
         {
             let commits = group.members.iter().map(new_commit).collect();
-            if let Some(expires_at_s) = batch.combiner.commit(commits, group.touched).await {
+            if let Some(expires_at_s) = batch.combiner.commit(commits, group.footprint).await {
                 for planned in group.members {
                     self.committed(planned, expires_at_s, log, batch);
                 }
@@ -256,6 +261,7 @@ where
                 continue;
             }
             let result = {
+                let _hold = self.items.hold(chunk.iter().map(|p| &p.footprint)).await;
                 let _permit = self.permits.acquire().await;
                 self.store
                     .commit_new(chunk.iter().map(new_commit).collect())
@@ -274,6 +280,17 @@ where
                     | CommitOutcome::EffectRefused { index, .. },
                 ) => {
                     plan = [index, 1].into_iter().filter(|&n| n > 0).collect();
+                    requeue(&mut members, chunk);
+                }
+                // A merged increment overdraws: the messages before the
+                // first that would be refused alone commit together, then
+                // that one alone (without the numbers found: the first).
+                Ok(CommitOutcome::IncrementRefused { item, current }) => {
+                    let refused = current.and_then(|current| first_refused(&chunk, &item, current));
+                    plan = [refused.unwrap_or(0), 1]
+                        .into_iter()
+                        .filter(|&n| n > 0)
+                        .collect();
                     requeue(&mut members, chunk);
                 }
                 // E.g. the request grew too large: the first alone, then
@@ -335,6 +352,7 @@ where
         let work = &planned.work;
         for _ in 0..COMMIT_ROUNDS {
             let result = {
+                let _hold = self.items.hold([&planned.footprint]).await;
                 let _permit = self.permits.acquire().await;
                 self.store.commit_new(vec![new_commit(planned)]).await
             };
@@ -344,10 +362,11 @@ where
                 }
                 Ok(CommitOutcome::KeyTaken { item, .. }) => item,
                 // Nothing was written: the effect's own condition decides.
-                Ok(CommitOutcome::EffectRefused {
-                    effect, message, ..
-                }) => {
-                    let error = StoreError::EffectConditionFailed { effect, message }.to_string();
+                Ok(
+                    refused @ (CommitOutcome::EffectRefused { .. }
+                    | CommitOutcome::IncrementRefused { .. }),
+                ) => {
+                    let error = effect_refused(&planned.completion, refused).to_string();
                     return match planned.completion.on_condition_failure {
                         ConditionFailure::Permanent => self.fail_new(work, error, batch).await,
                         ConditionFailure::Retryable => Outcome::Retrying { error },
@@ -442,7 +461,50 @@ fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> NewCommit<E> {
         origin: Some(work.origin.clone()),
         owner: planned.token.owner.clone(),
         result: planned.completion.result.clone(),
-        effects: planned.completion.writes.clone(),
+        effects: planned.completion.effects(),
+    }
+}
+
+/// Which message of `chunk`, applied alone after the ones before it, a
+/// floor of `item` refuses, starting from the numbers `current`; `None` if
+/// none would be (the numbers changed since).
+fn first_refused<R, E>(
+    chunk: &[Planned<R, E>],
+    item: &str,
+    mut current: HashMap<String, i128>,
+) -> Option<usize> {
+    chunk.iter().position(|planned| {
+        let mut after = current.clone();
+        let accepted = planned
+            .completion
+            .increments
+            .iter()
+            .filter(|increment| increment.item() == item)
+            .all(|increment| increment.apply(&mut after));
+        current = after;
+        !accepted
+    })
+}
+
+/// The error of a single message's refused effect: a write's condition, or
+/// a floor (the increments counted after the writes).
+fn effect_refused<E>(completion: &Completion<E>, refused: CommitOutcome) -> StoreError {
+    match refused {
+        CommitOutcome::EffectRefused {
+            effect, message, ..
+        } => StoreError::EffectConditionFailed { effect, message },
+        CommitOutcome::IncrementRefused { item, .. } => {
+            let merged = increment::merged(&completion.increments).unwrap_or_default();
+            let index = merged.iter().position(|i| i.item() == item).unwrap_or(0);
+            StoreError::EffectConditionFailed {
+                effect: completion.writes.len() + index,
+                message: increment::BELOW_FLOOR.into(),
+            }
+        }
+        other => StoreError::Rejected {
+            operation: "commit",
+            message: format!("not a refused effect: {other:?}"),
+        },
     }
 }
 

@@ -10,12 +10,14 @@
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 
 use super::codec::{RawItem, n, s};
+use super::increment::{increment_action, numbers_found};
 use super::transact::{condition_failed, transaction_error};
 use super::write::{NEW_KEY, names_in, new_item, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES};
 use crate::clock::ms_to_s;
 use crate::store::{
     ClaimRequest, CommitOutcome, Conditional, NewCommit, Status, Store, StoreError, bounded,
+    transaction_effects,
 };
 
 impl DynamoDbStore {
@@ -29,18 +31,15 @@ impl DynamoDbStore {
         &self,
         commits: Vec<NewCommit<TransactWriteItem>>,
     ) -> Result<CommitOutcome, StoreError> {
-        let actions: usize = commits.iter().map(|c| 1 + c.effects.len()).sum();
-        if actions > MAX_EFFECT_WRITES + 1 {
-            return Err(StoreError::TooManyWrites {
-                count: actions - commits.len(),
-                limit: MAX_EFFECT_WRITES,
-            });
-        }
+        // At most 100 actions: the items, the writes, the merged increments.
+        let room = (MAX_EFFECT_WRITES + 1).saturating_sub(commits.len());
+        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
-        // Which message, and which of its writes (None: its item), each action is.
-        let mut owners: Vec<(usize, Option<usize>)> = Vec::with_capacity(actions);
-        let mut items = Vec::with_capacity(actions);
+        // What each action is, in order: each message's item and writes,
+        // then the increments merged per item.
+        let mut actions: Vec<Action> = Vec::new();
+        let mut items = Vec::new();
         for (index, commit) in commits.into_iter().enumerate() {
             let request = commit.request();
             let pk = self.pk(request.key)?;
@@ -50,37 +49,44 @@ impl DynamoDbStore {
                 item.insert("result".to_owned(), s(result));
             }
             items.push(self.put_new(item, now)?);
-            owners.push((index, None));
-            owners.extend((0..commit.effects.len()).map(|effect| (index, Some(effect))));
-            items.extend(commit.effects);
+            actions.push(Action::Item(index));
+            actions.extend((0..commit.effects.writes.len()).map(|w| Action::Write(index, w)));
+            items.extend(commit.effects.writes);
+        }
+        for (merged, increment) in increments.iter().enumerate() {
+            items.push(increment_action(increment)?);
+            actions.push(Action::Increment(merged));
         }
         let (reasons, err) = match self.transact(items).await {
             Ok(()) => return Ok(CommitOutcome::Committed { expires_at_s }),
             Err(failure) => failure,
         };
-        let Some(action) = reasons.iter().position(condition_failed) else {
+        // The first action refused, in order: a message's item before its
+        // writes, the merged increments last.
+        let Some((action, reason)) = actions
+            .iter()
+            .zip(&reasons)
+            .find(|(_, reason)| condition_failed(reason))
+        else {
             return Err(transaction_error(
                 "commit (TransactWriteItems)",
                 &reasons,
                 err,
             ));
         };
-        // The earliest message with a failed condition; its own item before
-        // its writes.
-        let index = owners[action].0;
-        let first = owners
-            .iter()
-            .position(|(i, _)| *i == index)
-            .unwrap_or(action);
-        Ok(match (reasons.get(first), owners[action].1) {
-            (Some(reason), _) if condition_failed(reason) => CommitOutcome::KeyTaken {
+        Ok(match *action {
+            Action::Item(index) => CommitOutcome::KeyTaken {
                 index,
                 item: parse_old(reason.item())?,
             },
-            (_, effect) => CommitOutcome::EffectRefused {
+            Action::Write(index, effect) => CommitOutcome::EffectRefused {
                 index,
-                effect: effect.unwrap_or(0),
-                message: reasons[action].message().unwrap_or_default().to_owned(),
+                effect,
+                message: reason.message().unwrap_or_default().to_owned(),
+            },
+            Action::Increment(merged) => CommitOutcome::IncrementRefused {
+                item: increments[merged].item(),
+                current: numbers_found(&increments[merged], reason),
             },
         })
     }
@@ -120,4 +126,15 @@ impl DynamoDbStore {
             })?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
+}
+
+/// What an action of a lock-free commit is.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    /// Message `index`'s COMPLETED item.
+    Item(usize),
+    /// Write `.1` of message `.0`.
+    Write(usize, usize),
+    /// Merged increment `index`.
+    Increment(usize),
 }

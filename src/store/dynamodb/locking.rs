@@ -16,11 +16,13 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::codec::{n, s};
+use super::increment::increment_action;
 use super::transact::{TransactError, condition_failed, transaction_error};
 use super::write::{conditional, names_in, new_item};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
 use crate::store::{
-    ClaimRequest, Conditional, Lease, Status, Store, StoreError, StoredItem, bounded, new_owner,
+    ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
+    increment, new_owner, transaction_effects,
 };
 
 /// The condition of every write after the claim.
@@ -113,14 +115,9 @@ impl DynamoDbStore {
         &self,
         lease: &Lease,
         result: Option<&str>,
-        writes: Vec<TransactWriteItem>,
+        effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
-        if writes.len() > MAX_EFFECT_WRITES {
-            return Err(StoreError::TooManyWrites {
-                count: writes.len(),
-                limit: MAX_EFFECT_WRITES,
-            });
-        }
+        let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
         let (update, values, expires_at_s) = self.completion(result);
         let completion = Update::builder()
             .table_name(&self.config.table_name)
@@ -134,12 +131,15 @@ impl DynamoDbStore {
                 operation: "complete (TransactWriteItems)",
                 message: err.to_string(),
             })?;
-        let actions = std::iter::once(TransactWriteItem::builder().update(completion).build())
-            .chain(writes)
-            .collect();
+        let mut actions = vec![TransactWriteItem::builder().update(completion).build()];
+        let writes = effects.writes.len();
+        actions.extend(effects.writes);
+        for increment in &increments {
+            actions.push(increment_action(increment)?);
+        }
         match self.transact(actions).await {
             Ok(()) => Ok(expires_at_s),
-            Err((reasons, err)) => Err(failed_transaction(lease, &reasons, err)),
+            Err((reasons, err)) => Err(failed_transaction(lease, writes, &reasons, err)),
         }
     }
 
@@ -255,6 +255,7 @@ fn fenced_values(
 /// condition of the work's own writes failed, or DynamoDB itself failed.
 fn failed_transaction(
     lease: &Lease,
+    writes: usize,
     reasons: &[CancellationReason],
     err: TransactError,
 ) -> StoreError {
@@ -264,10 +265,15 @@ fn failed_transaction(
             version: lease.version,
         };
     }
+    // The completion, its writes, then the increments.
     if let Some(index) = reasons.iter().position(condition_failed) {
+        let message = match index > writes {
+            true => increment::BELOW_FLOOR,
+            false => reasons[index].message().unwrap_or_default(),
+        };
         return StoreError::EffectConditionFailed {
             effect: index - 1,
-            message: reasons[index].message().unwrap_or_default().to_owned(),
+            message: message.to_owned(),
         };
     }
     transaction_error("complete (TransactWriteItems)", reasons, err)

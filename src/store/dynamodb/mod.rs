@@ -5,6 +5,7 @@
 //! `operator.rs`; reads in `read.rs`, the listing scan in `listing.rs`.
 
 mod codec;
+mod increment;
 mod listing;
 mod lock_free;
 mod locking;
@@ -23,8 +24,8 @@ pub use codec::RawItem;
 pub use listing::ScanOptions;
 
 use super::{
-    ClaimRequest, CommitOutcome, Conditional, Lease, Listed, Listing, NewCommit, Store, StoreError,
-    StoredItem,
+    ClaimRequest, CommitOutcome, Conditional, Effects, Lease, Listed, Listing, NewCommit, Store,
+    StoreError, StoredItem,
 };
 use crate::config::StoreConfig;
 
@@ -97,7 +98,7 @@ impl Store for DynamoDbStore {
         &self,
         lease: &Lease,
         result: Option<&str>,
-        effects: Vec<TransactWriteItem>,
+        effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
         match effects.is_empty() {
             true => self.complete_alone(lease, result).await,

@@ -137,7 +137,9 @@ pub(crate) fn names_in(expressions: &[&str]) -> HashMap<String, String> {
     names
 }
 
-/// The table and key of the item a write touches; None for a Put (its key
+/// The table and key of the item a write touches, named as
+/// [`crate::store::Increment::item`] names an incremented one
+/// (`table/key_name="key"` for a string key); None for a Put (its key
 /// attributes are not known here).
 pub(super) fn touched_item(write: &TransactWriteItem) -> Option<String> {
     let (table, key) = if let Some(update) = write.update() {
@@ -151,7 +153,10 @@ pub(super) fn touched_item(write: &TransactWriteItem) -> Option<String> {
     };
     let mut parts: Vec<String> = key
         .iter()
-        .map(|(name, value)| format!("{name}={value:?}"))
+        .map(|(name, value)| match value {
+            AttributeValue::S(text) => format!("{name}={text:?}"),
+            other => format!("{name}={other:?}"),
+        })
         .collect();
     parts.sort_unstable();
     Some(format!("{table}/{}", parts.join("/")))
@@ -173,7 +178,7 @@ mod tests {
         let update = TransactWriteItem::builder().update(update).build();
         assert_eq!(
             touched_item(&update).as_deref(),
-            Some(r#"ledger/account_id=S("a")"#)
+            Some(r#"ledger/account_id="a""#)
         );
         // A Put's key attributes are not known here: it commits alone.
         let put = Put::builder()

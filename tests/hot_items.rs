@@ -1,0 +1,277 @@
+//! Hot items: many records on ONE account (a merchant's). Their balance
+//! updates are increments, merged into shared transactions; a merged update
+//! that overdraws splits so that each record gets the outcome it would have
+//! had alone; and two commits touching one item are never in flight at the
+//! same time, so the function never conflicts with itself (DynamoDB in AWS
+//! cancels concurrent transactions on one item with `TransactionConflict`).
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use exactly_once::DynamoDbStore;
+use exactly_once::dynamo::RequestCounter;
+use exactly_once::engine::{CommitPath, Engine, EngineConfig};
+use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
+use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use exactly_once::{Status, Store, StoreConfig};
+use serde_json::{Value, json};
+use support::faults::{Fault, FaultPlan, Faults};
+use support::msk::{
+    account, event_of, header_keys, invoke, invoke_until_done, ledger_entry, payment, record_json,
+    reported,
+};
+
+/// `amounts.len()` payments to `account`, round robin over `partitions`
+/// partitions, each from its own customer (its Kafka key): `pay-<i>`.
+fn payments_to(account: &str, amounts: &[i64], partitions: usize) -> Value {
+    let mut lists: Vec<(String, Vec<Value>)> = (0..partitions)
+        .map(|p| (format!("payments-{p}"), Vec::new()))
+        .collect();
+    for (i, amount) in amounts.iter().enumerate() {
+        let (name, records) = &mut lists[i % partitions];
+        let offset = records.len() as i64;
+        let mut record = record_json(
+            name,
+            &payment(offset, &format!("pay-{i}"), account, *amount),
+        );
+        let customer = format!("customer-{i}");
+        record["key"] = json!(base64::engine::general_purpose::STANDARD.encode(customer));
+        records.push(record);
+    }
+    event_of(lists.iter().map(|(n, r)| (n.as_str(), r.clone())).collect())
+}
+
+/// The demo ledger in `mode` and `ordering`, on `client`, with `engine`.
+fn ledger_function(
+    client: aws_sdk_dynamodb::Client,
+    config: &StoreConfig,
+    mode: LedgerMode,
+    ordering: OrderingMode,
+    engine: EngineConfig,
+    floor: Option<i64>,
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    let store = DynamoDbStore::new(client.clone(), config.clone());
+    let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode).with_floor(floor);
+    let settings = FunctionSettings {
+        ordering,
+        ..FunctionSettings::new(header_keys())
+    };
+    MskFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+}
+
+const ORDERINGS: [OrderingMode; 3] = [
+    OrderingMode::Partition,
+    OrderingMode::Key,
+    OrderingMode::Unordered,
+];
+
+/// 40 payments to one account over 4 partitions share transactions as 40
+/// payments to 40 accounts would: 4 transactions of 10, in every ordering
+/// mode (in `key` and `none`, across lanes, through the combiner).
+#[tokio::test]
+async fn a_hot_accounts_payments_share_transactions_in_every_ordering_mode() {
+    for ordering in ORDERINGS {
+        let config = support::store_config(Duration::from_secs(30));
+        let merchant = account();
+        let counter = RequestCounter::default();
+        let client = counter.attach(&support::client().await);
+        let function = ledger_function(
+            client,
+            &config,
+            LedgerMode::LockFree,
+            ordering,
+            EngineConfig::default(),
+            Some(0),
+        );
+        assert_eq!(
+            function.engine().handler().commit_path(),
+            CommitPath::LockFree
+        );
+        let amounts: Vec<i64> = (1..=40).collect();
+
+        let response = invoke(&function, &payments_to(&merchant, &amounts, 4)).await;
+
+        assert_eq!(reported(&response), Vec::<String>::new(), "{ordering:?}");
+        assert_eq!(ledger_entry(&merchant).await, (820, 40), "{ordering:?}");
+        let counts = counter.counts();
+        assert_eq!(
+            counts.get("TransactWriteItems"),
+            Some(&4),
+            "{ordering:?}: {counts:?}"
+        );
+    }
+}
+
+/// Payments of 10, -20, -5, -6 and 1 cents to a fresh account that may not
+/// go below 0, in one partition. Alone, one after another, the second and
+/// the fourth overdraw and fail; the others apply (balance 6, 3 payments).
+/// Merged into one group, the engine reaches exactly that: on the lock-free
+/// path by splitting the refused merged update, on the locking path record
+/// by record. The FAILED items say why; the lane goes on (park).
+#[tokio::test]
+async fn an_overdraft_fails_alone_and_the_payments_around_it_apply() {
+    for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
+        let config = support::store_config(Duration::from_secs(30));
+        let counter = RequestCounter::default();
+        let client = counter.attach(&support::client().await);
+        let store = DynamoDbStore::new(client.clone(), config.clone());
+        let function = ledger_function(
+            client,
+            &config,
+            mode,
+            OrderingMode::Partition,
+            EngineConfig::default(),
+            Some(0),
+        );
+        let merchant = account();
+
+        let response = invoke(&function, &payments_to(&merchant, &[10, -20, -5, -6, 1], 1)).await;
+
+        assert_eq!(reported(&response), Vec::<String>::new(), "{mode:?}");
+        assert_eq!(ledger_entry(&merchant).await, (6, 3), "{mode:?}");
+        for (i, expected) in [
+            Status::Completed,
+            Status::Failed,
+            Status::Completed,
+            Status::Failed,
+            Status::Completed,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let item = store
+                .get(&format!("pay-{i}"))
+                .await
+                .expect("get")
+                .expect("an item");
+            assert_eq!(item.status, expected, "{mode:?}: pay-{i}");
+            if expected == Status::Failed {
+                let error = item.error.unwrap_or_default();
+                assert!(error.contains("below its floor"), "{mode:?}: {error}");
+            }
+        }
+        if mode == LedgerMode::LockFree {
+            // The path: all five merged (refused: from 0, the second
+            // overdraws), the first alone, the second alone (refused: FAILED),
+            // the last three merged (refused: from 10, the second of them
+            // overdraws), then one by one.
+            let counts = counter.counts();
+            assert_eq!(counts.get("TransactWriteItems"), Some(&7), "{counts:?}");
+            assert_eq!(counts.get("PutItem"), Some(&2), "{counts:?}");
+        }
+    }
+}
+
+/// Without merging (one record a transaction), 40 lanes of one record each
+/// (`none` ordering) commit to one account, and on the locking path 40
+/// lanes complete to it; every request waits 0 to 20 ms on the way out, so
+/// that commits would overlap if they could. No two transactions touching
+/// the account are ever in flight together (counted at the HTTP layer), and
+/// every payment applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commits_touching_one_item_are_never_in_flight_together() {
+    for (mode, ordering) in [
+        (LedgerMode::LockFree, OrderingMode::Unordered),
+        (LedgerMode::Transactional, OrderingMode::Key),
+    ] {
+        let plan = FaultPlan {
+            latency: 1.0,
+            latency_ms: (0, 20),
+            ..FaultPlan::default()
+        };
+        let faults = Faults::new(plan, 17, None);
+        let client = faults.attach(&support::client().await);
+        let config = support::store_config(Duration::from_secs(30));
+        let engine = EngineConfig {
+            max_records_per_transaction: 1,
+            ..EngineConfig::default()
+        };
+        let function = ledger_function(client, &config, mode, ordering, engine, None);
+        let merchant = account();
+        let amounts = vec![1; 40];
+
+        let response = invoke(&function, &payments_to(&merchant, &amounts, 4)).await;
+
+        assert_eq!(reported(&response), Vec::<String>::new(), "{mode:?}");
+        assert_eq!(ledger_entry(&merchant).await, (40, 40), "{mode:?}");
+        assert_eq!(
+            faults.counts.get(Fault::TransactionConflict),
+            0,
+            "{mode:?}: transactions on the account were in flight together"
+        );
+    }
+}
+
+/// Two containers (two engines) on the same hot account at the same time,
+/// with transactions cancelled on conflict as DynamoDB in AWS does: the
+/// conflicts between them are retried (or their records reported and
+/// redelivered), and every payment applies exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conflicts_between_containers_are_retried_and_apply_each_payment_once() {
+    let plan = FaultPlan {
+        latency: 1.0,
+        latency_ms: (0, 10),
+        transaction_conflicts: true,
+        ..FaultPlan::default()
+    };
+    let faults = Faults::new(plan, 23, None);
+    let config = support::store_config(Duration::from_secs(30));
+    let merchant = account();
+    let mut containers = Vec::new();
+    for half in 0..2 {
+        let client = faults.attach(&support::client().await);
+        let engine = EngineConfig {
+            max_records_per_transaction: 1 + half * 4,
+            ..EngineConfig::default()
+        };
+        let function = ledger_function(
+            client,
+            &config,
+            LedgerMode::LockFree,
+            OrderingMode::Unordered,
+            engine,
+            None,
+        );
+        // Each container its own 30 payments (ids pay-<half>-<i>).
+        let amounts = vec![1; 30];
+        let mut event = payments_to(&merchant, &amounts, 3);
+        for records in event["records"]
+            .as_object_mut()
+            .expect("records")
+            .values_mut()
+        {
+            for record in records.as_array_mut().expect("a list") {
+                rename(record, half);
+            }
+        }
+        containers.push(tokio::spawn(async move {
+            invoke_until_done(&function, &event).await
+        }));
+    }
+    for container in containers {
+        container.await.expect("the container's task");
+    }
+    assert_eq!(ledger_entry(&merchant).await, (60, 60));
+    assert!(
+        faults.counts.get(Fault::TransactionConflict) > 0,
+        "no conflict happened: the test shows nothing"
+    );
+}
+
+/// Gives a record of `payments_to` the idempotency key and payment id
+/// `pay-<half>-<i>`.
+fn rename(record: &mut Value, half: usize) {
+    let decode = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("base64"))
+            .expect("base64")
+    };
+    let value: Value = serde_json::from_slice(&decode(&record["value"])).expect("json");
+    let id = format!("{}-{half}", value["payment_id"].as_str().expect("an id"));
+    let mut value = value;
+    value["payment_id"] = json!(id);
+    record["value"] = json!(base64::engine::general_purpose::STANDARD.encode(value.to_string()));
+    record["headers"] = json!([support::msk::header("idempotency-key", id.as_bytes())]);
+}
