@@ -266,6 +266,27 @@ mod tests {
             settings(Some("direct")).map(|s| s.mode),
             Ok(LedgerMode::Direct)
         );
+        let floor = |mode: &str, floor: &str| {
+            LedgerSettings::from_lookup(|name| match name {
+                "LEDGER_TABLE" => Some("ledger".into()),
+                "LEDGER_MODE" => Some(mode.into()),
+                "LEDGER_MIN_BALANCE_CENTS" => Some(floor.into()),
+                _ => None,
+            })
+        };
+        assert_eq!(settings(None).map(|s| s.min_balance_cents), Ok(None));
+        assert_eq!(
+            floor("lock-free", "0").map(|s| s.min_balance_cents),
+            Ok(Some(0))
+        );
+        assert_eq!(
+            floor("lock-free", "").map(|s| s.min_balance_cents),
+            Ok(None)
+        );
+        for (mode, bad) in [("lock-free", "zero"), ("direct", "0")] {
+            let err = floor(mode, bad).expect_err("refused");
+            assert_eq!(err.variable, "LEDGER_MIN_BALANCE_CENTS");
+        }
         let err = settings(Some("eventually")).expect_err("unknown mode");
         assert_eq!(err.variable, "LEDGER_MODE");
         let err = LedgerSettings::from_lookup(|_| None).expect_err("no table");

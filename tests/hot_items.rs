@@ -67,9 +67,11 @@ const ORDERINGS: [OrderingMode; 3] = [
     OrderingMode::Unordered,
 ];
 
-/// 40 payments to one account over 4 partitions share transactions as 40
-/// payments to 40 accounts would: 4 transactions of 10, in every ordering
-/// mode (in `key` and `none`, across lanes, through the combiner).
+/// 100 payments to one account over 4 partitions share transactions as 100
+/// payments to 100 accounts would: 2 transactions of 50 (the default
+/// `MAX_RECORDS_PER_TRANSACTION`), each with ONE merged update of the
+/// account, in every ordering mode (in `key` and `none`, across lanes,
+/// through the combiner).
 #[tokio::test]
 async fn a_hot_accounts_payments_share_transactions_in_every_ordering_mode() {
     for ordering in ORDERINGS {
@@ -89,16 +91,16 @@ async fn a_hot_accounts_payments_share_transactions_in_every_ordering_mode() {
             function.engine().handler().commit_path(),
             CommitPath::LockFree
         );
-        let amounts: Vec<i64> = (1..=40).collect();
+        let amounts: Vec<i64> = (1..=100).collect();
 
         let response = invoke(&function, &payments_to(&merchant, &amounts, 4)).await;
 
         assert_eq!(reported(&response), Vec::<String>::new(), "{ordering:?}");
-        assert_eq!(ledger_entry(&merchant).await, (820, 40), "{ordering:?}");
+        assert_eq!(ledger_entry(&merchant).await, (5050, 100), "{ordering:?}");
         let counts = counter.counts();
         assert_eq!(
             counts.get("TransactWriteItems"),
-            Some(&4),
+            Some(&2),
             "{ordering:?}: {counts:?}"
         );
     }

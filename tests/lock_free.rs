@@ -88,18 +88,19 @@ fn one_record_per_key(n: usize, accounts: &[String]) -> serde_json::Value {
 #[tokio::test]
 async fn in_key_mode_the_records_of_different_keys_share_transactions() {
     let config = support::store_config(Duration::from_secs(30));
-    let accounts: Vec<String> = (0..20).map(|_| account()).collect();
+    let accounts: Vec<String> = (0..60).map(|_| account()).collect();
     let counter = RequestCounter::default();
     let function = lock_free_by_key(&config, &counter).await;
 
-    let response = invoke(&function, &one_record_per_key(20, &accounts)).await;
+    let response = invoke(&function, &one_record_per_key(60, &accounts)).await;
 
     assert_eq!(reported(&response), Vec::<String>::new());
     for account in &accounts {
         assert_eq!(ledger_entry(account).await, (1, 1));
     }
-    // 20 lanes of one record, all ready at once (this runtime has one
-    // thread: every lane submits before the combiner runs): 10 a transaction.
+    // 60 lanes of one record, all ready at once (this runtime has one
+    // thread: every lane submits before the combiner runs): 50 a transaction
+    // (the default MAX_RECORDS_PER_TRANSACTION), then 10.
     let counts = counter.counts();
     assert_eq!(counts.get("TransactWriteItems"), Some(&2), "{counts:?}");
 }

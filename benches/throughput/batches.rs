@@ -39,6 +39,36 @@ impl Batch {
         }
     }
 
+    /// `count` new payments over `partitions` partitions, all to ONE
+    /// account (a merchant's: the hot item), each from one of `ACCOUNTS`
+    /// customers (the Kafka key; a customer always in the same partition).
+    /// Every `overdraw`-th payment (if any) is a debit that no balance
+    /// covers: the ledger's floor refuses it.
+    pub fn hot_payments(
+        tag: &str,
+        count: usize,
+        partitions: usize,
+        overdraw: Option<usize>,
+    ) -> Self {
+        let merchant = format!("merchant-{tag}");
+        let records = (0..count)
+            .map(|n| {
+                let mut record = payment(tag, n, n % ACCOUNTS, partitions);
+                let mut value: Value = serde_json::from_slice(&record.value).expect("json");
+                value["account_id"] = json!(merchant);
+                if overdraw.is_some_and(|every| n % every == every - 1) {
+                    value["amount_cents"] = json!(-1_000_000_000_i64);
+                }
+                record.value = serde_json::to_vec(&value).expect("json");
+                record
+            })
+            .collect();
+        Self {
+            partitions,
+            records,
+        }
+    }
+
     /// `count` records of which `duplicates` are copies (same key, same
     /// payload, same partition) of earlier records, placed 1 to 50 records
     /// after their original.

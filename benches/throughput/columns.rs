@@ -17,7 +17,7 @@ pub struct Column {
 
 /// In order: batch time, throughput, requests per record (all, then by
 /// operation), capacity units per record, DynamoDB Local's own time.
-pub const COLUMNS: [Column; 14] = [
+pub const COLUMNS: [Column; 16] = [
     Column {
         csv: "batch_ms_p50",
         table: "p50 ms",
@@ -129,5 +129,21 @@ pub const COLUMNS: [Column; 14] = [
         table_decimals: 2,
         csv_decimals: 3,
         value: Row::service_ms,
+    },
+    Column {
+        csv: "overlapping_transactions_per_record",
+        table: "overlap",
+        width: 7,
+        table_decimals: 3,
+        csv_decimals: 4,
+        value: Row::overlaps_per_record,
+    },
+    Column {
+        csv: "refused_transactions_per_record",
+        table: "refused",
+        width: 7,
+        table_decimals: 3,
+        csv_decimals: 4,
+        value: Row::refused_per_record,
     },
 ];

@@ -1,9 +1,13 @@
 //! The simulated network round trip: a wrapper around the SDK's HTTP client
 //! that delays every DynamoDB request and times DynamoDB Local's own part.
+//! It also counts the transactions sent while another one touching a common
+//! item was in flight (DynamoDB in AWS cancels those with
+//! `TransactionConflict`; DynamoDB Local queues them), and the transactions
+//! refused (a condition failed: the cost of splitting a group).
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
@@ -14,6 +18,8 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use exactly_once::dynamo::RequestCounter;
+
+use crate::transactions::{InFlight, transaction_items};
 
 /// An HTTP client whose every request first waits `delay`, and which times
 /// the real request (DynamoDB Local's answer, without the simulated delay).
@@ -31,16 +37,31 @@ struct DelayedHttpClient {
 pub struct ServiceTime {
     pub requests: Arc<AtomicU64>,
     pub micros: Arc<AtomicU64>,
+    /// Transactions sent while another on a common item was in flight.
+    pub overlaps: Arc<AtomicU64>,
+    /// Transactions answered 400 (cancelled: a condition failed).
+    pub refused: Arc<AtomicU64>,
+    transactions: Arc<Mutex<InFlight>>,
 }
 
 impl ServiceTime {
     pub fn reset(&self) {
-        self.requests.store(0, Relaxed);
-        self.micros.store(0, Relaxed);
+        for counter in [&self.requests, &self.micros, &self.overlaps, &self.refused] {
+            counter.store(0, Relaxed);
+        }
     }
 
     pub fn read(&self) -> (u64, u64) {
         (self.requests.load(Relaxed), self.micros.load(Relaxed))
+    }
+
+    /// Overlapping and refused transactions.
+    pub fn transactions(&self) -> (u64, u64) {
+        (self.overlaps.load(Relaxed), self.refused.load(Relaxed))
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.transactions.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -76,8 +97,27 @@ impl HttpConnector for DelayedConnector {
             if !delay.is_zero() {
                 tokio::time::sleep(delay.saturating_sub(TIMER_ROUNDING)).await;
             }
+            let operation = request
+                .headers()
+                .get("x-amz-target")
+                .and_then(|target| target.rsplit('.').next())
+                .unwrap_or_default()
+                .to_owned();
+            let items = transaction_items(&operation, request.body().bytes().unwrap_or_default());
+            let ticket = {
+                let mut in_flight = served.in_flight();
+                if in_flight.conflicts(&items).contains(&true) {
+                    served.overlaps.fetch_add(1, Relaxed);
+                }
+                in_flight.send(items)
+            };
             let started = Instant::now();
             let response = inner.call(request).await;
+            served.in_flight().answered(ticket);
+            let refused = response.as_ref().is_ok_and(|r| r.status().as_u16() == 400);
+            if operation == "TransactWriteItems" && refused {
+                served.refused.fetch_add(1, Relaxed);
+            }
             served.requests.fetch_add(1, Relaxed);
             served
                 .micros

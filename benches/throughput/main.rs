@@ -39,6 +39,8 @@ mod report;
 mod row;
 mod scenarios;
 mod targets;
+#[path = "../../tests/support/transactions.rs"]
+mod transactions;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -151,7 +153,14 @@ async fn run() {
         std::fs::write(&csv_path, report::csv(&rows)).expect("write results.csv");
         let svg_path = out_dir.join("batch-time-vs-rtt.svg");
         chart::chart(&rows, "new-1000x4p", &svg_path).expect("chart");
-        println!("wrote {} and {}", csv_path.display(), svg_path.display());
+        let hot_path = out_dir.join("hot-account.svg");
+        chart::hot_chart(&rows, 5, &hot_path).expect("chart");
+        println!(
+            "wrote {}, {} and {}",
+            csv_path.display(),
+            svg_path.display(),
+            hot_path.display()
+        );
     }
     println!("in {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -56,6 +56,8 @@ impl Meter {
                 requests: BTreeMap::new(),
                 units: CapacityUnits::default(),
                 served: (0, 0),
+                overlaps: 0,
+                refused: 0,
                 failures: 0,
             },
         }
@@ -89,13 +91,15 @@ impl Meter {
         row.units = row.units + self.capacity.total();
         let (requests, micros) = self.served.read();
         row.served = (row.served.0 + requests, row.served.1 + micros);
+        let (overlaps, refused) = self.served.transactions();
+        (row.overlaps, row.refused) = (row.overlaps + overlaps, row.refused + refused);
         row.failures += unfinished;
     }
 
     fn done(self) -> Row {
         let row = self.row;
         eprintln!(
-            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  {:>5.2} WCU/record  DynamoDB Local {:>5.1} ms/request{}",
+            "  {:<22} {:<9} rtt {:>2} ms: p50 {:>9.1} ms  {:>6.3} req/record  {:>5.2} WCU/record  DynamoDB Local {:>5.1} ms/request  overlaps {} refused {}{}",
             row.scenario,
             row.mode.name(),
             row.rtt_ms,
@@ -103,6 +107,8 @@ impl Meter {
             row.per_record(None),
             row.units_per_record().write,
             row.service_ms(),
+            row.overlaps,
+            row.refused,
             if row.failures > 0 {
                 format!("  ({} records NOT finished)", row.failures)
             } else {
@@ -121,6 +127,22 @@ pub async fn measure(
     mode: Mode,
     rtt_ms: u64,
     reps: usize,
+) -> Vec<Row> {
+    measure_grouped(env, scenario, make, measure, mode, rtt_ms, reps, None).await
+}
+
+/// [`measure`], with `MAX_RECORDS_PER_TRANSACTION` set to `group` (None:
+/// the environment's, or the default).
+#[allow(clippy::too_many_arguments)]
+pub async fn measure_grouped(
+    env: &Env,
+    scenario: &'static str,
+    make: &dyn Fn(&str) -> Batch,
+    measure: Measure,
+    mode: Mode,
+    rtt_ms: u64,
+    reps: usize,
+    group: Option<usize>,
 ) -> Vec<Row> {
     let (cold_name, warm_name) = match measure {
         Measure::New => (scenario, scenario),
@@ -144,14 +166,14 @@ pub async fn measure(
         let (event, works) = (batch.event(), batch.works());
         match measure {
             Measure::New => {
-                let processor = Processor::new(env, &cold_client, mode, &prefix);
+                let processor = Processor::new(env, &cold_client, mode, &prefix, group);
                 cold.time(&processor, &batch, &event, &works).await;
             }
             Measure::Replay => {
-                let first = Processor::new(env, &warm_client, mode, &prefix);
+                let first = Processor::new(env, &warm_client, mode, &prefix, group);
                 let unfinished = first.process(&batch, &event, &works).await;
                 assert_eq!(unfinished, 0, "{scenario}: the first delivery must finish");
-                let fresh = Processor::new(env, &cold_client, mode, &prefix);
+                let fresh = Processor::new(env, &cold_client, mode, &prefix, group);
                 cold.time(&fresh, &batch, &event, &works).await;
                 warm.time(&first, &batch, &event, &works).await;
             }

@@ -84,7 +84,8 @@ pub enum Processor {
 }
 
 impl Processor {
-    pub fn new(env: &Env, client: &Client, mode: Mode, prefix: &str) -> Self {
+    /// `group`: `MAX_RECORDS_PER_TRANSACTION` (None: the environment's).
+    pub fn new(env: &Env, client: &Client, mode: Mode, prefix: &str, group: Option<usize>) -> Self {
         let vars: BTreeMap<&str, String> = BTreeMap::from([
             ("IDEMPOTENCY_TABLE", env.idempotency_table.clone()),
             ("IDEMPOTENCY_KEY_PREFIX", prefix.to_owned()),
@@ -92,6 +93,7 @@ impl Processor {
         ]);
         // The function's concurrency settings come from the environment, as in Lambda.
         let settings = Settings::from_lookup(|name| match name {
+            "MAX_RECORDS_PER_TRANSACTION" if group.is_some() => group.map(|g| g.to_string()),
             "MAX_IN_FLIGHT" | "CLAIM_AHEAD" | "MAX_RECORDS_PER_TRANSACTION" => {
                 std::env::var(name).ok()
             }
@@ -99,8 +101,11 @@ impl Processor {
         })
         .expect("bench settings");
         let store = DynamoDbStore::new(client.clone(), settings.store);
+        // A merchant ledger: no balance below 0 (what the overdraft
+        // scenario's debits meet).
         let handler =
-            LedgerHandler::new(client.clone(), env.ledger_table.clone(), mode.ledger_mode());
+            LedgerHandler::new(client.clone(), env.ledger_table.clone(), mode.ledger_mode())
+                .with_floor(Some(0));
         match mode {
             Mode::Baseline => {
                 let config = EngineConfig {

@@ -26,6 +26,10 @@ pub struct Row {
     pub units: CapacityUnits,
     /// Requests that reached DynamoDB Local, and their time there (µs).
     pub served: (u64, u64),
+    /// Transactions sent while another touching a common item was in
+    /// flight (what DynamoDB in AWS cancels), and transactions refused.
+    pub overlaps: u64,
+    pub refused: u64,
     pub failures: usize,
 }
 
@@ -62,6 +66,17 @@ impl Row {
     /// Records processed, all repetitions.
     fn processed(&self) -> f64 {
         (self.records * self.batch_ms.len()) as f64
+    }
+
+    /// Overlapping transactions per record: 0 means the function never
+    /// conflicts with itself.
+    pub fn overlaps_per_record(&self) -> f64 {
+        self.overlaps as f64 / self.processed()
+    }
+
+    /// Refused transactions per record (the cost of split groups).
+    pub fn refused_per_record(&self) -> f64 {
+        self.refused as f64 / self.processed()
     }
 
     /// Requests per record of `operation` (None: all).

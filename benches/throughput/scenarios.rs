@@ -2,13 +2,24 @@
 
 use crate::Env;
 use crate::batches::Batch;
-use crate::measure::{Measure, WARM_UP, measure};
+use crate::measure::{Measure, WARM_UP, measure, measure_grouped};
 use crate::processor::Mode;
 use crate::row::Row;
 
 /// Simulated round trips of the main scenarios and of the chart.
 const RTT_MAIN_MS: [u64; 2] = [0, 5];
 const RTT_SWEEP_MS: [u64; 5] = [0, 1, 2, 5, 10];
+
+/// `MAX_RECORDS_PER_TRANSACTION` values of the group-size sweep (99: a hot
+/// account's 99 records and its one merged update fill DynamoDB's 100
+/// actions; distinct accounts fill it at 50).
+pub const GROUP_SIZES: [usize; 4] = [10, 25, 50, 99];
+
+/// A batch generator: the batch of a run's tag.
+type MakeBatch = dyn Fn(&str) -> Batch;
+
+/// Every `OVERDRAW_EVERY`-th payment of the overdraft scenario is refused.
+const OVERDRAW_EVERY: usize = 50;
 
 /// Warm-up rounds, each a batch of 1,000 new records in every concurrent mode.
 const WARM_UP_ROUNDS: usize = 3;
@@ -102,6 +113,63 @@ pub async fn run(env: &Env) -> Vec<Row> {
                 )
                 .await,
             );
+        }
+    }
+
+    eprintln!("(7) hot items: 1,000 payments over 4 partitions to ONE account:");
+    let hot = |tag: &str| Batch::hot_payments(tag, 1000, 4, None);
+    for rtt in RTT_MAIN_MS {
+        for mode in Mode::LOCK_FREE.into_iter().chain([Mode::Partition]) {
+            rows.extend(
+                measure(
+                    env,
+                    "hot-1000x4p",
+                    &hot,
+                    Measure::New,
+                    mode,
+                    rtt,
+                    env.reps(3),
+                )
+                .await,
+            );
+        }
+        // Each record in a transaction of its own: what a hot account cost
+        // before its increments merged.
+        for mode in [Mode::LockFreePartition, Mode::LockFreeKey] {
+            let reps = env.reps(2);
+            let one = Some(1);
+            rows.extend(
+                measure_grouped(
+                    env,
+                    "hot-1000x4p-1pertx",
+                    &hot,
+                    Measure::New,
+                    mode,
+                    rtt,
+                    reps,
+                    one,
+                )
+                .await,
+            );
+        }
+    }
+    eprintln!("(8) group size (MAX_RECORDS_PER_TRANSACTION), lock-free, 5 ms round trip:");
+    let debit = |tag: &str| Batch::hot_payments(tag, 1000, 4, Some(OVERDRAW_EVERY));
+    for group in GROUP_SIZES {
+        let scenarios: [(&str, &MakeBatch); 3] = [
+            ("new-1000x4p", &new_1000),
+            ("hot-1000x4p", &hot),
+            ("overdraw-1000x4p", &debit),
+        ];
+        for (scenario, make) in scenarios {
+            let name: &'static str = Box::leak(format!("{scenario}-g{group}").into_boxed_str());
+            for mode in [Mode::LockFreePartition, Mode::LockFreeKey] {
+                let reps = env.reps(3);
+                rows.extend(
+                    measure_grouped(env, name, make, Measure::New, mode, 5, reps, Some(group))
+                        .await,
+                );
+            }
         }
     }
 

@@ -114,6 +114,56 @@ pub fn targets(rows: &[Row]) -> String {
             ),
         );
     }
+    for mode in Mode::LOCK_FREE {
+        if let Some(hot) = find("hot-1000x4p", mode, 5) {
+            let v = hot.per_record(None);
+            line(
+                Some(v <= 0.15),
+                format!(
+                    "one hot account, 5 ms RTT, <= 0.15 requests per record ({}): {v:.3}",
+                    mode.name()
+                ),
+            );
+            if let Some(alone) = find("hot-1000x4p-1pertx", mode, 5) {
+                let speedup = alone.p(0.5) / hot.p(0.5);
+                line(
+                    Some(speedup >= 3.0),
+                    format!(
+                        "one hot account, 5 ms RTT, >= 3x faster than a transaction per record ({}): {speedup:.1}x ({:.0} ms vs {:.0} ms)",
+                        mode.name(),
+                        hot.p(0.5),
+                        alone.p(0.5)
+                    ),
+                );
+            }
+        }
+        if let (Some(floor), Some(at5)) =
+            (find("new-1000x4p", mode, 0), find("new-1000x4p", mode, 5))
+        {
+            let ratio = at5.p(0.5) / floor.p(0.5);
+            line(
+                Some(ratio <= 1.5),
+                format!(
+                    "200 accounts, 5 ms RTT within 1.5x of the store's floor at 0 ms ({}): {ratio:.2}x ({:.0} ms vs {:.0} ms)",
+                    mode.name(),
+                    at5.p(0.5),
+                    floor.p(0.5)
+                ),
+            );
+        }
+    }
+    let hot_rows = rows
+        .iter()
+        .filter(|r| r.scenario.starts_with("hot-") || r.scenario.starts_with("overdraw-"));
+    let (measured, overlaps) = hot_rows.fold((0, 0), |(n, o), r| (n + 1, o + r.overlaps));
+    if measured > 0 {
+        line(
+            Some(overlaps == 0),
+            format!(
+                "no transaction on the hot account while another is in flight (what AWS cancels as TransactionConflict), {measured} rows: {overlaps}"
+            ),
+        );
+    }
     let unfinished: usize = rows.iter().map(|r| r.failures).sum();
     line(
         Some(unfinished == 0),

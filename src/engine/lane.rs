@@ -35,6 +35,20 @@ impl LaneLog {
         self.stop
     }
 
+    /// Why a computed lock-free commit must not be sent, if so: the lane's
+    /// own stop, or the store down. Near the deadline it still goes: its
+    /// work is done and one request finishes it, as the locking path still
+    /// completes work that ended (the safety margin is for that).
+    pub fn stop_before_commit<S: Store>(&self, batch: &Batch<S>) -> Option<StopReason> {
+        match self.stop {
+            None | Some(StopReason::DeadlineNear) => batch
+                .guard
+                .is_store_down()
+                .then_some(StopReason::StoreUnavailable),
+            own => own,
+        }
+    }
+
     /// Records the next message's outcome. One not done (finished, or
     /// parked) stops the lane; the store unavailable stops the whole batch
     /// (fail closed).

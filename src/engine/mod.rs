@@ -88,7 +88,9 @@ pub struct EngineConfig {
     pub completed_cache: usize,
     /// On the lock-free path, at most this many messages share one
     /// transaction (consecutive ones of a lane, or the groups of lanes ready
-    /// at once; 1: each alone). Default 10.
+    /// at once; 1: each alone; at most 99). Default 50: the most records
+    /// with one write each that fit DynamoDB's 100 actions, and the fastest
+    /// in the benchmark's sweep (README, Benchmarks).
     pub max_records_per_transaction: usize,
     /// Whether a message stored FAILED stops its lane. Default: park.
     pub poison: PoisonPolicy,
@@ -114,7 +116,7 @@ impl Default for EngineConfig {
             max_in_flight: 64,
             claim_ahead: 16,
             completed_cache: 10_000,
-            max_records_per_transaction: 10,
+            max_records_per_transaction: 50,
             poison: PoisonPolicy::Park,
             park_refused: false,
         }

@@ -142,8 +142,8 @@ impl Settings {
                 "MAX_RECORDS_PER_TRANSACTION",
                 defaults.max_records_per_transaction,
                 |text| match text.parse::<usize>() {
-                    Ok(n) if (1..=50).contains(&n) => Ok(n),
-                    _ => Err("expected a whole number from 1 to 50".to_owned()),
+                    Ok(n) if (1..=99).contains(&n) => Ok(n),
+                    _ => Err("expected a whole number from 1 to 99".to_owned()),
                 },
             )?,
             poison: parsed(
@@ -316,7 +316,7 @@ mod tests {
             (vec![("MAX_IN_FLIGHT", "0")], "MAX_IN_FLIGHT"),
             (vec![("CLAIM_AHEAD", "many")], "CLAIM_AHEAD"),
             (
-                vec![("MAX_RECORDS_PER_TRANSACTION", "51")],
+                vec![("MAX_RECORDS_PER_TRANSACTION", "100")],
                 "MAX_RECORDS_PER_TRANSACTION",
             ),
             (vec![("COMPLETED_CACHE_SIZE", "-1")], "COMPLETED_CACHE_SIZE"),

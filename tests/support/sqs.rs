@@ -13,14 +13,19 @@ pub async fn client() -> aws_sdk_sqs::Client {
 pub async fn queue() -> (aws_sdk_sqs::Client, String) {
     let client = client().await;
     let name = format!("parked-{}", uuid::Uuid::new_v4().simple());
-    let created = client
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .expect("create a queue");
-    let url = created.queue_url().expect("a queue URL").to_owned();
-    (client, url)
+    // moto answers slowly while it warms up (many schedules of the
+    // simulation create their queues at once): a few tries.
+    for attempt in 1.. {
+        match client.create_queue().queue_name(&name).send().await {
+            Ok(created) => {
+                let url = created.queue_url().expect("a queue URL").to_owned();
+                return (client, url);
+            }
+            Err(err) if attempt >= 5 => panic!("create a queue: {err:?}"),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
+    unreachable!("the loop returns or panics")
 }
 
 /// Every message the queue holds, as JSON (received, so no longer visible).

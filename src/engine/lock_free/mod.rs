@@ -225,7 +225,7 @@ where
     ) {
         if !group.members.is_empty()
             && batch.combiner.accepts(group.members.len())
-            && log.stop_reason(batch).is_none()
+            && log.stop_before_commit(batch).is_none()
         {
             let commits = group.members.iter().map(new_commit).collect();
             if let Some(expires_at_s) = batch.combiner.commit(commits, group.footprint).await {
@@ -240,7 +240,7 @@ where
         // none planned, all the members left commit together.
         let mut plan: VecDeque<usize> = VecDeque::new();
         while !members.is_empty() {
-            if let Some(reason) = log.stop_reason(batch) {
+            if let Some(reason) = log.stop_before_commit(batch) {
                 for planned in members.drain(..) {
                     log.push(Outcome::NotStarted(reason), planned.started, batch);
                 }
