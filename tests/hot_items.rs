@@ -68,8 +68,8 @@ const ORDERINGS: [OrderingMode; 3] = [
 ];
 
 /// 100 payments to one account over 4 partitions share transactions as 100
-/// payments to 100 accounts would: 2 transactions of 50 (the default
-/// `MAX_RECORDS_PER_TRANSACTION`), each with ONE merged update of the
+/// payments to 100 accounts would: 2 transactions of 50
+/// (`MAX_RECORDS_PER_TRANSACTION=50`), each with ONE merged update of the
 /// account, in every ordering mode (in `key` and `none`, across lanes,
 /// through the combiner).
 #[tokio::test]
@@ -84,7 +84,10 @@ async fn a_hot_accounts_payments_share_transactions_in_every_ordering_mode() {
             &config,
             LedgerMode::LockFree,
             ordering,
-            EngineConfig::default(),
+            EngineConfig {
+                max_records_per_transaction: 50,
+                ..EngineConfig::default()
+            },
             Some(0),
         );
         assert_eq!(

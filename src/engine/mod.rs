@@ -88,9 +88,10 @@ pub struct EngineConfig {
     pub completed_cache: usize,
     /// On the lock-free path, at most this many messages share one
     /// transaction (consecutive ones of a lane, or the groups of lanes ready
-    /// at once; 1: each alone; at most 99). Default 50: the most records
-    /// with one write each that fit DynamoDB's 100 actions, and the fastest
-    /// in the benchmark's sweep (README, Benchmarks).
+    /// at once; 1: each alone; at most 99). Default 10: larger groups are
+    /// faster for a batch alone (the benchmark's sweep, README), but under a
+    /// heavy concurrent load their 100-action transactions outlast request
+    /// timeouts (README, Benchmarks); raise it for hot items.
     pub max_records_per_transaction: usize,
     /// Whether a message stored FAILED stops its lane. Default: park.
     pub poison: PoisonPolicy,
@@ -116,7 +117,7 @@ impl Default for EngineConfig {
             max_in_flight: 64,
             claim_ahead: 16,
             completed_cache: 10_000,
-            max_records_per_transaction: 50,
+            max_records_per_transaction: 10,
             poison: PoisonPolicy::Park,
             park_refused: false,
         }

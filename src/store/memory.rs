@@ -7,7 +7,8 @@
 //!
 //! Its effects are increments of named counters ([`CounterEffect`]), with a
 //! floor checked in the same step as the completion: enough to model a
-//! ledger's balances. Its clock is tokio's, so tests with paused time see
+//! ledger's balances. [`Increment`]s are kept per item and attribute
+//! ([`MemoryStore::number`]), merged per item as every backend merges them. Its clock is tokio's, so tests with paused time see
 //! leases end without waiting.
 
 use std::collections::HashMap;

@@ -306,9 +306,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Its configuration.
     fn config(&self) -> &StoreConfig;
 
-    /// The item an effect writes (`table/key`), when the store can tell:
-    /// effects on distinct items may share a transaction. `None`: the
-    /// effect commits alone.
+    /// The item an effect writes, when the store can tell, named as
+    /// [`Increment::item`] names an incremented item (`table/key="value"`):
+    /// effects on distinct items may share a transaction, and two commits
+    /// touching one item are never in flight together. `None`: the effect
+    /// commits alone, with nothing else in flight.
     fn touched(effect: &Self::Effect) -> Option<String>;
 
     /// Claim: create the STARTED item at version 1 for `pk`, only if the
