@@ -1,23 +1,47 @@
 #!/usr/bin/env bash
 # The demo: runs the Lambda function locally (cargo lambda watch) against
-# DynamoDB Local and sends it the sample events of events/, one after another,
-# printing each response and the ledger and idempotency tables after each step.
+# DynamoDB Local (or PostgreSQL) and sends it the sample events of events/,
+# one after another, printing each response and the ledger and idempotency
+# tables after each step.
 #
-#   infra/demo.sh
+#   infra/demo.sh                   # IDEMPOTENCY_STORE=dynamodb
+#   infra/demo.sh --store postgres  # IDEMPOTENCY_STORE=postgres
 #
 # Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
-# own, recreates the tables idempotency-demo and ledger-demo, and stops
-# everything it started when it ends, however it ends. Checks every response and the final balances
-# against what the events imply; exits 1 when one differs.
-# The function's log: .cache/demo/watch.log.
+# own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh), recreates
+# the tables idempotency-demo and ledger-demo (on PostgreSQL: migrated by
+# `exactly-once-ops migrate` into idempotency_demo and ledger_demo), and stops
+# everything it started when it ends, however it ends. Checks every response
+# and the final balances against what the events imply; exits 1 when one
+# differs. The function's log: .cache/demo/watch.log.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 READY_TIMEOUT=${DEMO_READY_TIMEOUT:-600} # seconds for the first build and start
-IDEMPOTENCY_TABLE=idempotency-demo
-LEDGER_TABLE=ledger-demo
+store=dynamodb
+case "${1:-}" in
+  "") ;;
+  --store)
+    store="${2:-}"
+    [[ "$store" == dynamodb || "$store" == postgres ]] || {
+      echo "usage: $0 [--store dynamodb|postgres]" >&2
+      exit 2
+    }
+    ;;
+  *)
+    echo "usage: $0 [--store dynamodb|postgres]" >&2
+    exit 2
+    ;;
+esac
+if [[ "$store" == postgres ]]; then
+  IDEMPOTENCY_TABLE=idempotency_demo
+  LEDGER_TABLE=ledger_demo
+else
+  IDEMPOTENCY_TABLE=idempotency-demo
+  LEDGER_TABLE=ledger-demo
+fi
 work="$root/.cache/demo"
 watch_log="$work/watch.log"
 
@@ -27,6 +51,7 @@ now_ms() { date +%s%3N; }
 
 watch_pid=""
 started_ddb=false
+started_pg=false
 cleanup() {
   local status=$?
   if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
@@ -39,6 +64,9 @@ cleanup() {
   fi
   if $started_ddb; then
     infra/dynamodb-local.sh stop || true
+  fi
+  if $started_pg; then
+    infra/postgres-local.sh stop || true
   fi
   exit "$status"
 }
@@ -57,17 +85,32 @@ step "sample events are up to date (events/generate.py --check)"
 python3 events/generate.py --check
 echo "events/: up to date"
 
-step "DynamoDB Local"
-# Always a server of the demo's own (infra/dynamodb-local.sh start never
-# reuses one), stopped by cleanup.
-started_ddb=true
-eval "$(infra/dynamodb-local.sh start)"
-export AWS_ENDPOINT_URL_DYNAMODB
-echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+store_env=()
+if [[ "$store" == postgres ]]; then
+  step "PostgreSQL (infra/postgres-local.sh)"
+  started_pg=true
+  eval "$(infra/postgres-local.sh start)"
+  echo "DATABASE_URL=$DATABASE_URL"
+  psql_demo() { "$POSTGRES_LOCAL_BIN/psql" "${DATABASE_URL%%\?*}" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
-step "tables $IDEMPOTENCY_TABLE and $LEDGER_TABLE (fresh)"
-infra/show_tables.py --idempotency "$IDEMPOTENCY_TABLE" --ledger "$LEDGER_TABLE" --drop
-infra/local_tables.py --table "IdempotencyTable=$IDEMPOTENCY_TABLE" --table "LedgerTable=$LEDGER_TABLE"
+  step "tables $IDEMPOTENCY_TABLE and $LEDGER_TABLE (exactly-once-ops migrate)"
+  IDEMPOTENCY_STORE=postgres IDEMPOTENCY_TABLE="$IDEMPOTENCY_TABLE" \
+    cargo run -q --bin exactly-once-ops -- migrate --ledger-table "$LEDGER_TABLE"
+  store_env=(--env-var "IDEMPOTENCY_STORE=postgres" --env-var "DATABASE_URL=$DATABASE_URL")
+else
+  step "DynamoDB Local"
+  # Always a server of the demo's own (infra/dynamodb-local.sh start never
+  # reuses one), stopped by cleanup.
+  started_ddb=true
+  eval "$(infra/dynamodb-local.sh start)"
+  export AWS_ENDPOINT_URL_DYNAMODB
+  echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+
+  step "tables $IDEMPOTENCY_TABLE and $LEDGER_TABLE (fresh)"
+  infra/show_tables.py --idempotency "$IDEMPOTENCY_TABLE" --ledger "$LEDGER_TABLE" --drop
+  infra/local_tables.py --table "IdempotencyTable=$IDEMPOTENCY_TABLE" --table "LedgerTable=$LEDGER_TABLE"
+  store_env=(--env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB")
+fi
 
 step "cargo lambda watch"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -77,7 +120,7 @@ setsid cargo lambda watch --ignore-changes \
   --invoke-address 127.0.0.1 --invoke-port "$port" --bin msk-handler \
   --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE" \
   --env-var "LEDGER_TABLE=$LEDGER_TABLE" \
-  --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB" \
+  "${store_env[@]}" \
   --env-var "AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \
   --env-var "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" \
@@ -130,7 +173,39 @@ print(" ".join(sorted("%s@%s" % (i["partition"], i["offset"]) for i in ids)))'
 }
 
 show() {
-  infra/show_tables.py --ledger "$LEDGER_TABLE" --idempotency "$IDEMPOTENCY_TABLE" --max-rows 40
+  if [[ "$store" == postgres ]]; then
+    psql_demo -c "SELECT account_id, balance_cents, payment_count FROM $LEDGER_TABLE ORDER BY account_id" \
+      -c "SELECT status, count(*) AS keys FROM $IDEMPOTENCY_TABLE GROUP BY status ORDER BY status" \
+      -c "SELECT pk, status, version, attempts, origin, error FROM $IDEMPOTENCY_TABLE \
+          WHERE status <> 'COMPLETED' OR (SELECT count(*) FROM $IDEMPOTENCY_TABLE) <= 40 ORDER BY pk"
+  else
+    infra/show_tables.py --ledger "$LEDGER_TABLE" --idempotency "$IDEMPOTENCY_TABLE" --max-rows 40
+  fi
+}
+
+# check_balances ACCOUNT=CENTS[|CENTS...]...: each account's balance is one of
+# the listed values (0 for an absent account); 1 when one is not.
+check_balances() {
+  if [[ "$store" != postgres ]]; then
+    local args=()
+    for e in "$@"; do args+=(--expect "$e"); done
+    infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}"
+    return
+  fi
+  local e account allowed balance wrong=0
+  for e in "$@"; do
+    account="${e%%=*}" allowed="${e#*=}"
+    # Variables are interpolated in psql's input, not in -c.
+    balance="$(psql_demo -At -v account="$account" <<<"SELECT coalesce((SELECT balance_cents \
+      FROM $LEDGER_TABLE WHERE account_id = :'account'), 0)")"
+    if [[ "|$allowed|" == *"|$balance|"* ]]; then
+      echo "$account: $balance as expected"
+    else
+      echo "$account: $balance, expected $allowed"
+      wrong=1
+    fi
+  done
+  return "$wrong"
 }
 
 surprises=0
@@ -216,9 +291,7 @@ expect=(acc-1=3500 acc-2=1575 acc-3=500 acc-4=900 acc-5=3300 acc-6=4200
   # 10200 when payments-1's copy of pay-conflict-1 (9900) wins the race.
   "acc-7=1800|10200" acc-9=750 acc-10=0)
 while read -r line; do expect+=("${line%% *}"); done < <(python3 events/generate.py --balances)
-args=()
-for e in "${expect[@]}"; do args+=(--expect "$e"); done
-infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}" || surprises=$((surprises + 1))
+check_balances "${expect[@]}" || surprises=$((surprises + 1))
 
 if ((surprises > 0)); then
   if grep -q "deadline is within the safety margin" "$watch_log"; then
@@ -229,4 +302,4 @@ if ((surprises > 0)); then
   step "demo finished with $surprises unexpected result(s); function log: $watch_log"
   exit 1
 fi
-step "demo finished: every response and balance as expected"
+step "demo finished ($store): every response and balance as expected"

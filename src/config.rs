@@ -84,6 +84,36 @@ impl StoreConfig {
     }
 }
 
+/// Which backend holds the idempotency items (`IDEMPOTENCY_STORE`), chosen
+/// at start in the one binary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreKind {
+    /// DynamoDB (the default): the tables of template.yaml.
+    #[default]
+    DynamoDb,
+    /// PostgreSQL: `DATABASE_URL` (see [`crate::store::postgres::connect`]).
+    Postgres,
+}
+
+impl StoreKind {
+    /// Parses `IDEMPOTENCY_STORE`: `dynamodb` or `postgres`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "dynamodb" => Ok(Self::DynamoDb),
+            "postgres" => Ok(Self::Postgres),
+            other => Err(format!(
+                "unknown store {other:?}; expected dynamodb or postgres"
+            )),
+        }
+    }
+
+    /// `IDEMPOTENCY_STORE` read through `lookup` (unset or empty: DynamoDB).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
+        parsed(var, "IDEMPOTENCY_STORE", Self::DynamoDb, Self::parse)
+    }
+}
+
 /// What happens to an idempotency key longer than the store's limit on a
 /// partition key (2048 bytes with its prefix on DynamoDB).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,7 +2,9 @@
 //! to an account's balance, which is deliberately not idempotent by itself:
 //! a repeated payment shows as a wrong balance. The balance update is an
 //! [`Increment`] (DynamoDB `ADD`), so a hot account's payments merge into
-//! shared transactions, and the ledger runs on every store.
+//! shared transactions, and the ledger runs on every store (its table a
+//! DynamoDB table or a SQL table `account_id TEXT PRIMARY KEY,
+//! balance_cents BIGINT, payment_count BIGINT`).
 
 use std::collections::HashMap;
 
@@ -16,6 +18,7 @@ use crate::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHa
 use crate::lambda::KafkaRecord;
 use crate::redact::json_error;
 use crate::store::Increment;
+use crate::store::postgres::PostgresStore;
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -83,6 +86,9 @@ impl LedgerMode {
     }
 }
 
+/// The variable naming the ledger's table.
+pub const TABLE_ENV: &str = "LEDGER_TABLE";
+
 /// The environment variables the ledger reads.
 pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE", "LEDGER_MIN_BALANCE_CENTS"];
 
@@ -134,26 +140,48 @@ const ADD_PAYMENT: &str = "ADD balance_cents :amount, payment_count :one";
 /// Applies payments to the balances of the ledger table (hash key
 /// `account_id`, attributes `balance_cents` and `payment_count`).
 pub struct LedgerHandler {
-    client: Client,
+    direct: DirectWriter,
     table: String,
     mode: LedgerMode,
     min_balance_cents: Option<i64>,
 }
 
+/// Where `direct` mode writes a balance on its own, outside the completion.
+enum DirectWriter {
+    DynamoDb(Client),
+    Postgres(Box<PostgresStore>),
+}
+
 impl LedgerHandler {
-    /// A ledger on `table`, applying payments as `mode` says, unbounded.
+    /// A ledger on the DynamoDB table `table`, applying payments as `mode`
+    /// says, unbounded.
     pub fn new(client: Client, table: impl Into<String>, mode: LedgerMode) -> Self {
+        Self::with_writer(DirectWriter::DynamoDb(client), table.into(), mode)
+    }
+
+    /// A ledger on the SQL table `table` of `store`'s database.
+    pub fn on_postgres(store: PostgresStore, table: impl Into<String>, mode: LedgerMode) -> Self {
+        Self::with_writer(DirectWriter::Postgres(Box::new(store)), table.into(), mode)
+    }
+
+    fn with_writer(direct: DirectWriter, table: String, mode: LedgerMode) -> Self {
         Self {
-            client,
-            table: table.into(),
+            direct,
+            table,
             mode,
             min_balance_cents: None,
         }
     }
 
-    /// A ledger as `settings` say.
+    /// A ledger on DynamoDB as `settings` say.
     pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
         Self::new(client, settings.table, settings.mode).with_floor(settings.min_balance_cents)
+    }
+
+    /// A ledger on PostgreSQL as `settings` say.
+    pub fn from_settings_on_postgres(store: PostgresStore, settings: LedgerSettings) -> Self {
+        Self::on_postgres(store, settings.table, settings.mode)
+            .with_floor(settings.min_balance_cents)
     }
 
     /// Payments may not take a balance below `min_balance_cents` (`None`:
@@ -180,6 +208,32 @@ impl LedgerHandler {
             None => account.add("balance_cents", payment.amount_cents),
         };
         account.add("payment_count", 1)
+    }
+
+    /// Direct mode: the balance update on its own, committed at once.
+    async fn apply_now(&self, payment: &Payment) -> Result<(), HandlerError> {
+        // The payment itself is fine: a ledger write that fails is retried.
+        let failed =
+            |message: String| HandlerError::Retryable(format!("ledger update failed: {message}"));
+        match &self.direct {
+            DirectWriter::DynamoDb(client) => {
+                let (name, key) = Self::key(payment);
+                client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key(name, key)
+                    .update_expression(ADD_PAYMENT)
+                    .set_expression_attribute_values(Some(Self::values(payment)))
+                    .send()
+                    .await
+                    .map_err(|err| failed(DisplayErrorContext(&err).to_string()))?;
+            }
+            DirectWriter::Postgres(store) => store
+                .apply(&self.increment(payment))
+                .await
+                .map_err(|err| failed(err.to_string()))?,
+        }
+        Ok(())
     }
 
     fn values(payment: &Payment) -> HashMap<String, AttributeValue> {
@@ -222,22 +276,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for LedgerHandler {
                 Ok(Completion::done(payment.summary()).increment(self.increment(&payment)))
             }
             LedgerMode::Direct => {
-                let (name, key) = Self::key(&payment);
-                self.client
-                    .update_item()
-                    .table_name(&self.table)
-                    .key(name, key)
-                    .update_expression(ADD_PAYMENT)
-                    .set_expression_attribute_values(Some(Self::values(&payment)))
-                    .send()
-                    .await
-                    // The payment itself is fine: a ledger write that fails is retried.
-                    .map_err(|err| {
-                        HandlerError::Retryable(format!(
-                            "ledger update failed: {}",
-                            DisplayErrorContext(&err)
-                        ))
-                    })?;
+                self.apply_now(&payment).await?;
                 Ok(Completion::done(payment.summary()))
             }
         }

@@ -29,7 +29,8 @@ pub mod ops;
 pub mod redact;
 pub mod store;
 
-pub use config::{LongKeyPolicy, StoreConfig};
+pub use config::{LongKeyPolicy, StoreConfig, StoreKind};
 pub use store::dynamodb::DynamoDbStore;
 pub use store::memory::MemoryStore;
+pub use store::postgres::PostgresStore;
 pub use store::{ClaimOutcome, ClaimRequest, Lease, Status, Store, StoreError, StoredItem};

@@ -5,6 +5,9 @@
 //! `KILL_TEST_KILLS` sets how many kills each mode's storm makes (default
 //! 200), `KILL_TEST_SEED` replays a storm's schedule.
 //!
+//! The storms run on the store `TEST_STORE` names (`dynamodb`, the default,
+//! or `postgres`: `infra/test.sh` runs the ledger storms on both).
+//!
 //! The charge storm runs a handler on the locking path that calls a real
 //! downstream payment API (`support::charges`, loopback HTTP) with the
 //! fencing token's idempotency key, and kills its workers or steals their
@@ -26,10 +29,13 @@ use exactly_once::engine::{
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::MskFunction;
 use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
-use exactly_once::{DynamoDbStore, Status, StoreConfig};
+use exactly_once::{DynamoDbStore, PostgresStore, Status, StoreConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
+use support::msk::{
+    account, balance, event, header_keys, invoke, payment, payment_stream, reported,
+    stream_balances,
+};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -66,6 +72,21 @@ fn ledger(client: aws_sdk_dynamodb::Client, mode: &str) -> LedgerHandler {
     LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
 }
 
+/// Whether the storms run on PostgreSQL (`TEST_STORE=postgres`; worker
+/// processes inherit it).
+fn on_postgres() -> bool {
+    std::env::var("TEST_STORE").is_ok_and(|store| store == "postgres")
+}
+
+/// `(balance_cents, payment_count)` of `account` in the ledger of the
+/// store the storms run on.
+async fn ledger_entry(account: &str) -> (i64, i64) {
+    match on_postgres() {
+        true => support::postgres::ledger_entry(&support::postgres::pool().await, account).await,
+        false => support::msk::ledger_entry(account).await,
+    }
+}
+
 /// The ledger, announcing each key whose work runs (after its claim on the
 /// locking path) on stdout; or, with `charge_api`, a payment API's client.
 struct Announced {
@@ -74,7 +95,7 @@ struct Announced {
     charge_api: Option<SocketAddr>,
 }
 
-impl RecordHandler<TransactWriteItem> for Announced {
+impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Announced {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -88,7 +109,7 @@ impl RecordHandler<TransactWriteItem> for Announced {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion<TransactWriteItem>, HandlerError> {
+    ) -> Result<Completion<E>, HandlerError> {
         println!("WORKER CLAIMED {} v{}", token.key, token.version);
         if self.pause {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -116,23 +137,50 @@ async fn worker_process() {
     let batches: Vec<Value> =
         serde_json::from_slice(&std::fs::read(&config.batches).expect("batches file"))
             .expect("batches");
-    let client = support::client().await;
-    let store = DynamoDbStore::new(client.clone(), store_config(&config));
-    let handler = Announced {
-        ledger: ledger(client, &config.mode),
+    let announced = |ledger| Announced {
+        ledger,
         pause: config.pause_in_handler,
         charge_api: config.charge_api,
     };
+    if on_postgres() {
+        let pool = support::postgres::pool().await;
+        let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
+            .expect("store");
+        let mode = LedgerMode::parse(&config.mode).expect("a ledger mode");
+        let ledger = LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode);
+        work(store, announced(ledger), &batches, config.first_batch).await;
+    } else {
+        let client = support::client().await;
+        let store = DynamoDbStore::new(client.clone(), store_config(&config));
+        work(
+            store,
+            announced(ledger(client, &config.mode)),
+            &batches,
+            config.first_batch,
+        )
+        .await;
+    }
+}
+
+/// A worker's life: each batch from `first`, delivered again until nothing
+/// is reported, as Lambda does.
+async fn work<S: Store>(store: S, handler: Announced, batches: &[Value], first: usize)
+where
+    Announced: RecordHandler<S::Effect, Record = KafkaRecord>,
+{
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     );
-    for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
+    for (index, batch) in batches.iter().enumerate().skip(first) {
         // Like Lambda: the batch comes again until nothing is reported.
-        while !invoke(&function, batch)
+        while !function
+            .handle(lambda_runtime::LambdaEvent::new(
+                batch.clone(),
+                lambda_runtime::Context::default(),
+            ))
             .await
-            .batch_item_failures
-            .is_empty()
+            .is_ok_and(|response| response.batch_item_failures.is_empty())
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -378,27 +426,7 @@ async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
     while storm.kills < kills {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
-        let batches: Vec<Value> = (0..8)
-            .map(|b| {
-                let partition = |p: i64| {
-                    (0..5)
-                        .map(|i| {
-                            let n = b * 10 + p * 5 + i;
-                            payment(
-                                b * 5 + i,
-                                &format!("{stream}-{n}"),
-                                &accounts[n as usize % 4],
-                                n + 1,
-                            )
-                        })
-                        .collect()
-                };
-                event(vec![
-                    ("payments-0", partition(0)),
-                    ("payments-1", partition(1)),
-                ])
-            })
-            .collect();
+        let batches = payment_stream(&stream, &accounts, 8);
         let mut config = WorkerConfig {
             key_prefix: format!("storm-{}#", uuid::Uuid::new_v4()),
             mode: mode.into(),
@@ -419,12 +447,9 @@ async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
             storm.kills += 1;
         }
         let _ = std::fs::remove_file(&config.batches);
-        let (mut counted, mut expected) = (0i64, vec![0i64; 4]);
-        for n in 0..80 {
-            expected[n % 4] += n as i64 + 1;
-        }
-        for (account, expected) in accounts.iter().zip(expected) {
-            let (balance, payments) = support::msk::ledger_entry(account).await;
+        let mut counted = 0i64;
+        for (account, expected) in accounts.iter().zip(stream_balances(&accounts, 8)) {
+            let (balance, payments) = ledger_entry(account).await;
             counted += payments;
             storm.wrong_balances += usize::from(balance != expected);
             storm.short_balances += usize::from(balance < expected);
@@ -453,7 +478,12 @@ fn seed() -> u64 {
 async fn exactly_once_storm(mode: &str) {
     let seed = seed();
     let storm = storm(mode, kills_wanted(), seed).await;
-    println!("{mode} storm (KILL_TEST_SEED={seed}): {storm:?}");
+    let store = if on_postgres() {
+        "PostgreSQL"
+    } else {
+        "DynamoDB"
+    };
+    println!("{mode} storm on {store} (KILL_TEST_SEED={seed}): {storm:?}");
     assert!(storm.kills >= kills_wanted());
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),

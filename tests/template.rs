@@ -74,6 +74,7 @@ fn the_function_sets_exactly_the_variables_the_code_reads() {
     let read: BTreeSet<&str> = settings::ENV_VARS
         .iter()
         .chain(ledger::ENV_VARS)
+        .chain(exactly_once::store::postgres::connect::ENV_VARS)
         .copied()
         .collect();
     assert_eq!(variables, read);

@@ -1,12 +1,15 @@
 //! The Lambda function: MSK events in, payments applied to the ledger exactly
-//! once, a partial batch response out.
+//! once, a partial batch response out. The idempotency store is chosen at
+//! start (`IDEMPOTENCY_STORE`): DynamoDB (the default) or PostgreSQL.
 
-use exactly_once::DynamoDbStore;
 use exactly_once::dynamo::{self, RequestCounter};
-use exactly_once::engine::Engine;
+use exactly_once::engine::{Engine, RecordHandler};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
-use exactly_once::lambda::{MskFunction, Settings};
+use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerSettings};
+use exactly_once::store::postgres::schema::{self, SchemaError, TableKind};
+use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
+use exactly_once::{DynamoDbStore, Store, StoreKind};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -15,21 +18,62 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
     let ledger = LedgerSettings::from_lookup(|name| std::env::var(name).ok())?;
-    let requests = RequestCounter::default();
     let aws = dynamo::sdk_config().await;
-    let client = requests.attach(&aws_sdk_dynamodb::Client::new(&aws));
     let dead_letters = settings
         .function
         .dead_letter_queue_url
         .clone()
         .map(|url| DeadLetterQueue::new(aws_sdk_sqs::Client::new(&aws), url));
-    let store = DynamoDbStore::new(client.clone(), settings.store);
-    let handler = LedgerHandler::from_settings(client, ledger);
-    let function = MskFunction::new(
-        Engine::new(store, handler, settings.engine),
-        settings.function,
-    )
-    .with_request_counter(requests);
+    match settings.store_kind {
+        StoreKind::DynamoDb => {
+            let requests = RequestCounter::default();
+            let client = requests.attach(&aws_sdk_dynamodb::Client::new(&aws));
+            let store = DynamoDbStore::new(client.clone(), settings.store);
+            let handler = LedgerHandler::from_settings(client, ledger);
+            let function = MskFunction::new(
+                Engine::new(store, handler, settings.engine),
+                settings.function,
+            )
+            .with_request_counter(requests);
+            serve(function, dead_letters).await
+        }
+        StoreKind::Postgres => {
+            let database = DatabaseSettings::from_lookup(|name| std::env::var(name).ok())?;
+            let pool = database.pool(Some(&aws)).await?;
+            for (kind, table) in [
+                (TableKind::Idempotency, &settings.store.table_name),
+                (TableKind::Ledger, &ledger.table),
+            ] {
+                match schema::check(&pool, kind, table).await {
+                    Ok(()) => {}
+                    // Down now: every record fails closed (reported) until it is back.
+                    Err(SchemaError::Unreachable(reason)) => {
+                        tracing::warn!(%reason, "PostgreSQL unreachable at start; schema not checked");
+                    }
+                    Err(wrong) => return Err(wrong.into()),
+                }
+            }
+            let store = PostgresStore::new(pool, settings.store, database.call_timeout())?;
+            let handler = LedgerHandler::from_settings_on_postgres(store.clone(), ledger);
+            let function = MskFunction::new(
+                Engine::new(store, handler, settings.engine),
+                settings.function,
+            );
+            serve(function, dead_letters).await
+        }
+    }
+}
+
+/// Runs `function` (forwarding parked records to `dead_letters`, if any)
+/// until the runtime stops.
+async fn serve<H, S>(
+    function: MskFunction<H, S>,
+    dead_letters: Option<DeadLetterQueue>,
+) -> Result<(), Error>
+where
+    S: Store,
+    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+{
     let function = match dead_letters {
         Some(queue) => function.with_dead_letter_queue(queue),
         None => function,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{LongKeyPolicy, SettingsError, StoreConfig, parsed, required};
+use crate::config::{LongKeyPolicy, SettingsError, StoreConfig, StoreKind, parsed, required};
 use crate::engine::{EngineConfig, PoisonPolicy};
 
 use super::OrderingMode;
@@ -12,8 +12,10 @@ use super::keys::{KeySpec, MissingKeyPolicy};
 use super::report::KeyLogging;
 
 /// The environment variables this crate reads (the ledger's are in
-/// [`crate::ledger::ENV_VARS`]).
+/// [`crate::ledger::ENV_VARS`], PostgreSQL's in
+/// [`crate::store::postgres::connect::ENV_VARS`]).
 pub const ENV_VARS: &[&str] = &[
+    "IDEMPOTENCY_STORE",
     "IDEMPOTENCY_TABLE",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENCY_KEY_SOURCE",
@@ -74,6 +76,8 @@ impl FunctionSettings {
 /// Everything the MSK function needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// Which backend holds the items (`IDEMPOTENCY_STORE`).
+    pub store_kind: StoreKind,
     /// The idempotency store's settings.
     pub store: StoreConfig,
     /// The engine's settings.
@@ -194,6 +198,7 @@ impl Settings {
         // Refused records are parked only where they go whole to a queue.
         engine.park_refused = function.dead_letter_queue_url.is_some();
         Ok(Self {
+            store_kind: StoreKind::from_lookup(var)?,
             store,
             engine,
             function,

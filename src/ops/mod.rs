@@ -1,10 +1,11 @@
 //! The operator CLI `exactly-once-ops`: look at a key, find stuck keys, and
-//! move a key on by hand with the fenced operator transitions of the store.
+//! move a key on by hand with the fenced operator transitions of the store;
+//! on PostgreSQL, also create or upgrade the schema and purge expired rows.
 //!
 //! The binary (`src/bin/exactly-once-ops.rs`) only parses [`Cli`] and calls
 //! [`run`]. Exit codes: 0 done / found; 1 the key is absent (inspect) or a
 //! fenced write was refused (release, retry-failed); 2 usage or
-//! configuration error; 3 DynamoDB failed.
+//! configuration error; 3 the store failed.
 
 pub mod inspect;
 pub mod stuck;
@@ -16,7 +17,10 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use clap::{Parser, Subcommand};
 
+use crate::config::StoreKind;
 use crate::store::dynamodb::{DynamoDbStore, ScanOptions};
+use crate::store::postgres::schema::{self, TableKind};
+use crate::store::postgres::{DatabaseSettings, PostgresStore};
 use crate::store::{Listing, Status, Store, StoreError};
 use crate::{LongKeyPolicy, StoreConfig, dynamo};
 
@@ -27,10 +31,13 @@ pub const KEY_PREFIX_ENV: &str = "IDEMPOTENCY_KEY_PREFIX";
 
 /// Operator tool for the idempotency table of msk-exactly-once.
 ///
-/// Talks to DynamoDB through the standard AWS environment (credentials,
-/// AWS_REGION; AWS_ENDPOINT_URL_DYNAMODB for DynamoDB Local). Keys are given
-/// without the table's key prefix. Times are printed in UTC (RFC 3339).
-/// Exit codes: 0 done, 1 absent or refused, 2 usage, 3 DynamoDB error.
+/// The store is the function's: IDEMPOTENCY_STORE=dynamodb (the default)
+/// talks to DynamoDB through the standard AWS environment (credentials,
+/// AWS_REGION; AWS_ENDPOINT_URL_DYNAMODB for DynamoDB Local);
+/// IDEMPOTENCY_STORE=postgres to PostgreSQL through DATABASE_URL (or
+/// DATABASE_SECRET_ARN, DATABASE_IAM_AUTH). Keys are given without the
+/// table's key prefix. Times are printed in UTC (RFC 3339).
+/// Exit codes: 0 done, 1 absent or refused, 2 usage, 3 store error.
 #[derive(Debug, Parser)]
 #[command(name = "exactly-once-ops")]
 pub struct Cli {
@@ -126,6 +133,32 @@ pub enum Command {
         #[arg(long)]
         version: Option<u64>,
     },
+    /// PostgreSQL: create or upgrade the schema of the idempotency table
+    /// (and the demo ledger's table), idempotently.
+    ///
+    /// Embedded, versioned SQL, applied in ONE transaction under an advisory
+    /// lock: concurrent runs are harmless, a second run changes nothing. The
+    /// function checks the version at start and refuses to run on an older
+    /// schema.
+    Migrate {
+        /// Also the demo ledger's table [default: $LEDGER_TABLE, if set].
+        #[arg(long, value_name = "NAME")]
+        ledger_table: Option<String>,
+    },
+    /// PostgreSQL: delete rows past their `expires_at` (PostgreSQL has no
+    /// TTL; reads already treat them as absent).
+    ///
+    /// At most --batch rows per statement (rows being written are skipped),
+    /// until fewer are left or --max-batches ran. Schedule it (cron, pg_cron,
+    /// an EventBridge rule): see the README.
+    PurgeExpired {
+        /// Rows per DELETE.
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch: u32,
+        /// DELETE statements at most.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        max_batches: u32,
+    },
 }
 
 /// Exit code: the key is absent, or a fenced write was refused.
@@ -137,33 +170,32 @@ const EXIT_ERROR: u8 = 3;
 
 /// Runs one command; prints to stdout, problems to stderr.
 pub async fn run(cli: Cli) -> ExitCode {
-    let config = match store_config(&cli, |name| std::env::var(name).ok()) {
+    let env = |name: &str| std::env::var(name).ok();
+    let config = store_config(&cli, env).and_then(|config| {
+        let kind = StoreKind::from_lookup(env).map_err(|err| err.to_string())?;
+        Ok((config, kind))
+    });
+    let (config, kind) = match config {
         Ok(config) => config,
         Err(message) => {
             eprintln!("error: {message}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let ops = Ops {
-        store: DynamoDbStore::new(ops_client(dynamo::connect().await), config),
+    let backend = match kind {
+        StoreKind::DynamoDb => Backend::DynamoDb(DynamoDbStore::new(
+            ops_client(dynamo::connect().await),
+            config,
+        )),
+        StoreKind::Postgres => match postgres_store(config, env).await {
+            Ok(store) => Backend::Postgres(store),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
     };
-    let result = match cli.command {
-        Command::Inspect { key } => ops.inspect(&key).await,
-        Command::Stuck {
-            older_than,
-            segments,
-            page_size,
-        } => {
-            let listing = Listing::Stuck { older_than };
-            ops.list(listing, segments, page_size).await
-        }
-        Command::Failed {
-            segments,
-            page_size,
-        } => ops.list(Listing::Failed, segments, page_size).await,
-        Command::Release { key, version } => ops.release(&key, version).await,
-        Command::RetryFailed { key, version } => ops.retry_failed(&key, version).await,
-    };
+    let result = Ops { backend }.run(cli.command).await;
     match result {
         Ok(code) => code,
         Err(err @ StoreError::NotInState { .. }) => {
@@ -225,6 +257,26 @@ pub fn store_config(
     })
 }
 
+/// The PostgreSQL store of the environment, with an operator's patience
+/// (a listing or a purge may take longer than a function's call).
+async fn postgres_store(
+    config: StoreConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<PostgresStore, String> {
+    let mut settings = DatabaseSettings::from_lookup(env).map_err(|err| err.to_string())?;
+    settings.statement_timeout = Duration::from_secs(60);
+    // The AWS environment only for a secret or an IAM token.
+    let aws = match settings.secret_arn.is_some() || settings.iam_auth {
+        true => Some(dynamo::sdk_config().await),
+        false => None,
+    };
+    let pool = settings
+        .pool(aws.as_ref())
+        .await
+        .map_err(|err| err.to_string())?;
+    PostgresStore::new(pool, config, settings.call_timeout()).map_err(|err| err.to_string())
+}
+
 /// The function's client with an operator's patience: a Scan page may take
 /// longer than the 2 s the function allows a request.
 fn ops_client(client: Client) -> Client {
@@ -242,32 +294,67 @@ fn ops_client(client: Client) -> Client {
     )
 }
 
+/// The store the commands run on.
+enum Backend {
+    DynamoDb(DynamoDbStore),
+    Postgres(PostgresStore),
+}
+
+/// `$body` with `$store` bound to the backend's store, whichever it is.
+macro_rules! on_store {
+    ($backend:expr, $store:ident => $body:expr) => {
+        match $backend {
+            Backend::DynamoDb($store) => $body,
+            Backend::Postgres($store) => $body,
+        }
+    };
+}
+
 struct Ops {
-    store: DynamoDbStore,
+    backend: Backend,
 }
 
 impl Ops {
-    async fn inspect(&self, key: &str) -> Result<ExitCode, StoreError> {
-        let pk = self.store.pk(key)?;
-        let raw = self.store.raw_item(&pk).await?;
-        let now = self.store.now_ms();
-        let Some(raw) = raw else {
-            emit(&inspect::render_absent(key, &pk));
-            return Ok(ExitCode::from(EXIT_REFUSED));
-        };
-        let item = match DynamoDbStore::parse_item(&raw) {
-            Ok(item) => item,
-            Err(err) => {
-                emit(&inspect::render_malformed(key, &raw, &err.to_string()));
-                return Ok(ExitCode::SUCCESS);
+    async fn run(&self, command: Command) -> Result<ExitCode, StoreError> {
+        match command {
+            Command::Inspect { key } => match &self.backend {
+                Backend::DynamoDb(store) => inspect_item(store, &key).await,
+                Backend::Postgres(store) => inspect_row(store, &key).await,
+            },
+            Command::Stuck {
+                older_than,
+                segments,
+                page_size,
+            } => {
+                let listing = Listing::Stuck { older_than };
+                self.list(listing, segments, page_size).await
             }
-        };
-        emit(&inspect::render(key, &item, &inspect::others(&raw), now));
-        Ok(if item.is_expired(now) {
-            ExitCode::from(EXIT_REFUSED)
-        } else {
-            ExitCode::SUCCESS
-        })
+            Command::Failed {
+                segments,
+                page_size,
+            } => self.list(Listing::Failed, segments, page_size).await,
+            Command::Release { key, version } => {
+                on_store!(&self.backend, store => release(store, &key, version).await)
+            }
+            Command::RetryFailed { key, version } => {
+                on_store!(&self.backend, store => retry_failed(store, &key, version).await)
+            }
+            Command::Migrate { ledger_table } => match self.postgres() {
+                Some(store) => migrate(store, ledger_table).await,
+                None => Ok(not_postgres("migrate")),
+            },
+            Command::PurgeExpired { batch, max_batches } => match self.postgres() {
+                Some(store) => purge(store, batch, max_batches).await,
+                None => Ok(not_postgres("purge-expired")),
+            },
+        }
+    }
+
+    fn postgres(&self) -> Option<&PostgresStore> {
+        match &self.backend {
+            Backend::Postgres(store) => Some(store),
+            Backend::DynamoDb(_) => None,
+        }
     }
 
     async fn list(
@@ -276,71 +363,183 @@ impl Ops {
         segments: u32,
         page_size: Option<u32>,
     ) -> Result<ExitCode, StoreError> {
-        let query = stuck::Query {
-            key_prefix: self.store.config().key_prefix.clone(),
-            now_ms: self.store.now_ms(),
-            listing,
-            segments,
-        };
-        let store = self.store.clone().with_scan(ScanOptions {
-            segments,
-            page_size,
-        });
-        let mut listed = store.list(listing).await?;
-        listed.items.sort_by(|a, b| a.pk.cmp(&b.pk));
-        for item in &listed.items {
-            if !emit(&format!("{}\n", stuck::line(item, &query))) {
-                return Ok(ExitCode::SUCCESS);
+        match &self.backend {
+            Backend::DynamoDb(store) => {
+                let scan = ScanOptions {
+                    segments,
+                    page_size,
+                };
+                list(&store.clone().with_scan(scan), listing, segments).await
             }
+            Backend::Postgres(store) => list(store, listing, 1).await,
         }
-        emit(&format!(
-            "{}\n",
-            stuck::summary(listed.items.len(), &listed.cost, &query)
-        ));
-        Ok(ExitCode::SUCCESS)
     }
+}
 
-    async fn release(&self, key: &str, version: u64) -> Result<ExitCode, StoreError> {
-        self.store.release_version(key, version).await?;
-        emit(&format!(
-            "released {key:?} at version {version}: its lock ended now; the next delivery \
-             takes it over as version {}\n",
-            version + 1
-        ));
-        Ok(ExitCode::SUCCESS)
-    }
+/// A PostgreSQL command on DynamoDB: a usage error.
+fn not_postgres(command: &str) -> ExitCode {
+    eprintln!(
+        "error: {command} is for IDEMPOTENCY_STORE=postgres (DynamoDB tables come from \
+         template.yaml and expire by TTL)"
+    );
+    ExitCode::from(EXIT_USAGE)
+}
 
-    async fn retry_failed(&self, key: &str, version: Option<u64>) -> Result<ExitCode, StoreError> {
-        let version = match version {
-            Some(version) => version,
-            None => match self.store.get(key).await? {
-                None => {
-                    eprintln!(
-                        "refused: {key:?} is absent (or past its TTL): nothing to retry; \
-                         its next delivery claims it fresh as version 1"
-                    );
-                    return Ok(ExitCode::from(EXIT_REFUSED));
-                }
-                Some(item) if item.status != Status::Failed => {
-                    eprintln!(
-                        "refused: {key:?} is {} at version {}, not FAILED: nothing written",
-                        item.status.as_str(),
-                        item.version
-                    );
-                    return Ok(ExitCode::from(EXIT_REFUSED));
-                }
-                Some(item) => item.version,
-            },
+/// Creates or upgrades the idempotency table (and the ledger's, if named).
+async fn migrate(
+    store: &PostgresStore,
+    ledger_table: Option<String>,
+) -> Result<ExitCode, StoreError> {
+    let ledger_table = ledger_table.or_else(|| {
+        std::env::var(crate::ledger::TABLE_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    let mut tables = vec![(TableKind::Idempotency, store.config().table_name.as_str())];
+    tables.extend(
+        ledger_table
+            .as_deref()
+            .map(|table| (TableKind::Ledger, table)),
+    );
+    for migrated in schema::migrate(store.pool(), &tables).await? {
+        let done = match migrated.from == migrated.to {
+            true => format!("already at version {}: nothing to do", migrated.to),
+            false => format!("migrated from version {} to {}", migrated.from, migrated.to),
         };
-        self.store.retry_failed(key, version).await?;
-        emit(&format!(
-            "{key:?} (FAILED at version {version}) is STARTED with its lock ended: the next \
-             delivery of the same payload takes it over as version {} and runs the work again \
-             (the error text is kept as last_error)\n",
-            version + 1
-        ));
-        Ok(ExitCode::SUCCESS)
+        emit(&format!("{:?}: {done}\n", migrated.table));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes expired rows in bounded batches.
+async fn purge(store: &PostgresStore, batch: u32, batches: u32) -> Result<ExitCode, StoreError> {
+    let deleted = store.purge_expired(batch, batches).await?;
+    emit(&format!(
+        "deleted {deleted} expired row(s) of {:?}\n",
+        store.config().table_name
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn inspect_item(store: &DynamoDbStore, key: &str) -> Result<ExitCode, StoreError> {
+    let pk = store.pk(key)?;
+    let raw = store.raw_item(&pk).await?;
+    let Some(raw) = raw else {
+        emit(&inspect::render_absent(key, &pk));
+        return Ok(ExitCode::from(EXIT_REFUSED));
+    };
+    let item = match DynamoDbStore::parse_item(&raw) {
+        Ok(item) => item,
+        Err(err) => {
+            emit(&inspect::render_malformed(key, &raw, &err.to_string()));
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    Ok(show(key, &item, &inspect::others(&raw), store.now_ms()))
+}
+
+async fn inspect_row(store: &PostgresStore, key: &str) -> Result<ExitCode, StoreError> {
+    let pk = store.pk(key)?;
+    match store.stored(key).await? {
+        None => {
+            emit(&inspect::render_absent(key, &pk));
+            Ok(ExitCode::from(EXIT_REFUSED))
+        }
+        Some(item) => {
+            let others = item
+                .last_error
+                .iter()
+                .map(|text| ("last_error".to_owned(), format!("{text:?}")))
+                .collect();
+            Ok(show(key, &item, &others, store.now_ms()))
+        }
+    }
+}
+
+/// Prints `item`; exit code 1 when it is past its TTL (it counts as absent).
+fn show(
+    key: &str,
+    item: &crate::store::StoredItem,
+    others: &std::collections::BTreeMap<String, String>,
+    now: u64,
+) -> ExitCode {
+    emit(&inspect::render(key, item, others, now));
+    match item.is_expired(now) {
+        true => ExitCode::from(EXIT_REFUSED),
+        false => ExitCode::SUCCESS,
+    }
+}
+
+async fn list<S: Store>(
+    store: &S,
+    listing: Listing,
+    segments: u32,
+) -> Result<ExitCode, StoreError> {
+    let query = stuck::Query {
+        key_prefix: store.config().key_prefix.clone(),
+        now_ms: store.now_ms(),
+        listing,
+        segments,
+        store: S::NAME,
+    };
+    let mut listed = store.list(listing).await?;
+    listed.items.sort_by(|a, b| a.pk.cmp(&b.pk));
+    for item in &listed.items {
+        if !emit(&format!("{}\n", stuck::line(item, &query))) {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    emit(&format!(
+        "{}\n",
+        stuck::summary(listed.items.len(), &listed.cost, &query)
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn release<S: Store>(store: &S, key: &str, version: u64) -> Result<ExitCode, StoreError> {
+    store.release_version(key, version).await?;
+    emit(&format!(
+        "released {key:?} at version {version}: its lock ended now; the next delivery \
+         takes it over as version {}\n",
+        version + 1
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn retry_failed<S: Store>(
+    store: &S,
+    key: &str,
+    version: Option<u64>,
+) -> Result<ExitCode, StoreError> {
+    let version = match version {
+        Some(version) => version,
+        None => match store.get(key).await? {
+            None => {
+                eprintln!(
+                    "refused: {key:?} is absent (or past its TTL): nothing to retry; \
+                     its next delivery claims it fresh as version 1"
+                );
+                return Ok(ExitCode::from(EXIT_REFUSED));
+            }
+            Some(item) if item.status != Status::Failed => {
+                eprintln!(
+                    "refused: {key:?} is {} at version {}, not FAILED: nothing written",
+                    item.status.as_str(),
+                    item.version
+                );
+                return Ok(ExitCode::from(EXIT_REFUSED));
+            }
+            Some(item) => item.version,
+        },
+    };
+    store.retry_failed(key, version).await?;
+    emit(&format!(
+        "{key:?} (FAILED at version {version}) is STARTED with its lock ended: the next \
+         delivery of the same payload takes it over as version {} and runs the work again \
+         (the error text is kept as last_error)\n",
+        version + 1
+    ));
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

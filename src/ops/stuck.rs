@@ -21,6 +21,8 @@ pub struct Query {
     pub listing: Listing,
     /// Parallel scan segments (DynamoDB).
     pub segments: u32,
+    /// The store's name ([`crate::store::Store::NAME`]): how it found them.
+    pub store: &'static str,
 }
 
 impl Query {
@@ -108,11 +110,18 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
         ),
         Listing::Failed => "FAILED key(s) (poison records: parked, or refused)".to_owned(),
     };
-    format!(
-        "{found} {what}; \
-         scanned {} item(s) in {} page(s) over {} segment(s); consumed {:.1} read capacity units",
-        cost.read, cost.requests, query.segments, cost.capacity_units,
-    )
+    match query.store {
+        "DynamoDB" => format!(
+            "{found} {what}; scanned {} item(s) in {} page(s) over {} segment(s); \
+             consumed {:.1} read capacity units",
+            cost.read, cost.requests, query.segments, cost.capacity_units,
+        ),
+        store => format!(
+            "{found} {what}; read {} row(s) through the {store} index of STARTED and FAILED \
+             rows in {} statement(s)",
+            cost.read, cost.requests
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +142,7 @@ mod tests {
                 older_than: Duration::from_secs(300),
             },
             segments: 1,
+            store: "DynamoDB",
         }
     }
 

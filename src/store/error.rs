@@ -95,6 +95,33 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// An operator's write on `key` found it not `expected` at `version`:
+    /// what the key holds instead (`found`, as read at `now_ms`).
+    pub(crate) fn not_in_state(
+        key: String,
+        expected: super::Status,
+        version: u64,
+        found: Option<&super::StoredItem>,
+        now_ms: u64,
+    ) -> Self {
+        let found = match found {
+            None => "absent".to_owned(),
+            Some(item) => {
+                let ttl = match item.is_expired(now_ms) {
+                    true => ", past its TTL: counts as absent",
+                    false => "",
+                };
+                format!("{} at version {}{ttl}", item.status.as_str(), item.version)
+            }
+        };
+        Self::NotInState {
+            key,
+            expected: expected.as_str(),
+            version,
+            found,
+        }
+    }
+
     /// True when the same request may succeed later without any change.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable { .. } | Self::Contention { .. })

@@ -279,12 +279,8 @@ impl Store for MemoryStore {
         {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
-        let lease = Lease {
-            pk: observed.pk.clone(),
-            version: observed.version + 1,
-            owner: new_owner(),
-            lock_expires_at_ms: self.config.lease_end(now, lease_cap_ms),
-        };
+        let next = observed.version + 1;
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
         item.owner = lease.owner.clone();
         item.version = lease.version;
         item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);

@@ -2,9 +2,9 @@
 //!
 //! [`Store`] is the narrow interface the engine and the operator CLI use:
 //! each transition is ONE conditional write in the backend, fenced as the
-//! diagram says. A backend is a module of its own (`dynamodb/`, `memory.rs`),
-//! its state machine read top to bottom in one file per path; what a found
-//! item means is judged in one place for all of them
+//! diagram says. A backend is a module of its own (`dynamodb/`, `postgres/`,
+//! `memory.rs`), its state machine read top to bottom in one file per path;
+//! what a found item means is judged in one place for all of them
 //! ([`StoredItem::standing`]). The conformance suite (`tests/conformance/`)
 //! holds every backend to the same semantics.
 //!
@@ -27,6 +27,7 @@ mod error;
 pub mod increment;
 mod item;
 pub mod memory;
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -78,6 +79,25 @@ pub struct Lease {
     pub owner: String,
     /// Lease end, epoch milliseconds.
     pub lock_expires_at_ms: u64,
+}
+
+impl Lease {
+    /// A new claim's lease on `pk` at `version`: a new owner, for one lock
+    /// timeout from `now_ms` (not past `cap_ms`).
+    pub(crate) fn claimed(
+        pk: String,
+        version: u64,
+        config: &StoreConfig,
+        now_ms: u64,
+        cap_ms: Option<u64>,
+    ) -> Self {
+        Self {
+            pk,
+            version,
+            owner: new_owner(),
+            lock_expires_at_ms: config.lease_end(now_ms, cap_ms),
+        }
+    }
 }
 
 /// What a claim found.

@@ -8,6 +8,7 @@
 pub mod capacity;
 pub mod charges;
 pub mod faults;
+pub mod postgres;
 pub mod proxy;
 pub mod sqs;
 pub mod transactions;
@@ -111,7 +112,6 @@ pub mod msk {
     use aws_sdk_dynamodb::types::TransactWriteItem;
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
-    use exactly_once::DynamoDbStore;
     use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
@@ -119,6 +119,7 @@ pub mod msk {
         FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, OrderingMode,
     };
     use exactly_once::ledger::{LedgerHandler, LedgerMode};
+    use exactly_once::{DynamoDbStore, Store};
     use lambda_runtime::{Context, LambdaEvent};
     use serde_json::{Value, json};
 
@@ -164,6 +165,38 @@ pub mod msk {
             "value": STANDARD.encode(&rec.value),
             "headers": headers,
         })
+    }
+
+    /// `batches` batches of a payment stream over `payments-0` and
+    /// `payments-1`, 5 records each per partition: payment `n` (key
+    /// `<stream>-<n>`) pays `n + 1` cents to `accounts[n % accounts.len()]`.
+    pub fn payment_stream(stream: &str, accounts: &[String], batches: i64) -> Vec<Value> {
+        (0..batches)
+            .map(|b| {
+                let partition = |p: i64| {
+                    (0..5)
+                        .map(|i| {
+                            let n = b * 10 + p * 5 + i;
+                            let account = &accounts[n as usize % accounts.len()];
+                            payment(b * 5 + i, &format!("{stream}-{n}"), account, n + 1)
+                        })
+                        .collect()
+                };
+                event(vec![
+                    ("payments-0", partition(0)),
+                    ("payments-1", partition(1)),
+                ])
+            })
+            .collect()
+    }
+
+    /// The balances a [`payment_stream`] of `batches` leaves, per account.
+    pub fn stream_balances(accounts: &[String], batches: usize) -> Vec<i64> {
+        let mut expected = vec![0i64; accounts.len()];
+        for n in 0..batches * 10 {
+            expected[n % accounts.len()] += n as i64 + 1;
+        }
+        expected
     }
 
     /// An MSK event from raw record JSON per partition.
@@ -293,8 +326,8 @@ pub mod msk {
         .without_metrics()
     }
 
-    pub async fn invoke<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-        function: &MskFunction<H, DynamoDbStore>,
+    pub async fn invoke<S: Store, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
+        function: &MskFunction<H, S>,
         event: &Value,
     ) -> KafkaBatchResponse {
         function
@@ -307,8 +340,8 @@ pub mod msk {
     /// response reports (or the whole batch after an invocation error, e.g.
     /// DynamoDB timing out under a load of concurrent workers), until nothing
     /// is reported.
-    pub async fn invoke_until_done<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-        function: &MskFunction<H, DynamoDbStore>,
+    pub async fn invoke_until_done<S: Store, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
+        function: &MskFunction<H, S>,
         event: &Value,
     ) {
         for _ in 0..200 {

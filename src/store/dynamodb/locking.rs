@@ -22,7 +22,7 @@ use super::write::{conditional, names_in, new_item};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
 use crate::store::{
     ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
-    increment, new_owner, transaction_effects,
+    increment, transaction_effects,
 };
 
 /// The condition of every write after the claim.
@@ -38,12 +38,7 @@ impl DynamoDbStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
-        let lease = Lease {
-            pk: pk.to_owned(),
-            version: 1,
-            owner: new_owner(),
-            lock_expires_at_ms: self.config.lease_end(now, request.lease_cap_ms),
-        };
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, request.lease_cap_ms);
         let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
@@ -58,12 +53,8 @@ impl DynamoDbStore {
         lease_cap_ms: Option<u64>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
-        let lease = Lease {
-            pk: observed.pk.clone(),
-            version: observed.version + 1,
-            owner: new_owner(),
-            lock_expires_at_ms: self.config.lease_end(now, lease_cap_ms),
-        };
+        let next = observed.version + 1;
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
         let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
                       #expires_at = :exp, #updated_at = :now_ms ADD #attempts :one";
         // Invariant: of all takers that saw this version, exactly one wins, and

@@ -105,21 +105,12 @@ where
     else {
         return Err(sdk_error(operation, err));
     };
-    let found = match parse_old(conflict.item())? {
-        None => "absent".to_owned(),
-        Some(item) => {
-            let ttl = if item.is_expired(now_ms) {
-                ", past its TTL: counts as absent"
-            } else {
-                ""
-            };
-            format!("{} at version {}{ttl}", item.status.as_str(), item.version)
-        }
-    };
-    Err(StoreError::NotInState {
-        key: pk,
-        expected: expected.as_str(),
+    let found = parse_old(conflict.item())?;
+    Err(StoreError::not_in_state(
+        pk,
+        expected,
         version,
-        found,
-    })
+        found.as_deref(),
+        now_ms,
+    ))
 }

@@ -1,0 +1,197 @@
+//! Reads, operator transitions and housekeeping on PostgreSQL. Every read
+//! judges expiry itself (`expires_at >= now`): a row past its TTL counts as
+//! absent whether or not `purge-expired` has deleted it yet. An operator
+//! holds no lease, so its writes are fenced on the status and the version
+//! the operator saw.
+
+use std::collections::HashMap;
+
+use super::rows::{COLUMNS, item_of, number};
+use super::transaction::Statement;
+use super::{PostgresStore, SqlValue};
+use crate::clock::{duration_ms, ms_to_s};
+use crate::store::{Listed, Listing, ListingCost, Status, Store, StoreError, StoredItem};
+
+impl PostgresStore {
+    /// The live row of `key` (one past its TTL counts as absent).
+    pub(super) async fn get_row(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        let now = self.now_ms();
+        Ok(self.stored(key).await?.filter(|item| !item.is_expired(now)))
+    }
+
+    /// The row of `key` as stored, even past its TTL (for operators).
+    pub async fn stored(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        let pk = self.pk(key)?;
+        let sql = format!("SELECT {COLUMNS} FROM {} WHERE pk = $1", self.sql.table);
+        let rows = self
+            .rows("get", Statement::new(sql, vec![pk.into()]))
+            .await?;
+        rows.first().map(item_of).transpose()
+    }
+
+    /// The live rows of `keys` (invalid keys skipped), by key, in ONE
+    /// statement.
+    pub(super) async fn get_rows(
+        &self,
+        keys: &[&str],
+    ) -> Result<HashMap<String, StoredItem>, StoreError> {
+        let mut by_pk: HashMap<String, String> = HashMap::new();
+        for key in keys {
+            if let Ok(pk) = self.pk(key) {
+                by_pk.insert(pk, (*key).to_owned());
+            }
+        }
+        if by_pk.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE pk = ANY($1) AND expires_at >= $2",
+            self.sql.table
+        );
+        let pks: Vec<String> = by_pk.keys().cloned().collect();
+        let now_s = ms_to_s(self.now_ms());
+        let params = vec![SqlValue::TextArray(pks), number(Some(now_s))];
+        let rows = self.rows("batch get", Statement::new(sql, params)).await?;
+        let mut items = HashMap::new();
+        for row in &rows {
+            let item = item_of(row)?;
+            if let Some(key) = by_pk.get(&item.pk) {
+                items.insert(key.clone(), item);
+            }
+        }
+        Ok(items)
+    }
+
+    /// Operator release: a STARTED key becomes claimable at once (the same
+    /// write as a release), so the next delivery takes it over as the next
+    /// version.
+    pub(super) async fn operator_release(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        // Invariant: only the STARTED row at the version the operator saw is
+        // released; one taken over since (newer version) or finished is not.
+        let sql = format!(
+            "UPDATE {} SET lock_expires_at = 0, updated_at = $3 \
+             WHERE pk = $1 AND status = 'STARTED' AND version = $2 RETURNING 1",
+            self.sql.table
+        );
+        self.operator_write("operator release", key, version, Status::Started, sql)
+            .await
+    }
+
+    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
+    /// with its lock ended, so the next delivery takes it over as version + 1
+    /// and runs the work again. The error text moves to `last_error`.
+    pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        // Invariant: only the FAILED row at the version the operator saw goes
+        // back to STARTED; it keeps its version, owner and payload_hash, so the
+        // next claim with the same payload takes it over as version + 1.
+        let sql = format!(
+            "UPDATE {} SET status = 'STARTED', lock_expires_at = 0, updated_at = $3, \
+             last_error = COALESCE(error, '(no error text)'), error = NULL \
+             WHERE pk = $1 AND status = 'FAILED' AND version = $2 RETURNING 1",
+            self.sql.table
+        );
+        self.operator_write("operator retry", key, version, Status::Failed, sql)
+            .await
+    }
+
+    /// An operator's `sql` on `key` (`$1` pk, `$2` version, `$3` now);
+    /// no row changed: [`StoreError::NotInState`], saying what the key holds.
+    async fn operator_write(
+        &self,
+        operation: &'static str,
+        key: &str,
+        version: u64,
+        expected: Status,
+        sql: String,
+    ) -> Result<(), StoreError> {
+        let pk = self.pk(key)?;
+        let params = vec![
+            pk.as_str().into(),
+            number(Some(version)),
+            number(Some(self.now_ms())),
+        ];
+        let written = self.rows(operation, Statement::new(sql, params)).await?;
+        if !written.is_empty() {
+            return Ok(());
+        }
+        let found = self.stored(key).await?;
+        Err(StoreError::not_in_state(
+            pk,
+            expected,
+            version,
+            found.as_ref(),
+            self.now_ms(),
+        ))
+    }
+
+    /// The live rows under the key prefix that `listing` names: found
+    /// through the partial index of STARTED (or FAILED) rows, so the cost
+    /// follows their number, not the table's size.
+    pub(super) async fn list_rows(&self, listing: Listing) -> Result<Listed, StoreError> {
+        let now = self.now_ms();
+        let (condition, extra) = match listing {
+            // STARTED, its lock ended or created before the cutoff.
+            Listing::Stuck { older_than } => (
+                "status = 'STARTED' AND (lock_expires_at < $3 OR created_at < $4)",
+                vec![
+                    number(Some(now)),
+                    number(Some(now.saturating_sub(duration_ms(older_than)))),
+                ],
+            ),
+            Listing::Failed => ("status = 'FAILED'", Vec::new()),
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE {condition} AND expires_at >= $1 \
+             AND starts_with(pk, $2) ORDER BY pk",
+            self.sql.table
+        );
+        let mut params = vec![
+            number(Some(ms_to_s(now))),
+            self.config.key_prefix.as_str().into(),
+        ];
+        params.extend(extra);
+        let rows = self.rows("list", Statement::new(sql, params)).await?;
+        let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
+        let cost = ListingCost {
+            requests: 1,
+            read: items.len() as u64,
+            capacity_units: 0.0,
+        };
+        Ok(Listed { items, cost })
+    }
+
+    /// Deletes rows past their TTL (under any prefix: they count as absent
+    /// for everyone), at most `batch` per statement and `batches`
+    /// statements, so no statement holds many locks. Returns how many rows
+    /// were deleted.
+    pub async fn purge_expired(&self, batch: u32, batches: u32) -> Result<u64, StoreError> {
+        // Invariant: only rows past their TTL are deleted; a row being
+        // written (locked) is skipped, not waited for.
+        let sql = format!(
+            "DELETE FROM {table} WHERE pk IN (SELECT pk FROM {table} WHERE expires_at < $1 \
+             LIMIT $2 FOR UPDATE SKIP LOCKED) AND expires_at < $1",
+            table = self.sql.table
+        );
+        let mut deleted = 0;
+        for _ in 0..batches {
+            let now_s = ms_to_s(self.now_ms());
+            let params = vec![number(Some(now_s)), SqlValue::BigInt(Some(batch.into()))];
+            let statement = Statement::new(sql.clone(), params);
+            let answer = self.run("purge expired", &statement).await?;
+            deleted += answer.affected;
+            if answer.affected < u64::from(batch) {
+                break;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The rows `statement` returns (autocommit).
+    async fn rows(
+        &self,
+        operation: &'static str,
+        statement: Statement,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        Ok(self.run(operation, &statement).await?.rows)
+    }
+}
