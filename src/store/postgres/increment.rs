@@ -12,7 +12,7 @@ use crate::store::{Increment, StoreError, increment};
 
 /// The statement of a (merged) increment: `$1` the row's key, then each
 /// add's amount, then each floor's least value before the add.
-pub(super) fn increment_statement(increment: &Increment) -> Result<Statement, StoreError> {
+pub(super) fn increment_statement(increment: &Increment) -> Result<Statement<'static>, StoreError> {
     let ident = |name: &str| {
         quote_identifier(name).map_err(|message| StoreError::Rejected {
             operation: "increment",

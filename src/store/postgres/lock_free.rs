@@ -59,7 +59,7 @@ impl PostgresStore {
                 error: None,
             };
             // Invariant: one live row per key (see Statements::insert_new).
-            statements.push(Statement::new(self.sql.insert_new.clone(), row.params()));
+            statements.push(Statement::new(self.sql.insert_new.as_str(), row.params()));
             actions.push(Action::Row(index));
             for (w, write) in commit.effects.writes.iter().enumerate() {
                 statements.push(effect_statement(write));
@@ -155,7 +155,7 @@ impl PostgresStore {
             error: Some(bounded(error)),
         };
         // Invariant: one live row per key (see Statements::insert_new).
-        let statement = Statement::new(self.sql.insert_new.clone(), row.params());
+        let statement = Statement::new(self.sql.insert_new.as_str(), row.params());
         self.conditional_write("fail new", statement, ()).await
     }
 }

@@ -4,7 +4,7 @@
 //! condition, next to it with the invariant it keeps. The claim loop that
 //! judges a found row is the store trait's ([`crate::store::Store::claim`]).
 
-use super::rows::{NewRow, conditional, number, or_found};
+use super::rows::{NewRow, conditional, number};
 use super::transaction::{Answer, Statement, begin_with, end};
 use super::{PostgresStore, SqlEffect, pg_error};
 use crate::store::postgres::increment::increment_statement;
@@ -13,11 +13,41 @@ use crate::store::{
     increment, transaction_effects,
 };
 
-/// The condition of every write after the claim, on `$1` pk, `$2` version,
-/// `$3` owner.
+/// An `UPDATE` of the row `$1` setting `$set`, under the condition of every
+/// write after the claim: `$2` version, `$3` owner.
 /// Invariant: only the current owner of a STARTED row writes to it; a worker
-/// whose lock was taken over (new version, new owner) is fenced out.
-const FENCE: &str = "pk = $1 AND status = 'STARTED' AND version = $2 AND owner = $3";
+/// whose lock was taken over (new version, new owner) is fenced out. No row
+/// changed: the lock is lost.
+macro_rules! fenced {
+    ($set:literal) => {
+        concat!(
+            "UPDATE {table} SET ",
+            $set,
+            " WHERE pk = $1 AND status = 'STARTED' AND version = $2 AND owner = $3 RETURNING 1"
+        )
+    };
+}
+
+/// Take over (`$7` the version observed, `$6` now).
+/// Invariant: of all takers that saw this version, exactly one wins (the
+/// others wait on the row, then find another version), and only while the
+/// lock is still abandoned (not renewed, not finished).
+pub(super) const TAKE_OVER: &str = "UPDATE {table} SET owner = $2, version = $3, \
+    lock_expires_at = $4, expires_at = $5, updated_at = $6, attempts = COALESCE(attempts, 0) + 1 \
+    WHERE pk = $1 AND version = $7 AND status = 'STARTED' AND lock_expires_at < $6";
+/// Complete (fenced).
+pub(super) const COMPLETE: &str = fenced!(
+    "status = 'COMPLETED', expires_at = $4, updated_at = $5, result = COALESCE($6, result), \
+     lock_expires_at = NULL"
+);
+/// Fail (fenced).
+pub(super) const FAIL: &str = fenced!(
+    "status = 'FAILED', error = $4, expires_at = $5, updated_at = $6, lock_expires_at = NULL"
+);
+/// Release (fenced): the lock ends now.
+pub(super) const RELEASE: &str = fenced!("lock_expires_at = 0, updated_at = $4");
+/// Extend (fenced): the lock ends at `$4`.
+pub(super) const EXTEND: &str = fenced!("lock_expires_at = $4, updated_at = $5");
 
 impl PostgresStore {
     /// Claim: create the STARTED row at version 1 (or replace an expired
@@ -42,7 +72,7 @@ impl PostgresStore {
             error: None,
         };
         // Invariant: one live row per key (see Statements::insert_new).
-        let statement = Statement::new(self.sql.insert_new.clone(), row.params());
+        let statement = Statement::new(self.sql.insert_new.as_str(), row.params());
         self.conditional_write("claim", statement, lease).await
     }
 
@@ -55,15 +85,7 @@ impl PostgresStore {
         let now = self.now_ms();
         let next = observed.version + 1;
         let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
-        let update = format!(
-            "UPDATE {} SET owner = $2, version = $3, lock_expires_at = $4, expires_at = $5, \
-             updated_at = $6, attempts = COALESCE(attempts, 0) + 1 \
-             WHERE pk = $1 AND version = $7 AND status = 'STARTED' AND lock_expires_at < $6",
-            self.sql.table
-        );
-        // Invariant: of all takers that saw this version, exactly one wins
-        // (the others wait on the row, then find another version), and only
-        // while the lock is still abandoned (not renewed, not finished).
+        // Invariant: see TAKE_OVER.
         let params = vec![
             lease.pk.as_str().into(),
             lease.owner.as_str().into(),
@@ -73,7 +95,7 @@ impl PostgresStore {
             number(Some(now)),
             number(Some(observed.version)),
         ];
-        let statement = Statement::new(or_found(&self.sql.table, &update), params);
+        let statement = Statement::new(self.sql.take_over.as_str(), params);
         self.conditional_write("take over", statement, lease).await
     }
 
@@ -145,48 +167,45 @@ impl PostgresStore {
     }
 
     /// The fenced statement that marks a row COMPLETED, and its expiry.
-    fn completion(&self, lease: &Lease, result: Option<&str>) -> (Statement, u64) {
+    fn completion(&self, lease: &Lease, result: Option<&str>) -> (Statement<'_>, u64) {
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
-        let sql = format!(
-            "UPDATE {} SET status = 'COMPLETED', expires_at = $4, updated_at = $5, \
-             result = COALESCE($6, result), lock_expires_at = NULL WHERE {FENCE} RETURNING 1",
-            self.sql.table
-        );
         let mut params = fence_params(lease);
         params.extend([number(Some(expires_at_s)), number(Some(now)), result.into()]);
-        (Statement::new(sql, params), expires_at_s)
+        (
+            Statement::new(self.sql.complete.as_str(), params),
+            expires_at_s,
+        )
     }
 
     /// Fail permanently: redeliveries are refused without running the work.
     pub(super) async fn fail_row(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let sql = format!(
-            "UPDATE {} SET status = 'FAILED', error = $4, expires_at = $5, updated_at = $6, \
-             lock_expires_at = NULL WHERE {FENCE} RETURNING 1",
-            self.sql.table
-        );
         let mut params = fence_params(lease);
         params.extend([
             bounded(error).into(),
             number(Some(self.config.expires_at_s(now))),
             number(Some(now)),
         ]);
-        self.fenced("fail", lease, Statement::new(sql, params))
-            .await
+        self.fenced(
+            "fail",
+            lease,
+            Statement::new(self.sql.fail.as_str(), params),
+        )
+        .await
     }
 
     /// Release after a retryable error: the lock ends now, so the next claim
     /// takes the key over at once (as version + 1, keeping the history).
     pub(super) async fn release_row(&self, lease: &Lease) -> Result<(), StoreError> {
-        let sql = format!(
-            "UPDATE {} SET lock_expires_at = 0, updated_at = $4 WHERE {FENCE} RETURNING 1",
-            self.sql.table
-        );
         let mut params = fence_params(lease);
         params.push(number(Some(self.now_ms())));
-        self.fenced("release", lease, Statement::new(sql, params))
-            .await
+        self.fenced(
+            "release",
+            lease,
+            Statement::new(self.sql.release.as_str(), params),
+        )
+        .await
     }
 
     /// Extend (heartbeat): push the lease's end to `until_ms`.
@@ -195,27 +214,27 @@ impl PostgresStore {
         lease: &Lease,
         until_ms: u64,
     ) -> Result<Lease, StoreError> {
-        let sql = format!(
-            "UPDATE {} SET lock_expires_at = $4, updated_at = $5 WHERE {FENCE} RETURNING 1",
-            self.sql.table
-        );
         let mut params = fence_params(lease);
         params.extend([number(Some(until_ms)), number(Some(self.now_ms()))]);
-        self.fenced("extend", lease, Statement::new(sql, params))
-            .await?;
+        self.fenced(
+            "extend",
+            lease,
+            Statement::new(self.sql.extend.as_str(), params),
+        )
+        .await?;
         Ok(Lease {
             lock_expires_at_ms: until_ms,
             ..lease.clone()
         })
     }
 
-    /// A statement guarded by [`FENCE`]; no row changed means the lock was
-    /// lost.
+    /// A statement guarded by the fence ([`fenced!`]); no row changed means
+    /// the lock was lost.
     async fn fenced(
         &self,
         operation: &'static str,
         lease: &Lease,
-        statement: Statement,
+        statement: Statement<'_>,
     ) -> Result<(), StoreError> {
         match self.run(operation, &statement).await?.affected {
             0 => Err(StoreError::LockLost {
@@ -231,14 +250,14 @@ impl PostgresStore {
     pub(super) async fn conditional_write<T>(
         &self,
         operation: &'static str,
-        statement: Statement,
+        statement: Statement<'_>,
         written: T,
     ) -> Result<Conditional<T>, StoreError> {
         conditional(&self.run(operation, &statement).await?.rows, written)
     }
 }
 
-/// `$1` pk, `$2` version, `$3` owner: what [`FENCE`] reads.
+/// `$1` pk, `$2` version, `$3` owner: what the fence reads.
 fn fence_params(lease: &Lease) -> Vec<super::SqlValue> {
     vec![
         lease.pk.as_str().into(),
@@ -248,8 +267,8 @@ fn fence_params(lease: &Lease) -> Vec<super::SqlValue> {
 }
 
 /// An effect as a statement of the transaction.
-pub(super) fn effect_statement(effect: &SqlEffect) -> Statement {
-    Statement::new(effect.sql(), effect.params().to_vec())
+pub(super) fn effect_statement(effect: &SqlEffect) -> Statement<'_> {
+    Statement::new(effect.sql(), effect.params())
 }
 
 /// Why a statement of a transaction refuses it.

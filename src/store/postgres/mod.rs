@@ -125,7 +125,7 @@ impl PostgresStore {
     async fn run(
         &self,
         operation: &'static str,
-        statement: &Statement,
+        statement: &Statement<'_>,
     ) -> Result<Answer, StoreError> {
         self.with_client(operation, async |client| {
             statement

@@ -6,11 +6,44 @@
 
 use std::collections::HashMap;
 
-use super::rows::{COLUMNS, item_of, number};
+use super::rows::{item_of, number};
 use super::transaction::Statement;
 use super::{PostgresStore, SqlValue};
 use crate::clock::{duration_ms, ms_to_s};
 use crate::store::{Listed, Listing, ListingCost, Status, Store, StoreError, StoredItem};
+
+/// The row of `$1`, as stored.
+pub(super) const GET: &str = "SELECT {columns} FROM {table} WHERE pk = $1";
+/// The live rows of `$1` (a text array) at `$2` (epoch s).
+pub(super) const GET_MANY: &str =
+    "SELECT {columns} FROM {table} WHERE pk = ANY($1) AND expires_at >= $2";
+/// Operator release of `$1` at version `$2` (`$3` now).
+/// Invariant: only the STARTED row at the version the operator saw is
+/// released; one taken over since (newer version) or finished is not.
+pub(super) const OPERATOR_RELEASE: &str = "UPDATE {table} SET lock_expires_at = 0, \
+    updated_at = $3 WHERE pk = $1 AND status = 'STARTED' AND version = $2 RETURNING 1";
+/// Operator retry of `$1` at version `$2` (`$3` now).
+/// Invariant: only the FAILED row at the version the operator saw goes back
+/// to STARTED; it keeps its version, owner and payload_hash, so the next
+/// claim with the same payload takes it over as version + 1.
+pub(super) const OPERATOR_RETRY: &str = "UPDATE {table} SET status = 'STARTED', \
+    lock_expires_at = 0, updated_at = $3, last_error = COALESCE(error, '(no error text)'), \
+    error = NULL WHERE pk = $1 AND status = 'FAILED' AND version = $2 RETURNING 1";
+/// Stuck keys under the prefix `$2`, live at `$1` (epoch s): STARTED, the
+/// lock ended before `$3` or created before `$4` (the partial index of
+/// STARTED rows).
+pub(super) const LIST_STUCK: &str = "SELECT {columns} FROM {table} WHERE status = 'STARTED' \
+    AND (lock_expires_at < $3 OR created_at < $4) AND expires_at >= $1 \
+    AND starts_with(pk, $2) ORDER BY pk";
+/// FAILED keys under the prefix `$2`, live at `$1` (the partial index of
+/// FAILED rows).
+pub(super) const LIST_FAILED: &str = "SELECT {columns} FROM {table} WHERE status = 'FAILED' \
+    AND expires_at >= $1 AND starts_with(pk, $2) ORDER BY pk";
+/// At most `$2` rows past their TTL at `$1` (epoch s).
+/// Invariant: only rows past their TTL are deleted; a row being written
+/// (locked) is skipped, not waited for.
+pub(super) const PURGE: &str = "DELETE FROM {table} WHERE pk IN (SELECT pk FROM {table} \
+    WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) AND expires_at < $1";
 
 impl PostgresStore {
     /// The live row of `key` (one past its TTL counts as absent).
@@ -22,10 +55,8 @@ impl PostgresStore {
     /// The row of `key` as stored, even past its TTL (for operators).
     pub async fn stored(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
         let pk = self.pk(key)?;
-        let sql = format!("SELECT {COLUMNS} FROM {} WHERE pk = $1", self.sql.table);
-        let rows = self
-            .rows("get", Statement::new(sql, vec![pk.into()]))
-            .await?;
+        let statement = Statement::new(self.sql.get.as_str(), vec![pk.into()]);
+        let rows = self.rows("get", statement).await?;
         rows.first().map(item_of).transpose()
     }
 
@@ -44,14 +75,11 @@ impl PostgresStore {
         if by_pk.is_empty() {
             return Ok(HashMap::new());
         }
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} WHERE pk = ANY($1) AND expires_at >= $2",
-            self.sql.table
-        );
         let pks: Vec<String> = by_pk.keys().cloned().collect();
         let now_s = ms_to_s(self.now_ms());
         let params = vec![SqlValue::TextArray(pks), number(Some(now_s))];
-        let rows = self.rows("batch get", Statement::new(sql, params)).await?;
+        let statement = Statement::new(self.sql.get_many.as_str(), params);
+        let rows = self.rows("batch get", statement).await?;
         let mut items = HashMap::new();
         for row in &rows {
             let item = item_of(row)?;
@@ -66,13 +94,7 @@ impl PostgresStore {
     /// write as a release), so the next delivery takes it over as the next
     /// version.
     pub(super) async fn operator_release(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        // Invariant: only the STARTED row at the version the operator saw is
-        // released; one taken over since (newer version) or finished is not.
-        let sql = format!(
-            "UPDATE {} SET lock_expires_at = 0, updated_at = $3 \
-             WHERE pk = $1 AND status = 'STARTED' AND version = $2 RETURNING 1",
-            self.sql.table
-        );
+        let sql = self.sql.operator_release.as_str();
         self.operator_write("operator release", key, version, Status::Started, sql)
             .await
     }
@@ -81,15 +103,7 @@ impl PostgresStore {
     /// with its lock ended, so the next delivery takes it over as version + 1
     /// and runs the work again. The error text moves to `last_error`.
     pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        // Invariant: only the FAILED row at the version the operator saw goes
-        // back to STARTED; it keeps its version, owner and payload_hash, so the
-        // next claim with the same payload takes it over as version + 1.
-        let sql = format!(
-            "UPDATE {} SET status = 'STARTED', lock_expires_at = 0, updated_at = $3, \
-             last_error = COALESCE(error, '(no error text)'), error = NULL \
-             WHERE pk = $1 AND status = 'FAILED' AND version = $2 RETURNING 1",
-            self.sql.table
-        );
+        let sql = self.sql.operator_retry.as_str();
         self.operator_write("operator retry", key, version, Status::Failed, sql)
             .await
     }
@@ -102,7 +116,7 @@ impl PostgresStore {
         key: &str,
         version: u64,
         expected: Status,
-        sql: String,
+        sql: &str,
     ) -> Result<(), StoreError> {
         let pk = self.pk(key)?;
         let params = vec![
@@ -129,27 +143,18 @@ impl PostgresStore {
     /// follows their number, not the table's size.
     pub(super) async fn list_rows(&self, listing: Listing) -> Result<Listed, StoreError> {
         let now = self.now_ms();
-        let (condition, extra) = match listing {
-            // STARTED, its lock ended or created before the cutoff.
-            Listing::Stuck { older_than } => (
-                "status = 'STARTED' AND (lock_expires_at < $3 OR created_at < $4)",
-                vec![
-                    number(Some(now)),
-                    number(Some(now.saturating_sub(duration_ms(older_than)))),
-                ],
-            ),
-            Listing::Failed => ("status = 'FAILED'", Vec::new()),
-        };
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} WHERE {condition} AND expires_at >= $1 \
-             AND starts_with(pk, $2) ORDER BY pk",
-            self.sql.table
-        );
         let mut params = vec![
             number(Some(ms_to_s(now))),
             self.config.key_prefix.as_str().into(),
         ];
-        params.extend(extra);
+        let sql = match listing {
+            Listing::Stuck { older_than } => {
+                let cutoff = now.saturating_sub(duration_ms(older_than));
+                params.extend([number(Some(now)), number(Some(cutoff))]);
+                self.sql.list_stuck.as_str()
+            }
+            Listing::Failed => self.sql.list_failed.as_str(),
+        };
         let rows = self.rows("list", Statement::new(sql, params)).await?;
         let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
         let cost = ListingCost {
@@ -165,18 +170,11 @@ impl PostgresStore {
     /// statements, so no statement holds many locks. Returns how many rows
     /// were deleted.
     pub async fn purge_expired(&self, batch: u32, batches: u32) -> Result<u64, StoreError> {
-        // Invariant: only rows past their TTL are deleted; a row being
-        // written (locked) is skipped, not waited for.
-        let sql = format!(
-            "DELETE FROM {table} WHERE pk IN (SELECT pk FROM {table} WHERE expires_at < $1 \
-             LIMIT $2 FOR UPDATE SKIP LOCKED) AND expires_at < $1",
-            table = self.sql.table
-        );
         let mut deleted = 0;
         for _ in 0..batches {
             let now_s = ms_to_s(self.now_ms());
             let params = vec![number(Some(now_s)), SqlValue::BigInt(Some(batch.into()))];
-            let statement = Statement::new(sql.clone(), params);
+            let statement = Statement::new(self.sql.purge.as_str(), params);
             let answer = self.run("purge expired", &statement).await?;
             deleted += answer.affected;
             if answer.affected < u64::from(batch) {
@@ -190,7 +188,7 @@ impl PostgresStore {
     async fn rows(
         &self,
         operation: &'static str,
-        statement: Statement,
+        statement: Statement<'_>,
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         Ok(self.run(operation, &statement).await?.rows)
     }

@@ -13,42 +13,71 @@ pub(super) const COLUMNS: &str = "pk, status, version, owner, payload_hash, lock
                                   expires_at, created_at, updated_at, attempts, origin, result, \
                                   error, last_error";
 
-/// The statements of one table, written once when the store is made.
+/// The statements of one table, written once when the store is made from
+/// the templates each path keeps beside its transition.
 #[derive(Debug)]
 pub(super) struct Statements {
-    /// The quoted table name.
-    pub table: String,
     /// Creates a key's row (claim, lock-free commit, lock-free failure),
     /// returning it; or, when the key is not new, the row found.
     pub insert_new: String,
+    pub take_over: String,
+    pub complete: String,
+    pub fail: String,
+    pub release: String,
+    pub extend: String,
+    pub get: String,
+    pub get_many: String,
+    pub operator_release: String,
+    pub operator_retry: String,
+    pub list_stuck: String,
+    pub list_failed: String,
+    pub purge: String,
 }
+
+/// Creates a key's row: `$1` pk, `$2` status, `$3` owner, `$4`
+/// payload_hash, `$5` lock_expires_at, `$6` expires_at, `$7` now (ms),
+/// `$8` origin, `$9` result, `$10` error, `$11` now (s).
+/// Invariant: one live row per key; a write never replaces a row that has
+/// not passed its TTL (the conflicting row is replaced only when expired,
+/// which counts as absent).
+const INSERT_NEW: &str = "INSERT INTO {table} AS item (pk, status, version, owner, payload_hash, \
+    lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, error) \
+    VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $7, 1, $8, $9, $10) \
+    ON CONFLICT (pk) DO UPDATE SET status = excluded.status, version = 1, \
+    owner = excluded.owner, payload_hash = excluded.payload_hash, \
+    lock_expires_at = excluded.lock_expires_at, expires_at = excluded.expires_at, \
+    created_at = excluded.created_at, updated_at = excluded.updated_at, attempts = 1, \
+    origin = excluded.origin, result = excluded.result, error = excluded.error, \
+    last_error = NULL \
+    WHERE item.expires_at < $11";
 
 impl Statements {
     pub(super) fn for_table(table: &str) -> Result<Self, StoreError> {
+        use super::{locking, operator};
         let table = quote_identifier(table).map_err(|message| StoreError::Rejected {
             operation: "open the idempotency table",
             message,
         })?;
-        // $1 pk, $2 status, $3 owner, $4 payload_hash, $5 lock_expires_at,
-        // $6 expires_at, $7 now (ms), $8 origin, $9 result, $10 error,
-        // $11 now (s).
-        let insert = format!(
-            "INSERT INTO {table} AS item (pk, status, version, owner, payload_hash, \
-             lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, error) \
-             VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $7, 1, $8, $9, $10) \
-             ON CONFLICT (pk) DO UPDATE SET status = excluded.status, version = 1, \
-             owner = excluded.owner, payload_hash = excluded.payload_hash, \
-             lock_expires_at = excluded.lock_expires_at, expires_at = excluded.expires_at, \
-             created_at = excluded.created_at, updated_at = excluded.updated_at, attempts = 1, \
-             origin = excluded.origin, result = excluded.result, error = excluded.error, \
-             last_error = NULL \
-             WHERE item.expires_at < $11"
-        );
-        // Invariant: one live row per key; a write never replaces a row that
-        // has not passed its TTL (the condition above: the conflicting row
-        // is replaced only when expired, which counts as absent).
-        let insert_new = or_found(&table, &insert);
-        Ok(Self { table, insert_new })
+        let render = |template: &str| {
+            template
+                .replace("{table}", &table)
+                .replace("{columns}", COLUMNS)
+        };
+        Ok(Self {
+            insert_new: or_found(&table, &render(INSERT_NEW)),
+            take_over: or_found(&table, &render(locking::TAKE_OVER)),
+            complete: render(locking::COMPLETE),
+            fail: render(locking::FAIL),
+            release: render(locking::RELEASE),
+            extend: render(locking::EXTEND),
+            get: render(operator::GET),
+            get_many: render(operator::GET_MANY),
+            operator_release: render(operator::OPERATOR_RELEASE),
+            operator_retry: render(operator::OPERATOR_RETRY),
+            list_stuck: render(operator::LIST_STUCK),
+            list_failed: render(operator::LIST_FAILED),
+            purge: render(operator::PURGE),
+        })
     }
 }
 

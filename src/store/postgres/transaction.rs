@@ -4,6 +4,7 @@
 //! fails does not end the transaction by itself: the caller finds the first
 //! refusal in order and rolls back.
 
+use std::borrow::Cow;
 use std::pin::pin;
 
 use futures_util::TryStreamExt;
@@ -13,11 +14,12 @@ use tokio_postgres::{Client, Row};
 
 use super::SqlValue;
 
-/// One statement and its parameters.
+/// One statement (the store's own, borrowed; or built for the call) and
+/// its parameters.
 #[derive(Debug, Clone)]
-pub(super) struct Statement {
-    sql: String,
-    params: Vec<SqlValue>,
+pub(super) struct Statement<'a> {
+    sql: Cow<'a, str>,
+    params: Cow<'a, [SqlValue]>,
 }
 
 /// What a statement returned.
@@ -29,11 +31,14 @@ pub(super) struct Answer {
     pub affected: u64,
 }
 
-impl Statement {
-    pub(super) fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Self {
+impl<'a> Statement<'a> {
+    pub(super) fn new(
+        sql: impl Into<Cow<'a, str>>,
+        params: impl Into<Cow<'a, [SqlValue]>>,
+    ) -> Self {
         Self {
             sql: sql.into(),
-            params,
+            params: params.into(),
         }
     }
 
@@ -60,7 +65,7 @@ impl Statement {
 /// every statement after it.
 pub(super) async fn begin_with(
     client: &Client,
-    statements: &[Statement],
+    statements: &[Statement<'_>],
 ) -> Result<Vec<Result<Answer, tokio_postgres::Error>>, tokio_postgres::Error> {
     let begin = Statement::new("BEGIN", Vec::new());
     let mut answers = join_all(
@@ -68,12 +73,12 @@ pub(super) async fn begin_with(
             .chain(statements)
             .map(|statement| statement.query(client)),
     )
-    .await
-    .into_iter();
-    answers
-        .next()
-        .unwrap_or_else(|| unreachable!("BEGIN was sent"))?;
-    Ok(answers.collect())
+    .await;
+    let statements = answers.split_off(1);
+    match answers.pop() {
+        Some(Err(err)) => Err(err),
+        _ => Ok(statements),
+    }
 }
 
 /// Ends the open transaction: `COMMIT` if `commit`, else `ROLLBACK`.

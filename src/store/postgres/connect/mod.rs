@@ -1,24 +1,24 @@
-//! Connecting to PostgreSQL: the settings the function reads, the small
-//! pool of one container, TLS (on by default, as RDS requires), and the
-//! password from Secrets Manager or an RDS IAM authentication token.
+//! Connecting to PostgreSQL: the settings the function reads and the small
+//! pool of one container (here); TLS, on by default as RDS requires
+//! (`tls.rs`); the password from Secrets Manager (`secret.rs`) or an RDS
+//! IAM authentication token (`iam.rs`).
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+mod iam;
+mod secret;
+mod tls;
+
+use std::time::Duration;
 
 use aws_config::SdkConfig;
-use aws_credential_types::provider::ProvideCredentials;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
-use serde::Deserialize;
 use tokio::task::JoinHandle;
-use tokio_postgres::config::Host;
 use tokio_postgres::tls::NoTls;
 use tokio_postgres::{Client, Config, Error};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+use iam::IamToken;
+use secret::{apply_secret, read_secret};
+use tls::tls_config;
 
 use crate::config::{SettingsError, parsed};
 
@@ -232,92 +232,6 @@ fn parse_url(url: &str) -> Result<(Config, SslMode), String> {
     Ok((config, ssl))
 }
 
-/// The rustls configuration of `mode`.
-fn tls_config(mode: &SslMode) -> Result<ClientConfig, ConnectError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|err| ConnectError::Tls(err.to_string()))?;
-    let config = match mode {
-        SslMode::VerifyFull { root_cert } => {
-            let mut roots = RootCertStore::empty();
-            match root_cert {
-                Some(path) => {
-                    for cert in CertificateDer::pem_file_iter(path)
-                        .map_err(|err| ConnectError::Tls(format!("sslrootcert {path}: {err}")))?
-                    {
-                        let cert = cert.map_err(|err| {
-                            ConnectError::Tls(format!("sslrootcert {path}: {err}"))
-                        })?;
-                        roots
-                            .add(cert)
-                            .map_err(|err| ConnectError::Tls(err.to_string()))?;
-                    }
-                }
-                None => {
-                    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-                }
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        }
-        _ => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
-            .with_no_client_auth(),
-    };
-    Ok(config)
-}
-
-/// `sslmode=require`: the connection is encrypted, the server's
-/// certificate not checked (libpq's meaning of `require`).
-#[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// Opens the pool's connections: TLS or not, and with IAM authentication a
 /// fresh token as the password of each.
 struct Connector {
@@ -364,152 +278,6 @@ impl deadpool_postgres::Connect for Connector {
 async fn drive<F: Future<Output = Result<(), Error>>>(connection: F) {
     if let Err(err) = connection.await {
         tracing::debug!(error = %err, "database connection closed");
-    }
-}
-
-/// The fields of an RDS secret.
-#[derive(Debug, Deserialize)]
-struct Secret {
-    username: Option<String>,
-    password: Option<String>,
-    host: Option<String>,
-    port: Option<u16>,
-    dbname: Option<String>,
-}
-
-async fn read_secret(aws: &SdkConfig, arn: &str) -> Result<Secret, ConnectError> {
-    let client = aws_sdk_secretsmanager::Client::new(aws);
-    let value = client
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await
-        .map_err(|err| {
-            ConnectError::Secret(
-                aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string(),
-            )
-        })?;
-    let text = value
-        .secret_string()
-        .ok_or_else(|| ConnectError::Secret("the secret has no SecretString".into()))?;
-    // serde's message could quote the secret: only its position is kept.
-    serde_json::from_str(text).map_err(|err| {
-        ConnectError::Secret(format!(
-            "not an RDS secret (JSON with username, password, host, port, dbname) at line {} column {}",
-            err.line(),
-            err.column()
-        ))
-    })
-}
-
-fn apply_secret(config: &mut Config, secret: &Secret) -> Result<(), ConnectError> {
-    // A new configuration: a host given by the secret replaces the URL's
-    // hosts (and their ports) whole.
-    let host = match (&secret.host, config.get_hosts().first()) {
-        (Some(host), _) => host.clone(),
-        (None, Some(Host::Tcp(host))) => host.clone(),
-        _ => {
-            return Err(ConnectError::Secret(
-                "neither the secret nor DATABASE_URL names a TCP host".into(),
-            ));
-        }
-    };
-    let mut merged = Config::new();
-    merged.host(&host).port(
-        secret
-            .port
-            .or(config.get_ports().first().copied())
-            .unwrap_or(5432),
-    );
-    if let Some(user) = secret.username.as_deref().or(config.get_user()) {
-        merged.user(user);
-    }
-    if let Some(password) = secret
-        .password
-        .as_deref()
-        .map(str::as_bytes)
-        .or(config.get_password())
-    {
-        merged.password(password);
-    }
-    if let Some(dbname) = secret.dbname.as_deref().or(config.get_dbname()) {
-        merged.dbname(dbname);
-    }
-    *config = merged;
-    Ok(())
-}
-
-/// RDS IAM authentication: a token is a SigV4-presigned
-/// `connect` request for the user at the host, valid 15 minutes.
-struct IamToken {
-    aws: SdkConfig,
-    host: String,
-    port: u16,
-    user: String,
-}
-
-impl IamToken {
-    fn new(aws: &SdkConfig, config: &Config) -> Result<Self, ConnectError> {
-        let host = match config.get_hosts().first() {
-            Some(Host::Tcp(host)) => host.clone(),
-            _ => return Err(ConnectError::Iam("DATABASE_URL names no TCP host".into())),
-        };
-        let user = config
-            .get_user()
-            .ok_or_else(|| ConnectError::Iam("DATABASE_URL names no user".into()))?;
-        Ok(Self {
-            aws: aws.clone(),
-            host,
-            port: config.get_ports().first().copied().unwrap_or(5432),
-            user: user.to_owned(),
-        })
-    }
-
-    async fn token(&self) -> Result<String, String> {
-        use aws_sigv4::http_request::{
-            SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
-        };
-        let provider = self
-            .aws
-            .credentials_provider()
-            .ok_or("no AWS credentials provider")?;
-        let credentials = provider
-            .provide_credentials()
-            .await
-            .map_err(|err| err.to_string())?;
-        let region = self.aws.region().ok_or("no AWS region")?.to_string();
-        let identity = credentials.into();
-        let mut settings = SigningSettings::default();
-        settings.expires_in = Some(Duration::from_secs(900));
-        settings.signature_location = SignatureLocation::QueryParams;
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&region)
-            .name("rds-db")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()
-            .map_err(|err| err.to_string())?
-            .into();
-        let mut url = url::Url::parse(&format!("https://{}:{}/", self.host, self.port))
-            .map_err(|err| err.to_string())?;
-        url.query_pairs_mut()
-            .append_pair("Action", "connect")
-            .append_pair("DBUser", &self.user);
-        let request = SignableRequest::new(
-            "GET",
-            url.as_str(),
-            std::iter::empty(),
-            SignableBody::Bytes(&[]),
-        )
-        .map_err(|err| err.to_string())?;
-        let (instructions, _) = sign(request, &params)
-            .map_err(|err| err.to_string())?
-            .into_parts();
-        for (name, value) in instructions.params() {
-            url.query_pairs_mut().append_pair(name, value);
-        }
-        Ok(url.as_str().trim_start_matches("https://").to_owned())
     }
 }
 
@@ -596,41 +364,5 @@ mod tests {
         let err = settings(&[("DATABASE_URL", "postgres://u:secret@db:notaport/x")])
             .expect_err("bad port");
         assert!(!err.to_string().contains("secret"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn an_iam_token_is_a_presigned_connect_request_for_the_user() {
-        use aws_credential_types::Credentials;
-        use aws_credential_types::provider::SharedCredentialsProvider;
-        let aws = SdkConfig::builder()
-            .region(aws_config::Region::new("eu-west-1"))
-            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                "AKIDEXAMPLE",
-                "secret",
-                None,
-                None,
-                "test",
-            )))
-            .build();
-        let config: Config = "postgres://app@db.example.com:6543/ledger"
-            .parse()
-            .expect("url");
-        let token = IamToken::new(&aws, &config)
-            .expect("IAM settings")
-            .token()
-            .await
-            .expect("a token");
-        let prefix = "db.example.com:6543/?Action=connect&DBUser=app&X-Amz-Algorithm=AWS4-HMAC-SHA256\
-                      &X-Amz-Credential=AKIDEXAMPLE%2F";
-        assert!(token.starts_with(prefix), "{token}");
-        for part in [
-            "%2Feu-west-1%2Frds-db%2Faws4_request",
-            "&X-Amz-Expires=900",
-            "&X-Amz-SignedHeaders=host",
-            "&X-Amz-Signature=",
-        ] {
-            assert!(token.contains(part), "{part} in {token}");
-        }
-        assert!(!token.contains("secret"), "never the secret key");
     }
 }
