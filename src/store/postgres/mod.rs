@@ -1,11 +1,13 @@
 //! The PostgreSQL backend: one row per key in the idempotency table, each
 //! transition ONE SQL statement whose `WHERE` is its condition; the work's
 //! own SQL commits in the same transaction as its completion. One file per
-//! path, each read top to bottom with its conditions: `locking.rs`,
-//! `lock_free.rs`, `operator.rs`; the statements every path shares and the
-//! row codec in `rows.rs`, the pipelined transaction in `transaction.rs`,
-//! the schema and its migrations in `schema.rs`, the connection in
-//! `connect.rs`.
+//! path, each read top to bottom with its statements as constants beside
+//! their transitions: `locking.rs`, `lock_free.rs`, `operator.rs`; the
+//! row-creating statement, the statements of a table (rendered once per
+//! store) and the row codec in `rows.rs`; the pipelined transaction in
+//! `transaction.rs`; `SqlEffect` in `effect.rs`; increments in
+//! `increment.rs`; the schema and its migrations in `schema.rs`; the
+//! connection (settings, pool, TLS, secret, IAM token) in `connect/`.
 //!
 //! An expired row counts as absent on every read and is replaced by the
 //! next claim: PostgreSQL has no TTL, `exactly-once-ops purge-expired`

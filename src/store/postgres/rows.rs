@@ -85,7 +85,7 @@ impl Statements {
 /// wrote flagged `written`; when it wrote nothing, the row that stopped it,
 /// flagged not written. ONE statement: the write and the look at the row
 /// it did not write are one round trip.
-pub(super) fn or_found(table: &str, write: &str) -> String {
+fn or_found(table: &str, write: &str) -> String {
     format!(
         "WITH written AS ({write} RETURNING {COLUMNS}) \
          SELECT true AS written, {COLUMNS} FROM written \
