@@ -276,3 +276,189 @@ async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft(
         );
     }
 }
+
+/// The ledger, cutting the database off (the proxy) at its `cut_on`-th call.
+struct Cutting {
+    ledger: LedgerHandler,
+    calls: std::sync::atomic::AtomicUsize,
+    cut_on: usize,
+    proxy: Arc<support::proxy::Proxy>,
+}
+
+impl RecordHandler<SqlEffect> for Cutting {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        self.ledger.commit_path()
+    }
+
+    async fn handle(
+        &self,
+        token: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion<SqlEffect>, HandlerError> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if call == self.cut_on {
+            self.proxy.cut();
+        }
+        self.ledger.handle(token, record).await
+    }
+}
+
+/// The demo function in `mode` on a pool through a proxy that can cut
+/// PostgreSQL off, the handler cutting it at call `cut_on` (0: never); and
+/// a store on the same key space that reaches PostgreSQL directly.
+async fn cuttable(
+    mode: LedgerMode,
+    lock: Duration,
+    cut_on: usize,
+) -> (
+    MskFunction<Cutting, PostgresStore>,
+    PostgresStore,
+    Arc<support::proxy::Proxy>,
+) {
+    let direct = postgres::store(lock).await;
+    let url = support::env("DATABASE_URL");
+    let (before, after) = url.split_once("127.0.0.1:").expect("a loopback URL");
+    let port = after.split(['/', '?']).next().expect("a port");
+    let proxy = Arc::new(support::proxy::Proxy::start(format!("127.0.0.1:{port}")).await);
+    let proxied_url = format!("{before}127.0.0.1:{}{}", proxy.port, &after[port.len()..]);
+    let settings = exactly_once::store::postgres::DatabaseSettings::from_lookup(|name| {
+        (name == "DATABASE_URL").then(|| proxied_url.clone())
+    })
+    .expect("settings");
+    let store = PostgresStore::new(
+        settings.pool(None).await.expect("a pool"),
+        direct.config().clone(),
+        settings.call_timeout(),
+    )
+    .expect("store");
+    let handler = Cutting {
+        ledger: LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode),
+        calls: Default::default(),
+        cut_on,
+        proxy: proxy.clone(),
+    };
+    let function = MskFunction::new(
+        Engine::new(store, handler, EngineConfig::default()),
+        support::msk::settings(header_keys()),
+    )
+    .without_metrics();
+    (function, direct, proxy)
+}
+
+fn calls(function: &MskFunction<Cutting, PostgresStore>) -> usize {
+    let handler = function.engine().handler();
+    handler.calls.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once() {
+    for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
+        let (function, direct, proxy) = cuttable(mode, Duration::from_millis(500), 3).await;
+        let a = account();
+        let records = (0..6)
+            .map(|i| payment(i, &format!("o-{i}"), &a, 10_i64.pow(i as u32)))
+            .collect();
+        let batch = event(vec![("payments-0", records)]);
+        let result = function
+            .handle(lambda_runtime::LambdaEvent::new(
+                batch.clone(),
+                lambda_runtime::Context::default(),
+            ))
+            .await;
+        let pool = direct.pool();
+        // As on DynamoDB (tests/lifecycle.rs). Locking: offsets 0 and 1
+        // finished, offset 2 was claimed and its work cut PostgreSQL off.
+        // Lock-free: the six increments of one account were one group,
+        // whose commit met the cut: nothing finished, the invocation fails.
+        match (mode, result) {
+            (LedgerMode::LockFree, Err(err)) => assert!(
+                matches!(
+                    err,
+                    exactly_once::lambda::InvocationError::StoreUnavailable { reported: 6 }
+                ),
+                "{err:?}"
+            ),
+            (LedgerMode::Transactional, Ok(response)) => {
+                let expected: Vec<String> = (2..6).map(|i| format!("payments-0@{i}")).collect();
+                assert_eq!(reported(&response), expected);
+            }
+            (_, other) => panic!("{mode:?}: {other:?}"),
+        }
+        // No business logic for a record that was not claimed (locking).
+        let (ran, applied) = match mode {
+            LedgerMode::LockFree => (6, 0),
+            _ => (3, 1 + 10),
+        };
+        assert_eq!(calls(&function), ran, "{mode:?}");
+        assert_eq!(
+            postgres::ledger_entry(pool, &a).await.0,
+            applied,
+            "{mode:?}"
+        );
+
+        proxy.restore();
+        tokio::time::sleep(Duration::from_millis(600)).await; // offset 2's lock ends
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            postgres::ledger_entry(pool, &a).await,
+            (111_111, 6),
+            "{mode:?}"
+        );
+        let version = if mode == LedgerMode::LockFree { 1 } else { 2 };
+        let item = direct.get("o-2").await.expect("get").expect("row");
+        assert_eq!(
+            (item.status, item.version),
+            (Status::Completed, version),
+            "{mode:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_gone_before_the_batch_is_an_invocation_error_and_nothing_runs() {
+    for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
+        let (function, direct, proxy) = cuttable(mode, Duration::from_secs(30), 0).await;
+        let a = account();
+        let batch = event(vec![
+            (
+                "payments-0",
+                vec![payment(0, "x-1", &a, 1), payment(1, "x-2", &a, 2)],
+            ),
+            ("payments-1", vec![payment(0, "x-3", &a, 4)]),
+        ]);
+        proxy.cut();
+        let err = function
+            .handle(lambda_runtime::LambdaEvent::new(
+                batch.clone(),
+                lambda_runtime::Context::default(),
+            ))
+            .await
+            .expect_err("nothing could be done");
+        assert!(
+            matches!(
+                err,
+                exactly_once::lambda::InvocationError::StoreUnavailable { reported: 3 }
+            ),
+            "{mode:?}: {err:?}"
+        );
+        if mode == LedgerMode::Transactional {
+            assert_eq!(calls(&function), 0, "no business logic without a claim");
+        }
+        assert_eq!(postgres::ledger_entry(direct.pool(), &a).await, (0, 0));
+        proxy.restore();
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            postgres::ledger_entry(direct.pool(), &a).await,
+            (7, 3),
+            "{mode:?}"
+        );
+    }
+}
