@@ -20,13 +20,16 @@ use serde_json::{Value, json};
 use support::msk::{account, event, header_keys, invoke, invoke_until_done, payment, reported};
 use support::postgres;
 
-/// The ledger, noting what the store held for each key while its work ran:
-/// `None` on the lock-free path (nothing is written before the commit),
-/// STARTED on the locking path (the claim came first).
+/// The ledger, noting what the store held for each key while its work ran
+/// (read directly, not through any proxy): `None` on the lock-free path
+/// (nothing is written before the commit), STARTED on the locking path (the
+/// claim came first); and, with `cut`, cutting the database off (the proxy)
+/// at its n-th call.
 struct Watching {
     ledger: LedgerHandler,
     store: PostgresStore,
-    seen: Arc<Mutex<Vec<Option<Status>>>>,
+    seen: Seen,
+    cut: Option<(usize, Arc<support::proxy::Proxy>)>,
 }
 
 impl RecordHandler<SqlEffect> for Watching {
@@ -46,10 +49,16 @@ impl RecordHandler<SqlEffect> for Watching {
             .strip_prefix(&self.store.config().key_prefix)
             .expect("under the prefix");
         let held = self.store.get(key).await.expect("get");
-        self.seen
-            .lock()
-            .expect("seen")
-            .push(held.map(|item| item.status));
+        let call = {
+            let mut seen = self.seen.lock().expect("seen");
+            seen.push(held.map(|item| item.status));
+            seen.len()
+        };
+        if let Some((n, proxy)) = &self.cut
+            && *n == call
+        {
+            proxy.cut();
+        }
         self.ledger.handle(token, record).await
     }
 }
@@ -69,6 +78,7 @@ async fn function(
         ledger,
         store: store.clone(),
         seen: seen.clone(),
+        cut: None,
     };
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
@@ -277,34 +287,6 @@ async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft(
     }
 }
 
-/// The ledger, cutting the database off (the proxy) at its `cut_on`-th call.
-struct Cutting {
-    ledger: LedgerHandler,
-    calls: std::sync::atomic::AtomicUsize,
-    cut_on: usize,
-    proxy: Arc<support::proxy::Proxy>,
-}
-
-impl RecordHandler<SqlEffect> for Cutting {
-    type Record = KafkaRecord;
-
-    fn commit_path(&self) -> CommitPath {
-        self.ledger.commit_path()
-    }
-
-    async fn handle(
-        &self,
-        token: &FencingToken,
-        record: &KafkaRecord,
-    ) -> Result<Completion<SqlEffect>, HandlerError> {
-        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        if call == self.cut_on {
-            self.proxy.cut();
-        }
-        self.ledger.handle(token, record).await
-    }
-}
-
 /// The demo function in `mode` on a pool through a proxy that can cut
 /// PostgreSQL off, the handler cutting it at call `cut_on` (0: never); and
 /// a store on the same key space that reaches PostgreSQL directly.
@@ -313,7 +295,7 @@ async fn cuttable(
     lock: Duration,
     cut_on: usize,
 ) -> (
-    MskFunction<Cutting, PostgresStore>,
+    MskFunction<Watching, PostgresStore>,
     PostgresStore,
     Arc<support::proxy::Proxy>,
 ) {
@@ -333,11 +315,11 @@ async fn cuttable(
         settings.call_timeout(),
     )
     .expect("store");
-    let handler = Cutting {
+    let handler = Watching {
         ledger: LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode),
-        calls: Default::default(),
-        cut_on,
-        proxy: proxy.clone(),
+        store: direct.clone(),
+        seen: Seen::default(),
+        cut: (cut_on > 0).then(|| (cut_on, proxy.clone())),
     };
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
@@ -347,9 +329,9 @@ async fn cuttable(
     (function, direct, proxy)
 }
 
-fn calls(function: &MskFunction<Cutting, PostgresStore>) -> usize {
-    let handler = function.engine().handler();
-    handler.calls.load(std::sync::atomic::Ordering::SeqCst)
+/// How many times the work ran.
+fn calls(function: &MskFunction<Watching, PostgresStore>) -> usize {
+    function.engine().handler().seen.lock().expect("seen").len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
