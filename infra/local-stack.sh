@@ -1,15 +1,15 @@
 # shellcheck shell=bash
 # Sourced by infra/test.sh and infra/bench.sh (bash): the project's tools, the
 # dummy AWS environment, a DynamoDB Local of the caller's own with the tables
-# of template.yaml, and a PostgreSQL cluster of its own, all stopped when the
-# caller exits.
+# of template.yaml, a PostgreSQL cluster and a redis-server of its own, all
+# stopped when the caller exits.
 #
 #   source infra/local-stack.sh
 #   local_stack IDEMPOTENCY_TABLE_NAME LEDGER_TABLE_NAME
 #
 # Exports AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, IDEMPOTENCY_TABLE,
-# LEDGER_TABLE and DATABASE_URL (the SQL tables take the same names; the
-# PostgreSQL tests migrate them), and
+# LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
+# PostgreSQL tests migrate them) and REDIS_URL, and
 # puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -28,13 +28,16 @@ local_stack() {
   eval "$("$root/infra/sqs-local.sh" start)"
   step "PostgreSQL (infra/postgres-local.sh)"
   eval "$("$root/infra/postgres-local.sh" start)"
+  step "Redis (infra/redis-local.sh)"
+  eval "$("$root/infra/redis-local.sh" start)"
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
-  # POSTGRES_LOCAL_DATA).
+  # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR).
   # shellcheck disable=SC2064 # expand $root now
-  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop" EXIT
+  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "DATABASE_URL=$DATABASE_URL"
+  echo "REDIS_URL=$REDIS_URL"
 
   step "tables from template.yaml"
   "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's one test command (CI runs it through .ci/run).
-# Installs the tools, starts DynamoDB Local with the template's tables and a
-# PostgreSQL cluster, then runs rustfmt, clippy, the tests (the PostgreSQL
-# ones among them: tests/store_postgres.rs, postgres_ledger.rs,
-# postgres_faults.rs) and the template validation.
+# Installs the tools, starts DynamoDB Local with the template's tables, a
+# PostgreSQL cluster and a redis-server, then runs rustfmt, clippy, the tests
+# (the PostgreSQL and Redis ones among them: tests/store_postgres.rs,
+# store_redis.rs, ledger_stores.rs, postgres_faults.rs, redis_faults.rs) and
+# the template validation.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,9 +34,11 @@ TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --
 step "batch tests in key ordering mode"
 TEST_ORDERING_MODE=key cargo test --test handler --test transactional --test lifecycle --test kill
 
-# The SIGKILL storms again with the workers on PostgreSQL.
+# The SIGKILL storms again with the workers on PostgreSQL, then on Redis.
 step "kill storms on PostgreSQL"
 TEST_STORE=postgres cargo test --test kill -- lock_free_mode transactional_mode direct_mode
+step "kill storms on Redis"
+TEST_STORE=redis cargo test --test kill -- lock_free_mode transactional_mode direct_mode
 
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh

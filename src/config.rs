@@ -93,16 +93,19 @@ pub enum StoreKind {
     DynamoDb,
     /// PostgreSQL: `DATABASE_URL` (see [`crate::store::postgres::connect`]).
     Postgres,
+    /// Redis or Valkey: `REDIS_URL` (see [`crate::store::redis::connect`]).
+    Redis,
 }
 
 impl StoreKind {
-    /// Parses `IDEMPOTENCY_STORE`: `dynamodb` or `postgres`.
+    /// Parses `IDEMPOTENCY_STORE`: `dynamodb`, `postgres` or `redis`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "dynamodb" => Ok(Self::DynamoDb),
             "postgres" => Ok(Self::Postgres),
+            "redis" => Ok(Self::Redis),
             other => Err(format!(
-                "unknown store {other:?}; expected dynamodb or postgres"
+                "unknown store {other:?}; expected dynamodb, postgres or redis"
             )),
         }
     }

@@ -3,8 +3,9 @@
 //! a repeated payment shows as a wrong balance. The balance update is an
 //! [`Increment`] (DynamoDB `ADD`), so a hot account's payments merge into
 //! shared transactions, and the ledger runs on every store (its table a
-//! DynamoDB table or a SQL table `account_id TEXT PRIMARY KEY,
-//! balance_cents BIGINT, payment_count BIGINT`).
+//! DynamoDB table, a SQL table `account_id TEXT PRIMARY KEY,
+//! balance_cents BIGINT, payment_count BIGINT`, or on Redis one hash per
+//! account, `<table>:<account_id>`, with those two numbers as fields).
 
 use std::collections::HashMap;
 
@@ -19,6 +20,7 @@ use crate::lambda::KafkaRecord;
 use crate::redact::json_error;
 use crate::store::Increment;
 use crate::store::postgres::PostgresStore;
+use crate::store::redis::RedisStore;
 
 /// A payment message, as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -150,6 +152,7 @@ pub struct LedgerHandler {
 enum DirectWriter {
     DynamoDb(Client),
     Postgres(Box<PostgresStore>),
+    Redis(Box<RedisStore>),
 }
 
 impl LedgerHandler {
@@ -162,6 +165,12 @@ impl LedgerHandler {
     /// A ledger on the SQL table `table` of `store`'s database.
     pub fn on_postgres(store: PostgresStore, table: impl Into<String>, mode: LedgerMode) -> Self {
         Self::with_writer(DirectWriter::Postgres(Box::new(store)), table.into(), mode)
+    }
+
+    /// A ledger on Redis: each account a hash `<table>:<account_id>` with
+    /// the numbers `balance_cents` and `payment_count`.
+    pub fn on_redis(store: RedisStore, table: impl Into<String>, mode: LedgerMode) -> Self {
+        Self::with_writer(DirectWriter::Redis(Box::new(store)), table.into(), mode)
     }
 
     fn with_writer(direct: DirectWriter, table: String, mode: LedgerMode) -> Self {
@@ -182,6 +191,11 @@ impl LedgerHandler {
     pub fn from_settings_on_postgres(store: PostgresStore, settings: LedgerSettings) -> Self {
         Self::on_postgres(store, settings.table, settings.mode)
             .with_floor(settings.min_balance_cents)
+    }
+
+    /// A ledger on Redis as `settings` say.
+    pub fn from_settings_on_redis(store: RedisStore, settings: LedgerSettings) -> Self {
+        Self::on_redis(store, settings.table, settings.mode).with_floor(settings.min_balance_cents)
     }
 
     /// Payments may not take a balance below `min_balance_cents` (`None`:
@@ -229,6 +243,10 @@ impl LedgerHandler {
                     .map_err(|err| failed(DisplayErrorContext(&err).to_string()))?;
             }
             DirectWriter::Postgres(store) => store
+                .apply(&self.increment(payment))
+                .await
+                .map_err(|err| failed(err.to_string()))?,
+            DirectWriter::Redis(store) => store
                 .apply(&self.increment(payment))
                 .await
                 .map_err(|err| failed(err.to_string()))?,

@@ -33,4 +33,5 @@ pub use config::{LongKeyPolicy, StoreConfig, StoreKind};
 pub use store::dynamodb::DynamoDbStore;
 pub use store::memory::MemoryStore;
 pub use store::postgres::PostgresStore;
+pub use store::redis::RedisStore;
 pub use store::{ClaimOutcome, ClaimRequest, Lease, Status, Store, StoreError, StoredItem};

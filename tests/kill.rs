@@ -6,7 +6,8 @@
 //! 200), `KILL_TEST_SEED` replays a storm's schedule.
 //!
 //! The storms run on the store `TEST_STORE` names (`dynamodb`, the default,
-//! or `postgres`: `infra/test.sh` runs the ledger storms on both).
+//! `postgres` or `redis`: `infra/test.sh` runs the ledger storms on all
+//! three).
 //!
 //! The charge storm runs a handler on the locking path that calls a real
 //! downstream payment API (`support::charges`, loopback HTTP) with the
@@ -72,18 +73,35 @@ fn ledger(client: aws_sdk_dynamodb::Client, mode: &str) -> LedgerHandler {
     LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
 }
 
-/// Whether the storms run on PostgreSQL (`TEST_STORE=postgres`; worker
-/// processes inherit it).
-fn on_postgres() -> bool {
-    std::env::var("TEST_STORE").is_ok_and(|store| store == "postgres")
+/// The store the storms run on (`TEST_STORE`; worker processes inherit it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestStore {
+    DynamoDb,
+    Postgres,
+    Redis,
+}
+
+fn test_store() -> TestStore {
+    match std::env::var("TEST_STORE").as_deref() {
+        Ok("postgres") => TestStore::Postgres,
+        Ok("redis") => TestStore::Redis,
+        _ => TestStore::DynamoDb,
+    }
 }
 
 /// `(balance_cents, payment_count)` of `account` in the ledger of the
 /// store the storms run on.
 async fn ledger_entry(account: &str) -> (i64, i64) {
-    match on_postgres() {
-        true => support::postgres::ledger_entry(&support::postgres::pool().await, account).await,
-        false => support::msk::ledger_entry(account).await,
+    let ledger = support::env("LEDGER_TABLE");
+    match test_store() {
+        TestStore::Postgres => {
+            support::postgres::ledger_entry(&support::postgres::pool().await, account).await
+        }
+        TestStore::Redis => {
+            let store = support::redis::store(Duration::from_secs(1));
+            support::redis::ledger_entry(&store, &ledger, account).await
+        }
+        TestStore::DynamoDb => support::msk::ledger_entry(account).await,
     }
 }
 
@@ -142,23 +160,28 @@ async fn worker_process() {
         pause: config.pause_in_handler,
         charge_api: config.charge_api,
     };
-    if on_postgres() {
-        let pool = support::postgres::pool().await;
-        let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
-            .expect("store");
-        let mode = LedgerMode::parse(&config.mode).expect("a ledger mode");
-        let ledger = LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode);
-        work(store, announced(ledger), &batches, config.first_batch).await;
-    } else {
-        let client = support::client().await;
-        let store = DynamoDbStore::new(client.clone(), store_config(&config));
-        work(
-            store,
-            announced(ledger(client, &config.mode)),
-            &batches,
-            config.first_batch,
-        )
-        .await;
+    let mode = LedgerMode::parse(&config.mode).expect("a ledger mode");
+    let table = support::env("LEDGER_TABLE");
+    match test_store() {
+        TestStore::Postgres => {
+            let pool = support::postgres::pool().await;
+            let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
+                .expect("store");
+            let ledger = LedgerHandler::on_postgres(store.clone(), table, mode);
+            work(store, announced(ledger), &batches, config.first_batch).await;
+        }
+        TestStore::Redis => {
+            let store =
+                support::redis::store_with(&support::env("REDIS_URL"), store_config(&config));
+            let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
+            work(store, announced(ledger), &batches, config.first_batch).await;
+        }
+        TestStore::DynamoDb => {
+            let client = support::client().await;
+            let store = DynamoDbStore::new(client.clone(), store_config(&config));
+            let ledger = LedgerHandler::new(client, table, mode);
+            work(store, announced(ledger), &batches, config.first_batch).await;
+        }
     }
 }
 
@@ -478,12 +501,8 @@ fn seed() -> u64 {
 async fn exactly_once_storm(mode: &str) {
     let seed = seed();
     let storm = storm(mode, kills_wanted(), seed).await;
-    let store = if on_postgres() {
-        "PostgreSQL"
-    } else {
-        "DynamoDB"
-    };
-    println!("{mode} storm on {store} (KILL_TEST_SEED={seed}): {storm:?}");
+    let store = test_store();
+    println!("{mode} storm on {store:?} (KILL_TEST_SEED={seed}): {storm:?}");
     assert!(storm.kills >= kills_wanted());
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),

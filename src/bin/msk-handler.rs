@@ -1,6 +1,6 @@
 //! The Lambda function: MSK events in, payments applied to the ledger exactly
 //! once, a partial batch response out. The idempotency store is chosen at
-//! start (`IDEMPOTENCY_STORE`): DynamoDB (the default) or PostgreSQL.
+//! start (`IDEMPOTENCY_STORE`): DynamoDB (the default), PostgreSQL or Redis.
 
 use exactly_once::dynamo::{self, RequestCounter};
 use exactly_once::engine::{Engine, RecordHandler};
@@ -9,6 +9,7 @@ use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerSettings};
 use exactly_once::store::postgres::schema::{self, SchemaError, TableKind};
 use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
+use exactly_once::store::redis::{RedisSettings, RedisStore};
 use exactly_once::{DynamoDbStore, Store, StoreKind};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -55,6 +56,16 @@ async fn main() -> Result<(), Error> {
             }
             let store = PostgresStore::new(pool, settings.store, database.call_timeout())?;
             let handler = LedgerHandler::from_settings_on_postgres(store.clone(), ledger);
+            let function = MskFunction::new(
+                Engine::new(store, handler, settings.engine),
+                settings.function,
+            );
+            serve(function, dead_letters).await
+        }
+        StoreKind::Redis => {
+            let redis = RedisSettings::from_lookup(|name| std::env::var(name).ok())?;
+            let store = RedisStore::new(redis.connect()?, settings.store, &redis);
+            let handler = LedgerHandler::from_settings_on_redis(store.clone(), ledger);
             let function = MskFunction::new(
                 Engine::new(store, handler, settings.engine),
                 settings.function,

@@ -21,6 +21,7 @@ use crate::config::StoreKind;
 use crate::store::dynamodb::{DynamoDbStore, ScanOptions};
 use crate::store::postgres::schema::{self, TableKind};
 use crate::store::postgres::{DatabaseSettings, PostgresStore};
+use crate::store::redis::{RedisSettings, RedisStore};
 use crate::store::{Listing, Status, Store, StoreError};
 use crate::{LongKeyPolicy, StoreConfig, dynamo};
 
@@ -165,7 +166,7 @@ pub enum Command {
 const EXIT_REFUSED: u8 = 1;
 /// Exit code: bad usage or configuration (also clap's).
 const EXIT_USAGE: u8 = 2;
-/// Exit code: DynamoDB failed or refused the request.
+/// Exit code: the store failed or refused the request.
 const EXIT_ERROR: u8 = 3;
 
 /// Runs one command; prints to stdout, problems to stderr.
@@ -189,6 +190,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         )),
         StoreKind::Postgres => match postgres_store(config, env).await {
             Ok(store) => Backend::Postgres(store),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        StoreKind::Redis => match redis_store(config, env) {
+            Ok(store) => Backend::Redis(store),
             Err(message) => {
                 eprintln!("error: {message}");
                 return ExitCode::from(EXIT_USAGE);
@@ -277,6 +285,17 @@ async fn postgres_store(
     PostgresStore::new(pool, config, settings.call_timeout()).map_err(|err| err.to_string())
 }
 
+/// The Redis store of `REDIS_URL`, with an operator's patience (a listing
+/// page may take longer than a function's call).
+fn redis_store(
+    config: StoreConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<RedisStore, String> {
+    let mut settings = RedisSettings::from_lookup(env).map_err(|err| err.to_string())?;
+    settings.timeout = Duration::from_secs(20);
+    Ok(RedisStore::new(settings.connect()?, config, &settings))
+}
+
 /// The function's client with an operator's patience: a Scan page may take
 /// longer than the 2 s the function allows a request.
 fn ops_client(client: Client) -> Client {
@@ -298,6 +317,7 @@ fn ops_client(client: Client) -> Client {
 enum Backend {
     DynamoDb(DynamoDbStore),
     Postgres(PostgresStore),
+    Redis(RedisStore),
 }
 
 /// `$body` with `$store` bound to the backend's store, whichever it is.
@@ -306,6 +326,7 @@ macro_rules! on_store {
         match $backend {
             Backend::DynamoDb($store) => $body,
             Backend::Postgres($store) => $body,
+            Backend::Redis($store) => $body,
         }
     };
 }
@@ -319,7 +340,8 @@ impl Ops {
         match command {
             Command::Inspect { key } => match &self.backend {
                 Backend::DynamoDb(store) => inspect_item(store, &key).await,
-                Backend::Postgres(store) => inspect_row(store, &key).await,
+                Backend::Postgres(store) => inspect_stored(store, &key, store.stored(&key).await?),
+                Backend::Redis(store) => inspect_stored(store, &key, store.stored(&key).await?),
             },
             Command::Stuck {
                 older_than,
@@ -353,7 +375,7 @@ impl Ops {
     fn postgres(&self) -> Option<&PostgresStore> {
         match &self.backend {
             Backend::Postgres(store) => Some(store),
-            Backend::DynamoDb(_) => None,
+            Backend::DynamoDb(_) | Backend::Redis(_) => None,
         }
     }
 
@@ -372,15 +394,16 @@ impl Ops {
                 list(&store.clone().with_scan(scan), listing, segments).await
             }
             Backend::Postgres(store) => list(store, listing, 1).await,
+            Backend::Redis(store) => list(store, listing, 1).await,
         }
     }
 }
 
-/// A PostgreSQL command on DynamoDB: a usage error.
+/// A PostgreSQL command on another store: a usage error.
 fn not_postgres(command: &str) -> ExitCode {
     eprintln!(
         "error: {command} is for IDEMPOTENCY_STORE=postgres (DynamoDB tables come from \
-         template.yaml and expire by TTL)"
+         template.yaml and expire by TTL; Redis expires its keys itself)"
     );
     ExitCode::from(EXIT_USAGE)
 }
@@ -438,9 +461,15 @@ async fn inspect_item(store: &DynamoDbStore, key: &str) -> Result<ExitCode, Stor
     Ok(show(key, &item, &inspect::others(&raw), store.now_ms()))
 }
 
-async fn inspect_row(store: &PostgresStore, key: &str) -> Result<ExitCode, StoreError> {
+/// Prints the item a SQL row or a Redis hash holds (`stored`, read even
+/// past its TTL).
+fn inspect_stored<S: Store>(
+    store: &S,
+    key: &str,
+    stored: Option<crate::store::StoredItem>,
+) -> Result<ExitCode, StoreError> {
     let pk = store.pk(key)?;
-    match store.stored(key).await? {
+    match stored {
         None => {
             emit(&inspect::render_absent(key, &pk));
             Ok(ExitCode::from(EXIT_REFUSED))

@@ -28,6 +28,7 @@ pub mod increment;
 mod item;
 pub mod memory;
 pub mod postgres;
+pub mod redis;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -10,6 +10,7 @@ pub mod charges;
 pub mod faults;
 pub mod postgres;
 pub mod proxy;
+pub mod redis;
 pub mod sqs;
 pub mod transactions;
 

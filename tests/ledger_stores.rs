@@ -1,8 +1,10 @@
-//! The demo function on PostgreSQL, end to end: MSK events in, balances in
-//! a SQL ledger, the exact response out, in all three ledger modes; the
-//! path each mode takes, asserted from inside the work; poison records
-//! failing alone; concurrent deliveries of one batch; a hot account's
-//! merged payments with a floor.
+//! The demo function on PostgreSQL and on Redis, end to end: MSK events
+//! in, balances in the store's own ledger (a SQL table, Redis hashes), the
+//! exact response out, in all three ledger modes; the path each mode takes,
+//! asserted from inside the work; poison records failing alone; concurrent
+//! deliveries of one batch; a hot account's merged payments with a floor;
+//! the store cut off mid-batch and before it. Written once against
+//! [`LedgerStore`], instantiated per store (`postgres::`, `redis::`).
 
 mod support;
 
@@ -14,25 +16,106 @@ use exactly_once::engine::{
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::postgres::SqlEffect;
-use exactly_once::{PostgresStore, Status, Store};
+use exactly_once::store::postgres::DatabaseSettings;
+use exactly_once::{PostgresStore, RedisStore, Status, Store, StoreConfig};
 use serde_json::{Value, json};
 use support::msk::{account, event, header_keys, invoke, invoke_until_done, payment, reported};
-use support::postgres;
+use support::proxy::Proxy;
+
+/// What the suite needs of a store holding both the keys and the ledger.
+trait LedgerStore: Store + Sized {
+    /// A store under a fresh key prefix, with lock timeout `lock`.
+    async fn fresh(lock: Duration) -> Self;
+    /// Another container's store (its own connections) on `config`'s keys.
+    async fn container(config: StoreConfig) -> Self;
+    /// A store on `config`'s keys whose connections go through `proxy`.
+    async fn through(proxy: &Proxy, config: StoreConfig) -> Self;
+    /// `host:port` of the test server.
+    fn address() -> String;
+    /// The demo ledger on this store.
+    fn ledger(&self, mode: LedgerMode) -> LedgerHandler;
+    /// `(balance_cents, payment_count)` of `account`.
+    async fn entry(&self, account: &str) -> (i64, i64);
+}
+
+impl LedgerStore for PostgresStore {
+    async fn fresh(lock: Duration) -> Self {
+        support::postgres::store(lock).await
+    }
+
+    async fn container(config: StoreConfig) -> Self {
+        Self::fresh(config.lock_timeout).await.with_config(config)
+    }
+
+    async fn through(proxy: &Proxy, config: StoreConfig) -> Self {
+        let url = support::env("DATABASE_URL");
+        let proxied = url.replacen(&Self::address(), &format!("127.0.0.1:{}", proxy.port), 1);
+        let settings =
+            DatabaseSettings::from_lookup(|name| (name == "DATABASE_URL").then(|| proxied.clone()))
+                .expect("settings");
+        let pool = settings.pool(None).await.expect("a pool");
+        PostgresStore::new(pool, config, settings.call_timeout()).expect("store")
+    }
+
+    fn address() -> String {
+        let url = support::env("DATABASE_URL");
+        let after = url.split_once("127.0.0.1:").expect("a loopback URL").1;
+        format!(
+            "127.0.0.1:{}",
+            after.split(['/', '?']).next().expect("a port")
+        )
+    }
+
+    fn ledger(&self, mode: LedgerMode) -> LedgerHandler {
+        LedgerHandler::on_postgres(self.clone(), support::env("LEDGER_TABLE"), mode)
+    }
+
+    async fn entry(&self, account: &str) -> (i64, i64) {
+        support::postgres::ledger_entry(self.pool(), account).await
+    }
+}
+
+impl LedgerStore for RedisStore {
+    async fn fresh(lock: Duration) -> Self {
+        support::redis::store(lock)
+    }
+
+    async fn container(config: StoreConfig) -> Self {
+        support::redis::store_with(&support::env("REDIS_URL"), config)
+    }
+
+    async fn through(proxy: &Proxy, config: StoreConfig) -> Self {
+        support::redis::store_with(&format!("redis://127.0.0.1:{}", proxy.port), config)
+    }
+
+    fn address() -> String {
+        support::env("REDIS_URL")
+            .trim_start_matches("redis://")
+            .to_owned()
+    }
+
+    fn ledger(&self, mode: LedgerMode) -> LedgerHandler {
+        LedgerHandler::on_redis(self.clone(), support::env("LEDGER_TABLE"), mode)
+    }
+
+    async fn entry(&self, account: &str) -> (i64, i64) {
+        support::redis::ledger_entry(self, &support::env("LEDGER_TABLE"), account).await
+    }
+}
 
 /// The ledger, noting what the store held for each key while its work ran
 /// (read directly, not through any proxy): `None` on the lock-free path
 /// (nothing is written before the commit), STARTED on the locking path (the
-/// claim came first); and, with `cut`, cutting the database off (the proxy)
+/// claim came first); and, with `cut`, cutting the store off (the proxy)
 /// at its n-th call.
-struct Watching {
+struct Watching<S> {
     ledger: LedgerHandler,
-    store: PostgresStore,
+    store: S,
     seen: Seen,
-    cut: Option<(usize, Arc<support::proxy::Proxy>)>,
+    cut: Option<(usize, Arc<Proxy>)>,
 }
 
-impl RecordHandler<SqlEffect> for Watching {
+impl<S: Store> RecordHandler<S::Effect> for Watching<S> {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -43,7 +126,7 @@ impl RecordHandler<SqlEffect> for Watching {
         &self,
         token: &FencingToken,
         record: &KafkaRecord,
-    ) -> Result<Completion<SqlEffect>, HandlerError> {
+    ) -> Result<Completion<S::Effect>, HandlerError> {
         let key = token
             .key
             .strip_prefix(&self.store.config().key_prefix)
@@ -59,20 +142,19 @@ impl RecordHandler<SqlEffect> for Watching {
         {
             proxy.cut();
         }
-        self.ledger.handle(token, record).await
+        RecordHandler::<S::Effect>::handle(&self.ledger, token, record).await
     }
 }
 
 type Seen = Arc<Mutex<Vec<Option<Status>>>>;
 
 /// The demo function in `mode` on a fresh key prefix, and what its work saw.
-async fn function(
+async fn function<S: LedgerStore>(
     mode: LedgerMode,
     floor: Option<i64>,
-) -> (MskFunction<Watching, PostgresStore>, Seen) {
-    let store = postgres::store(Duration::from_secs(30)).await;
-    let ledger = LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode)
-        .with_floor(floor);
+) -> (MskFunction<Watching<S>, S>, Seen) {
+    let store = S::fresh(Duration::from_secs(30)).await;
+    let ledger = store.ledger(mode).with_floor(floor);
     let seen = Seen::default();
     let handler = Watching {
         ledger,
@@ -88,7 +170,7 @@ async fn function(
     (function, seen)
 }
 
-fn store_of(function: &MskFunction<Watching, PostgresStore>) -> &PostgresStore {
+fn store_of<S: LedgerStore>(function: &MskFunction<Watching<S>, S>) -> &S {
     function.engine().store()
 }
 
@@ -98,10 +180,9 @@ const MODES: [LedgerMode; 3] = [
     LedgerMode::Direct,
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing() {
+async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing<S: LedgerStore>() {
     for mode in MODES {
-        let (function, seen) = function(mode, None).await;
+        let (function, seen) = function::<S>(mode, None).await;
         let (a, b) = (account(), account());
         let batch = event(vec![
             (
@@ -123,9 +204,9 @@ async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing() {
             json!({"batchItemFailures": []}),
             "{mode:?}"
         );
-        let pool = store_of(&function).pool();
-        assert_eq!(postgres::ledger_entry(pool, &a).await, (510, 5), "{mode:?}");
-        assert_eq!(postgres::ledger_entry(pool, &b).await, (150, 5), "{mode:?}");
+        let store = store_of(&function);
+        assert_eq!(store.entry(&a).await, (510, 5), "{mode:?}");
+        assert_eq!(store.entry(&b).await, (150, 5), "{mode:?}");
         // The path: nothing stored during the lock-free work; a STARTED
         // claim during the locking path's.
         let expected = match mode {
@@ -158,15 +239,14 @@ async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing() {
             10,
             "{mode:?}: no work ran again"
         );
-        assert_eq!(postgres::ledger_entry(pool, &a).await, (510, 5), "{mode:?}");
-        assert_eq!(postgres::ledger_entry(pool, &b).await, (150, 5), "{mode:?}");
+        assert_eq!(store.entry(&a).await, (510, 5), "{mode:?}");
+        assert_eq!(store.entry(&b).await, (150, 5), "{mode:?}");
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_record_fails_alone_and_is_stored_failed() {
+async fn a_poison_record_fails_alone_and_is_stored_failed<S: LedgerStore>() {
     for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
-        let (function, _) = function(mode, None).await;
+        let (function, _) = function::<S>(mode, None).await;
         let a = account();
         let mut records = vec![payment(0, "ok-0", &a, 5)];
         records.push(support::msk::Rec {
@@ -181,8 +261,7 @@ async fn a_poison_record_fails_alone_and_is_stored_failed() {
             reported(&invoke(&function, &batch).await),
             Vec::<String>::new()
         );
-        let pool = store_of(&function).pool();
-        assert_eq!(postgres::ledger_entry(pool, &a).await, (12, 2), "{mode:?}");
+        assert_eq!(store_of(&function).entry(&a).await, (12, 2), "{mode:?}");
         let failed = store_of(&function)
             .get("bad-1")
             .await
@@ -198,8 +277,7 @@ async fn a_poison_record_fails_alone_and_is_stored_failed() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once() {
+async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once<S: LedgerStore>() {
     for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
         let accounts: Vec<String> = (0..3).map(|_| account()).collect();
         let batch = event(vec![
@@ -216,16 +294,13 @@ async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once() {
                     .collect(),
             ),
         ]);
-        let (first, _) = function(mode, None).await;
+        let (first, _) = function::<S>(mode, None).await;
         let config = store_of(&first).config().clone();
         let mut containers = Vec::new();
         for _ in 0..4 {
-            // Each container: its own pool, the same table and key prefix.
-            let store = postgres::store(Duration::from_secs(30))
-                .await
-                .with_config(config.clone());
-            let ledger =
-                LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode);
+            // Each container: its own connections, the same key space.
+            let store = S::container(config.clone()).await;
+            let ledger = store.ledger(mode);
             let function = MskFunction::new(
                 Engine::new(store, ledger, EngineConfig::default()),
                 support::msk::settings(header_keys()),
@@ -239,10 +314,9 @@ async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once() {
         for container in containers {
             container.await.expect("a container finished");
         }
-        let pool = store_of(&first).pool();
         let mut payments = 0;
         for account in &accounts {
-            let (balance, count) = postgres::ledger_entry(pool, account).await;
+            let (balance, count) = store_of(&first).entry(account).await;
             assert_eq!(balance, count, "{mode:?}: one cent per payment");
             payments += count;
         }
@@ -250,10 +324,9 @@ async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft() {
+async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft<S: LedgerStore>() {
     for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
-        let (function, _) = function(mode, Some(0)).await;
+        let (function, _) = function::<S>(mode, Some(0)).await;
         let merchant = account();
         let amounts = [100, -30, -80, 20, -50, 5];
         let records = amounts
@@ -267,9 +340,8 @@ async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft(
             Vec::<String>::new()
         );
         // 100 - 30 = 70; -80 would overdraw (refused); + 20 - 50 + 5 = 45.
-        let pool = store_of(&function).pool();
         assert_eq!(
-            postgres::ledger_entry(pool, &merchant).await,
+            store_of(&function).entry(&merchant).await,
             (45, 5),
             "{mode:?}"
         );
@@ -287,36 +359,19 @@ async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft(
     }
 }
 
-/// The demo function in `mode` on a pool through a proxy that can cut
-/// PostgreSQL off, the handler cutting it at call `cut_on` (0: never); and
-/// a store on the same key space that reaches PostgreSQL directly.
-async fn cuttable(
+/// The demo function in `mode` on connections through a proxy that can
+/// cut the store off, the handler cutting it at call `cut_on` (0: never);
+/// and a store on the same key space that reaches the server directly.
+async fn cuttable<S: LedgerStore>(
     mode: LedgerMode,
     lock: Duration,
     cut_on: usize,
-) -> (
-    MskFunction<Watching, PostgresStore>,
-    PostgresStore,
-    Arc<support::proxy::Proxy>,
-) {
-    let direct = postgres::store(lock).await;
-    let url = support::env("DATABASE_URL");
-    let (before, after) = url.split_once("127.0.0.1:").expect("a loopback URL");
-    let port = after.split(['/', '?']).next().expect("a port");
-    let proxy = Arc::new(support::proxy::Proxy::start(format!("127.0.0.1:{port}")).await);
-    let proxied_url = format!("{before}127.0.0.1:{}{}", proxy.port, &after[port.len()..]);
-    let settings = exactly_once::store::postgres::DatabaseSettings::from_lookup(|name| {
-        (name == "DATABASE_URL").then(|| proxied_url.clone())
-    })
-    .expect("settings");
-    let store = PostgresStore::new(
-        settings.pool(None).await.expect("a pool"),
-        direct.config().clone(),
-        settings.call_timeout(),
-    )
-    .expect("store");
+) -> (MskFunction<Watching<S>, S>, S, Arc<Proxy>) {
+    let direct = S::fresh(lock).await;
+    let proxy = Arc::new(Proxy::start(S::address()).await);
+    let store = S::through(&proxy, direct.config().clone()).await;
     let handler = Watching {
-        ledger: LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode),
+        ledger: store.ledger(mode),
         store: direct.clone(),
         seen: Seen::default(),
         cut: (cut_on > 0).then(|| (cut_on, proxy.clone())),
@@ -330,14 +385,15 @@ async fn cuttable(
 }
 
 /// How many times the work ran.
-fn calls(function: &MskFunction<Watching, PostgresStore>) -> usize {
+fn calls<S: LedgerStore>(function: &MskFunction<Watching<S>, S>) -> usize {
     function.engine().handler().seen.lock().expect("seen").len()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once() {
+async fn the_store_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once<
+    S: LedgerStore,
+>() {
     for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
-        let (function, direct, proxy) = cuttable(mode, Duration::from_millis(500), 3).await;
+        let (function, direct, proxy) = cuttable::<S>(mode, Duration::from_millis(500), 3).await;
         let a = account();
         let records = (0..6)
             .map(|i| payment(i, &format!("o-{i}"), &a, 10_i64.pow(i as u32)))
@@ -349,9 +405,8 @@ async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
                 lambda_runtime::Context::default(),
             ))
             .await;
-        let pool = direct.pool();
         // As on DynamoDB (tests/lifecycle.rs). Locking: offsets 0 and 1
-        // finished, offset 2 was claimed and its work cut PostgreSQL off.
+        // finished, offset 2 was claimed and its work cut the store off.
         // Lock-free: the six increments of one account were one group,
         // whose commit met the cut: nothing finished, the invocation fails.
         match (mode, result) {
@@ -374,11 +429,7 @@ async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
             _ => (3, 1 + 10),
         };
         assert_eq!(calls(&function), ran, "{mode:?}");
-        assert_eq!(
-            postgres::ledger_entry(pool, &a).await.0,
-            applied,
-            "{mode:?}"
-        );
+        assert_eq!(direct.entry(&a).await.0, applied, "{mode:?}");
 
         proxy.restore();
         tokio::time::sleep(Duration::from_millis(600)).await; // offset 2's lock ends
@@ -386,11 +437,7 @@ async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
             reported(&invoke(&function, &batch).await),
             Vec::<String>::new()
         );
-        assert_eq!(
-            postgres::ledger_entry(pool, &a).await,
-            (111_111, 6),
-            "{mode:?}"
-        );
+        assert_eq!(direct.entry(&a).await, (111_111, 6), "{mode:?}");
         let version = if mode == LedgerMode::LockFree { 1 } else { 2 };
         let item = direct.get("o-2").await.expect("get").expect("row");
         assert_eq!(
@@ -401,10 +448,9 @@ async fn postgres_gone_mid_batch_fails_closed_and_the_replay_applies_everything_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_gone_before_the_batch_is_an_invocation_error_and_nothing_runs() {
+async fn the_store_gone_before_the_batch_is_an_invocation_error_and_nothing_runs<S: LedgerStore>() {
     for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
-        let (function, direct, proxy) = cuttable(mode, Duration::from_secs(30), 0).await;
+        let (function, direct, proxy) = cuttable::<S>(mode, Duration::from_secs(30), 0).await;
         let a = account();
         let batch = event(vec![
             (
@@ -431,16 +477,63 @@ async fn postgres_gone_before_the_batch_is_an_invocation_error_and_nothing_runs(
         if mode == LedgerMode::Transactional {
             assert_eq!(calls(&function), 0, "no business logic without a claim");
         }
-        assert_eq!(postgres::ledger_entry(direct.pool(), &a).await, (0, 0));
+        assert_eq!(direct.entry(&a).await, (0, 0));
         proxy.restore();
         assert_eq!(
             reported(&invoke(&function, &batch).await),
             Vec::<String>::new()
         );
-        assert_eq!(
-            postgres::ledger_entry(direct.pool(), &a).await,
-            (7, 3),
-            "{mode:?}"
-        );
+        assert_eq!(direct.entry(&a).await, (7, 3), "{mode:?}");
     }
+}
+
+/// Every test of the suite, for the store type `$store`.
+macro_rules! ledger_suite {
+    ($store:ty) => {
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing() {
+            super::every_mode_applies_each_payment_once_and_a_replay_changes_nothing::<$store>()
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_poison_record_fails_alone_and_is_stored_failed() {
+            super::a_poison_record_fails_alone_and_is_stored_failed::<$store>().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once() {
+            super::four_containers_delivered_one_batch_at_once_apply_each_payment_once::<$store>()
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft() {
+            super::a_hot_accounts_payments_merge_and_the_floor_refuses_only_the_overdraft::<$store>()
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_store_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once() {
+            super::the_store_gone_mid_batch_fails_closed_and_the_replay_applies_everything_once::<
+                $store,
+            >()
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_store_gone_before_the_batch_is_an_invocation_error_and_nothing_runs() {
+            super::the_store_gone_before_the_batch_is_an_invocation_error_and_nothing_runs::<$store>()
+                .await;
+        }
+    };
+}
+
+mod postgres {
+    ledger_suite!(exactly_once::PostgresStore);
+}
+
+mod redis {
+    ledger_suite!(exactly_once::RedisStore);
 }

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Starts, restarts or stops a throwaway redis-server of the machine's Redis
+# packages (installed from Debian's packages when missing).
+#
+#   eval "$(infra/redis-local.sh start)"          # exports REDIS_URL, REDIS_LOCAL_DIR
+#   eval "$(infra/redis-local.sh start --aof)"    # the same, with AOF and appendfsync always
+#   infra/redis-local.sh restart                  # SIGKILL (a crash), then a start
+#   infra/redis-local.sh stop                     # stops it and deletes its files
+#
+# start always starts a new server (a temporary directory, a free loopback
+# port), so concurrent callers never share one, and prints only
+# `export NAME=VALUE` lines on stdout (progress goes to stderr). Without
+# --aof, the server keeps nothing on disk (`save ""`, `appendonly no`): a
+# restart loses everything, which is what Redis does by default between
+# snapshots. With --aof, every write is fsynced before it is acknowledged
+# (`appendfsync always`): a restart loses nothing acknowledged.
+set -euo pipefail
+
+log() { echo "redis-local: $*" >&2; }
+
+server_bin() {
+  if ! command -v redis-server >/dev/null; then
+    log "no redis-server: installing redis-server from Debian's packages"
+    local sudo=()
+    if [[ "$(id -u)" -ne 0 ]]; then sudo=(sudo); fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2 ||
+      { "${sudo[@]}" apt-get update -q >&2 &&
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2; }
+  fi
+  command -v redis-server
+}
+
+server_start() {
+  local dir="$1"
+  "$(server_bin)" "$dir/redis.conf" >&2
+  for _ in $(seq 1 100); do
+    if redis-cli -p "$(cat "$dir/port")" ping 2>/dev/null | grep -q PONG; then return 0; fi
+    sleep 0.05
+  done
+  log "redis-server did not answer; its log:"
+  cat "$dir/server.log" >&2
+  exit 1
+}
+
+start() {
+  local dir port persistence
+  server_bin >/dev/null
+  dir="$(mktemp -d /tmp/redis-local.XXXXXX)"
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  echo "$port" >"$dir/port"
+  persistence="no persistence"
+  {
+    echo "port $port"
+    echo "bind 127.0.0.1"
+    echo "dir $dir"
+    echo 'save ""'
+    if [[ "${1:-}" == "--aof" ]]; then
+      persistence="AOF, appendfsync always"
+      printf 'appendonly yes\nappendfsync always\n'
+    else
+      echo "appendonly no"
+    fi
+    echo "daemonize yes"
+    echo "pidfile $dir/redis.pid"
+    echo "logfile $dir/server.log"
+  } >"$dir/redis.conf"
+  server_start "$dir"
+  log "started (port $port, $persistence, dir $dir)"
+  echo "export REDIS_URL=redis://127.0.0.1:$port"
+  echo "export REDIS_LOCAL_DIR=$dir"
+}
+
+# The server named by REDIS_LOCAL_DIR (only a directory this script made).
+server_dir() {
+  local dir="${REDIS_LOCAL_DIR:-}"
+  if [[ "$dir" != /tmp/redis-local.* || ! -f "$dir/port" ]]; then
+    log "REDIS_LOCAL_DIR does not name a server this script started"
+    exit 1
+  fi
+  echo "$dir"
+}
+
+kill_server() {
+  local dir="$1" signal="$2" pid
+  pid="$(cat "$dir/redis.pid" 2>/dev/null || true)"
+  if [[ -n "$pid" ]]; then
+    kill "-$signal" "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+  fi
+}
+
+restart() {
+  local dir
+  dir="$(server_dir)"
+  kill_server "$dir" KILL
+  server_start "$dir"
+  log "restarted after SIGKILL"
+}
+
+stop() {
+  local dir
+  dir="$(server_dir)" || return 0
+  kill_server "$dir" TERM
+  rm -rf "$dir"
+  log "stopped"
+}
+
+case "${1:-}" in
+  start) start "${2:-}" ;;
+  restart) restart ;;
+  stop) stop ;;
+  *)
+    echo "usage: $0 start [--aof]|restart|stop" >&2
+    exit 2
+    ;;
+esac

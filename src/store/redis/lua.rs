@@ -1,0 +1,87 @@
+//! The Lua the transitions' scripts share, as macros that expand to string
+//! literals so that each script is one `concat!` of the functions it uses
+//! and its own body (Redis runs a script atomically: nothing else runs
+//! between its reads and its writes).
+
+/// `live(key, now_s)`: whether the item at `key` is live. One past its TTL
+/// (`expires_at < now_s`) counts as absent, whether or not Redis has
+/// deleted it yet; a hash without `expires_at` was not written by this
+/// library and is never replaced.
+macro_rules! live_lua {
+    () => {
+        r#"
+local function live(key, now_s)
+  local expires_at = redis.call('HGET', key, 'expires_at')
+  if expires_at then return tonumber(expires_at) >= now_s end
+  return redis.call('EXISTS', key) == 1
+end
+"#
+    };
+}
+
+/// `refused(change, base)` and `apply(change, base)`: a work's effects,
+/// their keys at `KEYS[base + 1 ..]` (the writes', then the merged
+/// increments'). A script checks every effect before it writes anything,
+/// since Redis does not roll a script back: `refused` answers
+/// `{'effect', i, reason}` or `{'increment', j, reason, fields}` (0-based)
+/// for the first effect that may not happen, nil when all may.
+macro_rules! effects_lua {
+    () => {
+        r#"
+local EXACT = 9007199254740991
+local function refused(change, base)
+  for i, write in ipairs(change.writes) do
+    -- Invariant: put_new never overwrites: its key must not exist.
+    if write[1] == 'put_new' and redis.call('EXISTS', KEYS[base + i]) == 1 then
+      return {'effect', i - 1, 'the key exists'}
+    end
+    if write[1] == 'add' then
+      local after = tonumber(redis.call('HGET', KEYS[base + i], write[2]) or '0')
+      if after == nil then
+        return redis.error_reply('field ' .. write[2] .. ' of an added-to hash is not a number')
+      end
+      after = after + tonumber(write[3])
+      -- Invariant: an add never takes its number below its floor, nor
+      -- beyond 2^53 (where Lua's numbers, doubles, stop being exact).
+      if (write[4] ~= '' and after < tonumber(write[4])) or math.abs(after) > EXACT then
+        return {'effect', i - 1, write[2] .. ' would fall below its floor'}
+      end
+    end
+  end
+  for j, adds in ipairs(change.increments) do
+    local key = KEYS[base + #change.writes + j]
+    for _, add in ipairs(adds) do
+      local current = tonumber(redis.call('HGET', key, add[1]) or '0')
+      if current == nil then
+        return redis.error_reply('field ' .. add[1] .. ' of an incremented hash is not a number')
+      end
+      -- Invariant: every number stays at least its floor (the value before
+      -- the merged add is at least floor - by) ...
+      local below = add[3] ~= '' and current < tonumber(add[3])
+      -- ... and within 2^53, where Lua's numbers (doubles) are exact.
+      if below or math.abs(current + tonumber(add[2])) > EXACT then
+        return {'increment', j - 1, below and 'below floor' or 'out of range',
+                redis.call('HGETALL', key)}
+      end
+    end
+  end
+  return nil
+end
+local function apply(change, base)
+  for i, write in ipairs(change.writes) do
+    if write[1] == 'add' then
+      redis.call('HINCRBY', KEYS[base + i], write[2], write[3])
+    else
+      redis.call('HSET', KEYS[base + i], unpack(write[2]))
+    end
+  end
+  for j, adds in ipairs(change.increments) do
+    local key = KEYS[base + #change.writes + j]
+    for _, add in ipairs(adds) do redis.call('HINCRBY', key, add[1], add[2]) end
+  end
+end
+"#
+    };
+}
+
+pub(super) use {effects_lua, live_lua};

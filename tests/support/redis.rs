@@ -1,0 +1,54 @@
+//! The redis-server that `infra/test.sh` starts (`REDIS_URL`): stores on
+//! the test key space (`IDEMPOTENCY_TABLE:` + a fresh key prefix per test),
+//! and readers of the ledger's hashes.
+
+use std::time::Duration;
+
+use ::redis::AsyncCommands;
+use exactly_once::StoreConfig;
+use exactly_once::store::Increment;
+use exactly_once::store::redis::{RedisSettings, RedisStore, increment_key};
+
+/// How long a test store waits for Redis per call.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The settings of the server at `url`.
+pub fn settings_at(url: &str) -> RedisSettings {
+    RedisSettings::from_lookup(|name| match name {
+        "REDIS_URL" => Some(url.to_owned()),
+        "REDIS_TIMEOUT_MS" => Some(TIMEOUT.as_millis().to_string()),
+        _ => None,
+    })
+    .expect("REDIS_URL as infra/redis-local.sh exports it")
+}
+
+/// A store on the test server under a fresh key prefix.
+pub fn store(lock_timeout: Duration) -> RedisStore {
+    store_with(&super::env("REDIS_URL"), super::store_config(lock_timeout))
+}
+
+/// A store on the server at `url` as `config` says.
+pub fn store_with(url: &str, config: StoreConfig) -> RedisStore {
+    let settings = settings_at(url);
+    let connection = settings.connect().expect("a connection");
+    RedisStore::new(connection, config, &settings)
+}
+
+/// The number `attribute` of the hash `increment` touches (0 if none).
+pub async fn number(store: &RedisStore, increment: &Increment, attribute: &str) -> i64 {
+    let mut connection = store.connection();
+    let value: Option<i64> = connection
+        .hget(increment_key(increment), attribute)
+        .await
+        .expect("read the number");
+    value.unwrap_or(0)
+}
+
+/// `(balance_cents, payment_count)` of `account` in the ledger `table`.
+pub async fn ledger_entry(store: &RedisStore, table: &str, account: &str) -> (i64, i64) {
+    let account = Increment::new(table, "account_id", account);
+    (
+        number(store, &account, "balance_cents").await,
+        number(store, &account, "payment_count").await,
+    )
+}
