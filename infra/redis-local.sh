@@ -4,6 +4,8 @@
 #
 #   eval "$(infra/redis-local.sh start)"          # exports REDIS_URL, REDIS_LOCAL_DIR
 #   eval "$(infra/redis-local.sh start --aof)"    # the same, with AOF and appendfsync always
+#   eval "$(infra/redis-local.sh start --tls)"    # TLS only (rediss://) and a password;
+#                                                 #   also exports REDIS_LOCAL_CA
 #   infra/redis-local.sh restart                  # SIGKILL (a crash), then a start
 #   infra/redis-local.sh stop                     # stops it and deletes its files
 #
@@ -13,7 +15,10 @@
 # --aof, the server keeps nothing on disk (`save ""`, `appendonly no`): a
 # restart loses everything, which is what Redis does by default between
 # snapshots. With --aof, every write is fsynced before it is acknowledged
-# (`appendfsync always`): a restart loses nothing acknowledged.
+# (`appendfsync always`): a restart loses nothing acknowledged. With --tls,
+# the server listens only for TLS, with a certificate for 127.0.0.1 signed by
+# a CA made by openssl for this server (REDIS_LOCAL_CA), and asks for the
+# password in REDIS_URL (AUTH).
 set -euo pipefail
 
 log() { echo "redis-local: $*" >&2; }
@@ -34,7 +39,9 @@ server_start() {
   local dir="$1"
   "$(server_bin)" "$dir/redis.conf" >&2
   for _ in $(seq 1 100); do
-    if redis-cli -p "$(cat "$dir/port")" ping 2>/dev/null | grep -q PONG; then return 0; fi
+    if [[ -s "$dir/redis.pid" ]] && grep -q "Ready to accept connections" "$dir/server.log" 2>/dev/null; then
+      return 0
+    fi
     sleep 0.05
   done
   log "redis-server did not answer; its log:"
@@ -42,19 +49,49 @@ server_start() {
   exit 1
 }
 
+# The loopback server's certificate (valid 2 days), signed by a CA of its own.
+certificate() {
+  local dir="$1"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=redis-local-ca \
+    -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
+}
+
 start() {
-  local dir port persistence
+  local dir port persistence aof=false tls=false
+  for option in "$@"; do
+    case "$option" in
+      --aof) aof=true ;;
+      --tls) tls=true ;;
+      *) log "unknown option $option"; exit 2 ;;
+    esac
+  done
   server_bin >/dev/null
   dir="$(mktemp -d /tmp/redis-local.XXXXXX)"
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   echo "$port" >"$dir/port"
   persistence="no persistence"
   {
-    echo "port $port"
+    if $tls; then
+      certificate "$dir"
+      echo "port 0"
+      echo "tls-port $port"
+      echo "tls-cert-file $dir/server.crt"
+      echo "tls-key-file $dir/server.key"
+      echo "tls-ca-cert-file $dir/ca.crt"
+      echo "tls-auth-clients no"
+      echo "requirepass local-secret"
+    else
+      echo "port $port"
+    fi
     echo "bind 127.0.0.1"
     echo "dir $dir"
     echo 'save ""'
-    if [[ "${1:-}" == "--aof" ]]; then
+    if $aof; then
       persistence="AOF, appendfsync always"
       printf 'appendonly yes\nappendfsync always\n'
     else
@@ -66,7 +103,12 @@ start() {
   } >"$dir/redis.conf"
   server_start "$dir"
   log "started (port $port, $persistence, dir $dir)"
-  echo "export REDIS_URL=redis://127.0.0.1:$port"
+  if $tls; then
+    echo "export REDIS_URL=rediss://default:local-secret@127.0.0.1:$port"
+    echo "export REDIS_LOCAL_CA=$dir/ca.crt"
+  else
+    echo "export REDIS_URL=redis://127.0.0.1:$port"
+  fi
   echo "export REDIS_LOCAL_DIR=$dir"
 }
 
@@ -93,6 +135,9 @@ restart() {
   local dir
   dir="$(server_dir)"
   kill_server "$dir" KILL
+  # A fresh log and pid file, so that the start waits for the new server.
+  rm -f "$dir/redis.pid"
+  mv "$dir/server.log" "$dir/server.log.before-restart"
   server_start "$dir"
   log "restarted after SIGKILL"
 }
@@ -106,11 +151,11 @@ stop() {
 }
 
 case "${1:-}" in
-  start) start "${2:-}" ;;
+  start) shift; start "$@" ;;
   restart) restart ;;
   stop) stop ;;
   *)
-    echo "usage: $0 start [--aof]|restart|stop" >&2
+    echo "usage: $0 start [--aof] [--tls]|restart|stop" >&2
     exit 2
     ;;
 esac

@@ -7,11 +7,15 @@ mod support;
 
 use std::time::Duration;
 
-use conformance::Backend;
-use exactly_once::StoreConfig;
-use exactly_once::store::Increment;
-use exactly_once::store::redis::{RedisEffect, RedisStore};
-use support::redis;
+use std::collections::HashMap;
+
+use ::redis::AsyncCommands;
+use conformance::{Backend, LONG_LOCK, acquire, request};
+use exactly_once::clock::now_ms;
+use exactly_once::store::redis::{RedisEffect, RedisSettings, RedisStore};
+use exactly_once::store::{Effects, Increment};
+use exactly_once::{ClaimOutcome, Store, StoreConfig, StoreError};
+use support::redis::{self, LocalRedis};
 
 /// The test server; counters are hashes of the ledger table.
 struct Redis;
@@ -47,3 +51,160 @@ impl Backend for Redis {
 }
 
 conformance_suite!(Redis);
+
+/// The hash of `pk`'s item, as Redis holds it.
+async fn hash(store: &RedisStore, pk: &str) -> HashMap<String, String> {
+    let key = format!("{}:{pk}", store.config().table_name);
+    store.connection().hgetall(key).await.expect("HGETALL")
+}
+
+#[tokio::test]
+async fn a_claim_writes_the_documented_fields_and_redis_expires_the_item_itself() {
+    let store = redis::store(LONG_LOCK);
+    let before = now_ms();
+    let lease = acquire(&store, "p-1", "h1").await;
+    let fields = hash(&store, &lease.pk).await;
+    let number = |name: &str| fields[name].parse::<u64>().expect(name);
+    assert_eq!(fields["pk"], lease.pk);
+    assert_eq!(fields["status"], "STARTED");
+    assert_eq!(number("version"), 1);
+    assert_eq!(fields["owner"], lease.owner);
+    assert_eq!(fields["payload_hash"], "h1");
+    assert_eq!(fields["origin"], "payments-0@15");
+    assert_eq!(number("attempts"), 1);
+    assert_eq!(number("lock_expires_at"), lease.lock_expires_at_ms);
+    let created = number("created_at");
+    assert!(created >= before && created <= now_ms());
+    assert_eq!(number("updated_at"), created);
+    let expires_at = number("expires_at");
+    assert_eq!(expires_at, created / 1000 + 8 * 24 * 3600, "epoch seconds");
+    for absent in ["result", "error", "last_error"] {
+        assert!(!fields.contains_key(absent), "{absent}");
+    }
+    // Redis deletes it just after the second `expires_at` names.
+    let key = format!("{}:{}", store.config().table_name, lease.pk);
+    let deleted_at: i64 = ::redis::cmd("PEXPIRETIME")
+        .arg(&key)
+        .query_async(&mut store.connection())
+        .await
+        .expect("PEXPIRETIME");
+    assert_eq!(deleted_at, (expires_at as i64 + 1) * 1000);
+
+    store
+        .complete(&lease, Some("done"), Effects::default())
+        .await
+        .expect("complete");
+    let fields = hash(&store, &lease.pk).await;
+    assert_eq!(fields["status"], "COMPLETED");
+    assert_eq!(fields["result"], "done");
+    assert!(
+        !fields.contains_key("lock_expires_at"),
+        "no lease once finished"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_that_is_down_is_a_retryable_error_and_never_a_claim() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    drop(listener);
+    let store = redis::store_with(
+        &format!("redis://127.0.0.1:{port}"),
+        support::store_config(LONG_LOCK),
+    );
+    match store.claim(request("p-1", "h1")).await {
+        Err(err @ StoreError::Unavailable { .. }) => {
+            assert!(err.is_retryable());
+            assert!(err.to_string().contains("claim"), "{err}");
+        }
+        other => panic!("expected the store unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn scripts_are_called_by_sha_and_loaded_again_after_a_flush() {
+    let store = redis::store(LONG_LOCK);
+    acquire(&store, "p-1", "h1").await;
+    let mut connection = store.connection();
+    let _: () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut connection)
+        .await
+        .expect("SCRIPT FLUSH");
+    // As after a failover to a server that never saw the scripts.
+    acquire(&store, "p-2", "h2").await;
+    let stats: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .expect("INFO");
+    assert!(stats.contains("cmdstat_evalsha:"), "{stats}");
+}
+
+#[tokio::test]
+async fn a_key_holding_another_type_is_a_permanent_rejection() {
+    let store = redis::store(LONG_LOCK);
+    let pk = store.pk("p-1").expect("pk");
+    let key = format!("{}:{pk}", store.config().table_name);
+    let _: () = store
+        .connection()
+        .set(&key, "not a hash")
+        .await
+        .expect("SET");
+    match store.claim(request("p-1", "h1")).await {
+        Err(err @ StoreError::Rejected { .. }) => assert!(!err.is_retryable(), "{err}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tls_with_auth_connects_and_a_wrong_password_is_rejected() {
+    let server = LocalRedis::start(&["--tls"]);
+    let ca = server.ca.clone().expect("a CA");
+    let settings = |url: &str| {
+        RedisSettings::from_lookup(|name| match name {
+            "REDIS_URL" => Some(url.to_owned()),
+            "REDIS_CA_FILE" => Some(ca.clone()),
+            _ => None,
+        })
+        .expect("settings")
+    };
+    let store = |url: &str| {
+        let settings = settings(url);
+        RedisStore::new(
+            settings.connect().expect("a connection"),
+            support::store_config(LONG_LOCK),
+            &settings,
+        )
+    };
+    assert!(
+        server.url.starts_with("rediss://default:"),
+        "{}",
+        server.url
+    );
+    let claimed = store(&server.url).claim(request("p-1", "h1")).await;
+    assert!(
+        matches!(claimed, Ok(ClaimOutcome::Acquired(_))),
+        "{claimed:?}"
+    );
+    let wrong = server.url.replace("local-secret", "wrong");
+    match store(&wrong).claim(request("p-1", "h1")).await {
+        Err(StoreError::Rejected { message, .. }) => {
+            assert!(
+                !message.contains("wrong"),
+                "no password in errors: {message}"
+            )
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    // Without the CA, the server's certificate is not trusted.
+    let untrusted =
+        RedisSettings::from_lookup(|name| (name == "REDIS_URL").then(|| server.url.clone()))
+            .expect("settings");
+    let store = RedisStore::new(
+        untrusted.connect().expect("a connection"),
+        support::store_config(LONG_LOCK),
+        &untrusted,
+    );
+    assert!(store.claim(request("p-2", "h1")).await.is_err());
+}

@@ -52,3 +52,71 @@ pub async fn ledger_entry(store: &RedisStore, table: &str, account: &str) -> (i6
         number(store, &account, "payment_count").await,
     )
 }
+
+/// A redis-server of the test's own (`infra/redis-local.sh`), stopped when
+/// dropped: for the tests that restart, slow or replicate a server.
+pub struct LocalRedis {
+    pub url: String,
+    /// With `--tls`: the CA that signed the server's certificate.
+    pub ca: Option<String>,
+    dir: String,
+}
+
+impl LocalRedis {
+    /// A new server with `options`: `--aof` (every write fsynced before it
+    /// is acknowledged, `appendfsync always`; else nothing is kept on
+    /// disk), `--tls` (TLS only, and a password).
+    pub fn start(options: &[&str]) -> Self {
+        let output = Self::script()
+            .arg("start")
+            .args(options)
+            .output()
+            .expect("infra/redis-local.sh start");
+        assert!(output.status.success(), "redis-local.sh start failed");
+        let exports = String::from_utf8_lossy(&output.stdout);
+        let export = |name: &str| {
+            exports
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("export {name}=")))
+                .map(str::to_owned)
+        };
+        Self {
+            url: export("REDIS_URL").expect("REDIS_URL"),
+            ca: export("REDIS_LOCAL_CA"),
+            dir: export("REDIS_LOCAL_DIR").expect("REDIS_LOCAL_DIR"),
+        }
+    }
+
+    /// A crash: SIGKILL, then a start on the same port and files.
+    pub fn restart(&self) {
+        self.run("restart");
+    }
+
+    /// Its `host:port`.
+    pub fn address(&self) -> String {
+        let after_scheme = self.url.split_once("://").map_or("", |(_, rest)| rest);
+        let host = after_scheme
+            .rsplit_once('@')
+            .map_or(after_scheme, |(_, host)| host);
+        host.to_owned()
+    }
+
+    fn run(&self, action: &str) {
+        let status = Self::script()
+            .arg(action)
+            .env("REDIS_LOCAL_DIR", &self.dir)
+            .status()
+            .expect("infra/redis-local.sh");
+        assert!(status.success(), "redis-local.sh {action} failed");
+    }
+
+    fn script() -> std::process::Command {
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/infra/redis-local.sh"))
+    }
+}
+
+impl Drop for LocalRedis {
+    fn drop(&mut self) {
+        self.run("stop");
+    }
+}

@@ -168,12 +168,16 @@ impl RedisStore {
         if self.wait_replicas == 0 {
             return Ok(());
         }
+        // The server's own timeout ends first (it checks it about every
+        // 100 ms), so that the answer says how many replicas acknowledged.
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let server_wait = left
+            .saturating_sub(Duration::from_millis(250))
+            .max(Duration::from_millis(10));
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.wait_replicas)
-            .arg(left.as_millis().max(1) as u64);
-        let wait = wait.query_async::<u32>(connection);
-        let acknowledged = tokio::time::timeout(left + Duration::from_millis(100), wait)
+            .arg(server_wait.as_millis() as u64);
+        let acknowledged = tokio::time::timeout(left, wait.query_async::<u32>(connection))
             .await
             .map_err(|_| self.timed_out(operation))?
             .map_err(|err| redis_error(operation, err))?;

@@ -1,0 +1,384 @@
+//! Redis failing under the function, on servers of the tests' own
+//! (`infra/redis-local.sh`): what a restart loses without persistence and
+//! keeps with AOF (`appendfsync always`), exactly as the README's
+//! durability section says; a restart mid-batch and a slow script failing
+//! closed; `REDIS_WAIT_REPLICAS` with a real replica and without one.
+//! (Connection resets mid-batch: `tests/ledger_stores.rs`.)
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use exactly_once::engine::{
+    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+};
+use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use exactly_once::store::redis::{RedisSettings, RedisStore};
+use exactly_once::{Status, Store, StoreError};
+use serde_json::Value;
+use support::msk::{account, event, header_keys, invoke_until_done, payment, reported};
+use support::redis::LocalRedis;
+
+/// Work whose effect is outside Redis (a notification sent), on the
+/// locking path: Redis holds only its keys.
+#[derive(Clone, Default)]
+struct Notifier {
+    sent: Arc<AtomicUsize>,
+    /// Run this once the n-th notification is sent (1-based).
+    on_call: Option<(usize, Arc<dyn Fn() + Send + Sync>)>,
+}
+
+impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Notifier {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::Locking
+    }
+
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        _: &KafkaRecord,
+    ) -> Result<Completion<E>, HandlerError> {
+        let sent = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((n, hook)) = &self.on_call
+            && *n == sent
+        {
+            hook();
+        }
+        Ok(Completion::done("sent"))
+    }
+}
+
+fn function<H: RecordHandler<exactly_once::store::redis::RedisEffect, Record = KafkaRecord>>(
+    store: &RedisStore,
+    handler: H,
+) -> MskFunction<H, RedisStore> {
+    MskFunction::new(
+        Engine::new(store.clone(), handler, EngineConfig::default()),
+        support::msk::settings(header_keys()),
+    )
+    .without_metrics()
+}
+
+/// Ten payments of 1..=10 cents to `account` on one partition.
+fn payments(prefix: &str, account: &str) -> Value {
+    let records = (0..10)
+        .map(|i| payment(i, &format!("{prefix}-{i}"), account, i + 1))
+        .collect();
+    event(vec![("payments-0", records)])
+}
+
+/// What one server went through: a lock-free ledger batch and a locking
+/// notifier batch, a crash, then both batches replayed.
+#[derive(Debug, PartialEq, Eq)]
+struct Crash {
+    /// COMPLETED keys found right after the restart (of 20).
+    keys_after_restart: usize,
+    /// The ledger's balance right after the restart (55 before it).
+    balance_after_restart: i64,
+    /// After the replay.
+    balance_after_replay: i64,
+    /// Notifications sent in all (10 by the first delivery).
+    notifications: usize,
+}
+
+async fn crash_and_replay(aof: bool) -> Crash {
+    let server = LocalRedis::start(if aof { &["--aof"] } else { &[] });
+    let store =
+        support::redis::store_with(&server.url, support::store_config(Duration::from_secs(30)));
+    let a = account();
+    let ledger = LedgerHandler::on_redis(
+        store.clone(),
+        support::env("LEDGER_TABLE"),
+        LedgerMode::LockFree,
+    );
+    let (ledger, notifier) = (function(&store, ledger), Notifier::default());
+    let sent = notifier.sent.clone();
+    let notifier = function(&store, notifier);
+    let (payments, notices) = (payments("pay", &a), payments("note", &account()));
+    invoke_until_done(&ledger, &payments).await;
+    invoke_until_done(&notifier, &notices).await;
+    assert_eq!(
+        support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a).await,
+        (55, 10)
+    );
+
+    server.restart();
+    let keys = ["pay", "note"]
+        .iter()
+        .flat_map(|p| (0..10).map(move |i| format!("{p}-{i}")));
+    let mut keys_after_restart = 0;
+    for key in keys {
+        // The first call after the restart may meet the dropped connection.
+        let item = loop {
+            match store.get(&key).await {
+                Err(StoreError::Unavailable { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                other => break other.expect("get"),
+            }
+        };
+        keys_after_restart +=
+            usize::from(item.is_some_and(|item| item.status == Status::Completed));
+    }
+    let balance_after_restart =
+        support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a)
+            .await
+            .0;
+    // Redelivered to a new container (a warm one remembers what it
+    // completed, and would skip the batches from memory).
+    let store = support::redis::store_with(&server.url, store.config().clone());
+    let ledger = LedgerHandler::on_redis(
+        store.clone(),
+        support::env("LEDGER_TABLE"),
+        LedgerMode::LockFree,
+    );
+    let notifier = Notifier {
+        sent: sent.clone(),
+        on_call: None,
+    };
+    invoke_until_done(&function(&store, ledger), &payments).await;
+    invoke_until_done(&function(&store, notifier), &notices).await;
+    Crash {
+        keys_after_restart,
+        balance_after_restart,
+        balance_after_replay: support::redis::ledger_entry(
+            &store,
+            &support::env("LEDGER_TABLE"),
+            &a,
+        )
+        .await
+        .0,
+        notifications: sent.load(Ordering::SeqCst),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_persistence_a_restart_loses_every_key_and_effect_so_outside_effects_repeat() {
+    // Everything acknowledged is gone: the keys and the Redis-held balance
+    // together (the replay applies each payment once, to the emptied
+    // ledger), but the notifications, held elsewhere, are sent again.
+    assert_eq!(
+        crash_and_replay(false).await,
+        Crash {
+            keys_after_restart: 0,
+            balance_after_restart: 0,
+            balance_after_replay: 55,
+            notifications: 20,
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_aof_fsync_always_a_restart_loses_nothing_acknowledged() {
+    assert_eq!(
+        crash_and_replay(true).await,
+        Crash {
+            keys_after_restart: 20,
+            balance_after_restart: 55,
+            balance_after_replay: 55,
+            notifications: 10,
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification_once() {
+    let server = Arc::new(LocalRedis::start(&["--aof"]));
+    let store = support::redis::store_with(
+        &server.url,
+        support::store_config(Duration::from_millis(500)),
+    );
+    let restarting = server.clone();
+    let notifier = Notifier {
+        on_call: Some((4, Arc::new(move || restarting.restart()))),
+        ..Notifier::default()
+    };
+    let sent = notifier.sent.clone();
+    let function = function(&store, notifier);
+    let batch = payments("r", &account());
+    let response = function
+        .handle(lambda_runtime::LambdaEvent::new(
+            batch.clone(),
+            lambda_runtime::Context::default(),
+        ))
+        .await;
+    // Offsets 0-2 finished; the restart dropped the connection under the
+    // 4th record's completion: it and everything after it are reported
+    // (or, if nothing could be written, the invocation fails).
+    if let Ok(response) = &response {
+        let expected: Vec<String> = (3..10).map(|i| format!("payments-0@{i}")).collect();
+        assert_eq!(reported(response), expected);
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), 4, "no work without a claim");
+    tokio::time::sleep(Duration::from_millis(600)).await; // the 4th key's lease ends
+    invoke_until_done(&function, &batch).await;
+    // The 4th record ran again (its completion was lost with the
+    // connection): the locking path's documented at-least-once window for
+    // effects outside the store; every other record ran once.
+    assert_eq!(sent.load(Ordering::SeqCst), 11);
+    for i in 0..10 {
+        let item = store
+            .get(&format!("r-{i}"))
+            .await
+            .expect("get")
+            .expect("item");
+        assert_eq!(item.status, Status::Completed, "r-{i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_script_blocking_redis_fails_closed_and_loses_nothing() {
+    let server = LocalRedis::start(&[]);
+    let settings = RedisSettings::from_lookup(|name| match name {
+        "REDIS_URL" => Some(server.url.clone()),
+        "REDIS_TIMEOUT_MS" => Some("300".into()),
+        _ => None,
+    })
+    .expect("settings");
+    let store = RedisStore::new(
+        settings.connect().expect("a connection"),
+        support::store_config(Duration::from_secs(30)),
+        &settings,
+    );
+    let a = account();
+    let ledger = LedgerHandler::on_redis(
+        store.clone(),
+        support::env("LEDGER_TABLE"),
+        LedgerMode::Transactional,
+    );
+    let function = function(&store, ledger);
+    let batch = payments("slow", &a);
+    // Another client's script keeps the server busy for 1.5 s.
+    let mut blocker = redis::Client::open(server.url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let busy = tokio::spawn(async move {
+        let script = "local t = redis.call('TIME'); local until_us = t[1] * 1000000 + t[2] + 1500000 \
+                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1";
+        redis::cmd("EVAL")
+            .arg(script)
+            .arg(0)
+            .query_async::<i64>(&mut blocker)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let result = function
+        .handle(lambda_runtime::LambdaEvent::new(
+            batch.clone(),
+            lambda_runtime::Context::default(),
+        ))
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(exactly_once::lambda::InvocationError::StoreUnavailable { reported: 10 })
+        ),
+        "{result:?}"
+    );
+    // The script's own client gives up waiting for it; Redis runs it to
+    // its end.
+    let _ = busy.await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let entry = support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a).await;
+    assert_eq!(entry, (0, 0), "nothing applied while Redis was busy");
+    invoke_until_done(&function, &batch).await;
+    assert_eq!(
+        support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a).await,
+        (55, 10)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_replicas_acknowledges_a_write_only_once_a_replica_holds_it() {
+    let primary = LocalRedis::start(&[]);
+    let replica = LocalRedis::start(&[]);
+    let mut to_primary = redis::Client::open(primary.url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    // No 5 s pause before the replica's first (diskless) sync.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("0")
+        .query_async(&mut to_primary)
+        .await
+        .expect("CONFIG SET");
+    let mut connection = redis::Client::open(replica.url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let (host, port) = primary
+        .address()
+        .split_once(':')
+        .map(|(h, p)| (h.to_owned(), p.to_owned()))
+        .expect("host:port");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg(host)
+        .arg(port)
+        .query_async(&mut connection)
+        .await
+        .expect("REPLICAOF");
+    let settings = RedisSettings::from_lookup(|name| match name {
+        "REDIS_URL" => Some(primary.url.clone()),
+        "REDIS_TIMEOUT_MS" => Some("2000".into()),
+        "REDIS_WAIT_REPLICAS" => Some("1".into()),
+        _ => None,
+    })
+    .expect("settings");
+    let store = RedisStore::new(
+        settings.connect().expect("a connection"),
+        support::store_config(Duration::from_secs(30)),
+        &settings,
+    );
+    // The replica's first sync, before the test writes.
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut connection)
+            .await
+            .expect("INFO");
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let claimed = store.claim(support_request("w-1")).await.expect("claim");
+    assert!(
+        matches!(claimed, exactly_once::ClaimOutcome::Acquired(_)),
+        "{claimed:?}"
+    );
+    let replica_store = support::redis::store_with(&replica.url, store.config().clone());
+    assert!(
+        replica_store.get("w-1").await.expect("get").is_some(),
+        "the replica holds the claim"
+    );
+
+    drop(replica);
+    match store.claim(support_request("w-2")).await {
+        Err(err @ StoreError::Unavailable { .. }) => assert!(
+            err.to_string()
+                .contains("0 of 1 replicas acknowledged it in time"),
+            "{err}"
+        ),
+        other => panic!("expected the write reported, got {other:?}"),
+    }
+}
+
+fn support_request(key: &str) -> exactly_once::store::ClaimRequest<'_> {
+    exactly_once::store::ClaimRequest {
+        key,
+        payload_hash: "h",
+        origin: None,
+        lease_cap_ms: None,
+    }
+}
