@@ -75,6 +75,8 @@ fn the_function_sets_exactly_the_variables_the_code_reads() {
         .iter()
         .chain(ledger::ENV_VARS)
         .chain(exactly_once::store::postgres::connect::ENV_VARS)
+        .chain(exactly_once::store::redis::connect::ENV_VARS)
+        .chain(exactly_once::store::redis::cache::ENV_VARS)
         .copied()
         .collect();
     assert_eq!(variables, read);

@@ -3,13 +3,15 @@
 //! start (`IDEMPOTENCY_STORE`): DynamoDB (the default), PostgreSQL or Redis.
 
 use exactly_once::dynamo::{self, RequestCounter};
-use exactly_once::engine::{Engine, RecordHandler};
+use std::sync::Arc;
+
+use exactly_once::engine::{Engine, RecordHandler, SharedCache};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerSettings};
 use exactly_once::store::postgres::schema::{self, SchemaError, TableKind};
 use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
-use exactly_once::store::redis::{RedisSettings, RedisStore};
+use exactly_once::store::redis::{RedisDuplicateCache, RedisSettings, RedisStore};
 use exactly_once::{DynamoDbStore, Store, StoreKind};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -25,6 +27,18 @@ async fn main() -> Result<(), Error> {
         .dead_letter_queue_url
         .clone()
         .map(|url| DeadLetterQueue::new(aws_sdk_sqs::Client::new(&aws), url));
+    // Redis's cache of COMPLETED keys shared by every container, in front
+    // of a durable store (DUPLICATE_CACHE=redis).
+    let shared_cache =
+        RedisDuplicateCache::from_lookup(&settings.store, |name| std::env::var(name).ok())?
+            .map(|cache| Arc::new(cache) as Arc<dyn SharedCache>);
+    if shared_cache.is_some() && settings.store_kind == StoreKind::Redis {
+        return Err(
+            "DUPLICATE_CACHE=redis sits in front of DynamoDB or PostgreSQL; \
+                    with IDEMPOTENCY_STORE=redis the store itself answers duplicates"
+                .into(),
+        );
+    }
     match settings.store_kind {
         StoreKind::DynamoDb => {
             let requests = RequestCounter::default();
@@ -32,7 +46,7 @@ async fn main() -> Result<(), Error> {
             let store = DynamoDbStore::new(client.clone(), settings.store);
             let handler = LedgerHandler::from_settings(client, ledger);
             let function = MskFunction::new(
-                Engine::new(store, handler, settings.engine),
+                with_cache(Engine::new(store, handler, settings.engine), &shared_cache),
                 settings.function,
             )
             .with_request_counter(requests);
@@ -57,7 +71,7 @@ async fn main() -> Result<(), Error> {
             let store = PostgresStore::new(pool, settings.store, database.call_timeout())?;
             let handler = LedgerHandler::from_settings_on_postgres(store.clone(), ledger);
             let function = MskFunction::new(
-                Engine::new(store, handler, settings.engine),
+                with_cache(Engine::new(store, handler, settings.engine), &shared_cache),
                 settings.function,
             );
             serve(function, dead_letters).await
@@ -72,6 +86,18 @@ async fn main() -> Result<(), Error> {
             );
             serve(function, dead_letters).await
         }
+    }
+}
+
+/// `engine` backed by the shared cache, if there is one.
+fn with_cache<H, S>(engine: Engine<H, S>, cache: &Option<Arc<dyn SharedCache>>) -> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
+    match cache {
+        Some(cache) => engine.with_shared_cache(cache.clone()),
+        None => engine,
     }
 }
 

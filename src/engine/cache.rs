@@ -1,11 +1,20 @@
 //! A warm container's memory of recently COMPLETED keys: a replayed record
-//! found here costs no DynamoDB request at all. Bounded (LRU, and results
+//! found here costs no store request at all. Bounded (LRU, and results
 //! over [`CACHED_RESULT_BYTES`] are not kept: those keys are read again), and
 //! an entry counts only until the item's own `expires_at`, like the table.
+//!
+//! Optionally backed by a [`SharedCache`] that every container reads (e.g.
+//! Redis in front of DynamoDB, `DUPLICATE_CACHE=redis`): written only with
+//! what the durable store said COMPLETED, after it said so; read before the
+//! durable store, and trusted only for the same payload hash before the
+//! item's `expires_at`. Either cache is a hint for speed, never a decision:
+//! a key not found goes through the durable store.
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use lru::LruCache;
 
 use crate::clock::ms_to_s;
@@ -24,6 +33,7 @@ pub struct Completed {
 }
 
 impl Completed {
+    /// A key completed with `payload_hash`, its stored `result`.
     pub fn new(payload_hash: &str, result: Option<&str>) -> Self {
         Self {
             payload_hash: payload_hash.to_owned(),
@@ -33,10 +43,25 @@ impl Completed {
 }
 
 /// A COMPLETED key and its `expires_at` (epoch seconds).
-type Entry = (Completed, u64);
+pub type Entry = (Completed, u64);
+
+/// A cache of COMPLETED keys shared by every container. Its calls never
+/// fail: an error or a slow answer (past the cache's own timeout) is a miss
+/// or a write skipped, so that the cache changes the speed of a decision,
+/// never the decision.
+pub trait SharedCache: Send + Sync + 'static {
+    /// What it holds of `keys` (idempotency keys), by key.
+    fn get<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, HashMap<String, Entry>>;
+
+    /// Remembers `entries`: keys the durable store holds COMPLETED.
+    fn put(&self, entries: Vec<(String, Entry)>) -> BoxFuture<'_, ()>;
+}
 
 pub struct CompletedCache {
     entries: Option<Mutex<LruCache<String, Entry>>>,
+    shared: Option<Arc<dyn SharedCache>>,
+    /// Entries learned from the durable store, not yet put in `shared`.
+    unshared: Mutex<Vec<(String, Entry)>>,
 }
 
 impl CompletedCache {
@@ -44,6 +69,32 @@ impl CompletedCache {
     pub fn new(capacity: usize) -> Self {
         Self {
             entries: NonZeroUsize::new(capacity).map(|cap| Mutex::new(LruCache::new(cap))),
+            shared: None,
+            unshared: Mutex::default(),
+        }
+    }
+
+    /// Also backed by `shared`.
+    pub fn with_shared(mut self, shared: Arc<dyn SharedCache>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// The entries of `keys` in the shared cache, if there is one.
+    pub async fn shared_get(&self, keys: &[&str]) -> HashMap<String, Entry> {
+        match &self.shared {
+            Some(shared) if !keys.is_empty() => shared.get(keys).await,
+            _ => HashMap::new(),
+        }
+    }
+
+    /// Puts what the durable store said COMPLETED since the last call in
+    /// the shared cache (one call).
+    pub async fn share(&self) {
+        let Some(shared) = &self.shared else { return };
+        let entries = std::mem::take(&mut *self.unshared.lock().unwrap_or_else(|p| p.into_inner()));
+        if !entries.is_empty() {
+            shared.put(entries).await;
         }
     }
 
@@ -63,7 +114,21 @@ impl CompletedCache {
         Some(completed)
     }
 
+    /// Remembers a key the durable store holds COMPLETED (and, with a
+    /// shared cache, queues it for [`Self::share`]).
     pub fn insert(&self, key: &str, completed: Completed, expires_at_s: u64) {
+        if self.shared.is_some() {
+            let entry = (key.to_owned(), (completed.clone(), expires_at_s));
+            self.unshared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(entry);
+        }
+        self.insert_local(key, completed, expires_at_s);
+    }
+
+    /// Remembers a key in this container only (one the shared cache gave).
+    pub fn insert_local(&self, key: &str, completed: Completed, expires_at_s: u64) {
         let too_large = completed
             .result
             .as_ref()

@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+pub use cache::{Completed, Entry as CachedEntry, SharedCache};
 pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
@@ -45,7 +46,7 @@ pub use handler::{
 pub use outcome::{Outcome, Parking, PoisonPolicy};
 
 use crate::store::Store;
-use cache::{Completed, CompletedCache};
+use cache::CompletedCache;
 use coalesce::InFlight;
 use combine::Combiner;
 use deadline::BatchGuard;
@@ -197,6 +198,13 @@ where
         }
     }
 
+    /// Backs the container's cache of COMPLETED keys with a cache every
+    /// container shares (`DUPLICATE_CACHE=redis`).
+    pub fn with_shared_cache(mut self, shared: Arc<dyn SharedCache>) -> Self {
+        self.cache = self.cache.with_shared(shared);
+        self
+    }
+
     /// The idempotency store.
     pub fn store(&self) -> &S {
         &self.store
@@ -274,6 +282,8 @@ where
                 })
             })
             .collect();
+        // What the durable store said COMPLETED, for the other containers.
+        self.cache.share().await;
         BatchResult {
             outcomes,
             store_unavailable: batch.guard.is_store_down(),

@@ -13,7 +13,9 @@ use super::report::KeyLogging;
 
 /// The environment variables this crate reads (the ledger's are in
 /// [`crate::ledger::ENV_VARS`], PostgreSQL's in
-/// [`crate::store::postgres::connect::ENV_VARS`]).
+/// [`crate::store::postgres::connect::ENV_VARS`], Redis's in
+/// [`crate::store::redis::connect::ENV_VARS`] and
+/// [`crate::store::redis::cache::ENV_VARS`]).
 pub const ENV_VARS: &[&str] = &[
     "IDEMPOTENCY_STORE",
     "IDEMPOTENCY_TABLE",

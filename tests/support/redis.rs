@@ -92,6 +92,15 @@ impl LocalRedis {
         self.run("restart");
     }
 
+    /// Stops it (SIGTERM) for good; its files stay until it is dropped.
+    pub fn stop(&self) {
+        if let Ok(pid) = std::fs::read_to_string(format!("{}/redis.pid", self.dir)) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid.trim()])
+                .status();
+        }
+    }
+
     /// Its `host:port`.
     pub fn address(&self) -> String {
         let after_scheme = self.url.split_once("://").map_or("", |(_, rest)| rest);

@@ -15,6 +15,7 @@
 //! `appendfsync always`, or (`REDIS_WAIT_REPLICAS`) once replicas hold it;
 //! see the README.
 
+pub mod cache;
 mod codec;
 pub mod connect;
 mod effect;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RetryMethod, Script, ScriptInvocation, Value};
 
+pub use cache::RedisDuplicateCache;
 pub use connect::RedisSettings;
 pub use effect::{RedisEffect, increment_key};
 
