@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The demo: runs the Lambda function locally (cargo lambda watch) against
-# DynamoDB Local (or PostgreSQL) and sends it the sample events of events/,
+# DynamoDB Local (or PostgreSQL, or Redis) and sends it the sample events of events/,
 # one after another, printing each response and the ledger and idempotency
 # tables after each step.
 #
 #   infra/demo.sh                   # IDEMPOTENCY_STORE=dynamodb
 #   infra/demo.sh --store postgres  # IDEMPOTENCY_STORE=postgres
+#   infra/demo.sh --store redis     # IDEMPOTENCY_STORE=redis
 #
 # Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
-# own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh), recreates
+# own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh, or a
+# throwaway redis-server, infra/redis-local.sh), recreates
 # the tables idempotency-demo and ledger-demo (on PostgreSQL: migrated by
 # `exactly-once-ops migrate` into idempotency_demo and ledger_demo), and stops
 # everything it started when it ends, however it ends. Checks every response
@@ -25,13 +27,13 @@ case "${1:-}" in
   "") ;;
   --store)
     store="${2:-}"
-    [[ "$store" == dynamodb || "$store" == postgres ]] || {
-      echo "usage: $0 [--store dynamodb|postgres]" >&2
+    [[ "$store" == dynamodb || "$store" == postgres || "$store" == redis ]] || {
+      echo "usage: $0 [--store dynamodb|postgres|redis]" >&2
       exit 2
     }
     ;;
   *)
-    echo "usage: $0 [--store dynamodb|postgres]" >&2
+    echo "usage: $0 [--store dynamodb|postgres|redis]" >&2
     exit 2
     ;;
 esac
@@ -52,6 +54,7 @@ now_ms() { date +%s%3N; }
 watch_pid=""
 started_ddb=false
 started_pg=false
+started_redis=false
 cleanup() {
   local status=$?
   if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
@@ -67,6 +70,9 @@ cleanup() {
   fi
   if $started_pg; then
     infra/postgres-local.sh stop || true
+  fi
+  if $started_redis; then
+    infra/redis-local.sh stop || true
   fi
   exit "$status"
 }
@@ -97,6 +103,13 @@ if [[ "$store" == postgres ]]; then
   IDEMPOTENCY_STORE=postgres IDEMPOTENCY_TABLE="$IDEMPOTENCY_TABLE" \
     cargo run -q --bin exactly-once-ops -- migrate --ledger-table "$LEDGER_TABLE"
   store_env=(--env-var "IDEMPOTENCY_STORE=postgres" --env-var "DATABASE_URL=$DATABASE_URL")
+elif [[ "$store" == redis ]]; then
+  step "Redis (infra/redis-local.sh)"
+  started_redis=true
+  eval "$(infra/redis-local.sh start)"
+  echo "REDIS_URL=$REDIS_URL"
+  redis_demo() { redis-cli -u "$REDIS_URL" "$@"; }
+  store_env=(--env-var "IDEMPOTENCY_STORE=redis" --env-var "REDIS_URL=$REDIS_URL")
 else
   step "DynamoDB Local"
   # Always a server of the demo's own (infra/dynamodb-local.sh start never
@@ -173,7 +186,17 @@ print(" ".join(sorted("%s@%s" % (i["partition"], i["offset"]) for i in ids)))'
 }
 
 show() {
-  if [[ "$store" == postgres ]]; then
+  if [[ "$store" == redis ]]; then
+    local key
+    echo "ledger ($LEDGER_TABLE:<account_id>):"
+    for key in $(redis_demo --scan --pattern "$LEDGER_TABLE:*" | sort); do
+      echo "  $key $(redis_demo hmget "$key" balance_cents payment_count | paste -sd' ')"
+    done
+    echo "keys ($IDEMPOTENCY_TABLE:<pk>) by status:"
+    for key in $(redis_demo --scan --pattern "$IDEMPOTENCY_TABLE:*"); do
+      redis_demo hget "$key" status
+    done | sort | uniq -c | sed 's/^/ /'
+  elif [[ "$store" == postgres ]]; then
     psql_demo -c "SELECT account_id, balance_cents, payment_count FROM $LEDGER_TABLE ORDER BY account_id" \
       -c "SELECT status, count(*) AS keys FROM $IDEMPOTENCY_TABLE GROUP BY status ORDER BY status" \
       -c "SELECT pk, status, version, attempts, origin, error FROM $IDEMPOTENCY_TABLE \
@@ -186,7 +209,7 @@ show() {
 # check_balances ACCOUNT=CENTS[|CENTS...]...: each account's balance is one of
 # the listed values (0 for an absent account); 1 when one is not.
 check_balances() {
-  if [[ "$store" != postgres ]]; then
+  if [[ "$store" == dynamodb ]]; then
     local args=()
     for e in "$@"; do args+=(--expect "$e"); done
     infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}"
@@ -195,9 +218,14 @@ check_balances() {
   local e account allowed balance wrong=0
   for e in "$@"; do
     account="${e%%=*}" allowed="${e#*=}"
-    # Variables are interpolated in psql's input, not in -c.
-    balance="$(psql_demo -At -v account="$account" <<<"SELECT coalesce((SELECT balance_cents \
-      FROM $LEDGER_TABLE WHERE account_id = :'account'), 0)")"
+    if [[ "$store" == redis ]]; then
+      balance="$(redis_demo hget "$LEDGER_TABLE:$account" balance_cents)"
+      balance="${balance:-0}"
+    else
+      # Variables are interpolated in psql's input, not in -c.
+      balance="$(psql_demo -At -v account="$account" <<<"SELECT coalesce((SELECT balance_cents \
+        FROM $LEDGER_TABLE WHERE account_id = :'account'), 0)")"
+    fi
     if [[ "|$allowed|" == *"|$balance|"* ]]; then
       echo "$account: $balance as expected"
     else

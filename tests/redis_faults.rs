@@ -2,7 +2,9 @@
 //! (`infra/redis-local.sh`): what a restart loses without persistence and
 //! keeps with AOF (`appendfsync always`), exactly as the README's
 //! durability section says; a restart mid-batch and a slow script failing
-//! closed; `REDIS_WAIT_REPLICAS` with a real replica and without one.
+//! closed; `REDIS_WAIT_REPLICAS` with a real replica and without one; and a
+//! storm of those faults (connection resets, slow scripts, a restart) under
+//! three containers delivering one stream.
 //! (Connection resets mid-batch: `tests/ledger_stores.rs`.)
 
 mod support;
@@ -380,5 +382,166 @@ fn support_request(key: &str) -> exactly_once::store::ClaimRequest<'_> {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
+    }
+}
+
+/// What the faults of a storm did, and what the ledger shows after them.
+#[derive(Debug, Default)]
+struct Storm {
+    cuts: u64,
+    slow_scripts: u64,
+    restarts: u64,
+    /// Deliveries that reported records (the faults made them fail closed).
+    reported_deliveries: u64,
+    double_applications: i64,
+    lost: i64,
+    not_completed: usize,
+}
+
+/// Batches of 10 payments in a storm's stream.
+const BATCHES: i64 = 30;
+
+/// Three containers deliver one stream of 30 batches at once through a
+/// proxy, while the proxy resets every connection, another client's script
+/// blocks Redis past the calls' timeout, and the server (AOF, `appendfsync
+/// always`) is killed and restarted, at random (`seed`).
+async fn storm(mode: LedgerMode, seed: u64) -> Storm {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let server = LocalRedis::start(&["--aof"]);
+    let proxy = support::proxy::Proxy::start(server.address()).await;
+    let config = support::store_config(Duration::from_millis(300));
+    let accounts: Vec<String> = (0..4).map(|_| account()).collect();
+    let stream = format!("f-{}", uuid::Uuid::new_v4());
+    let batches = support::msk::payment_stream(&stream, &accounts, BATCHES);
+    let reported = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let settings = RedisSettings::from_lookup(|name| match name {
+            "REDIS_URL" => Some(format!("redis://127.0.0.1:{}", proxy.port)),
+            "REDIS_TIMEOUT_MS" => Some("150".into()),
+            _ => None,
+        })
+        .expect("settings");
+        let store = RedisStore::new(
+            settings.connect().expect("a connection"),
+            config.clone(),
+            &settings,
+        );
+        let ledger = LedgerHandler::on_redis(store.clone(), support::env("LEDGER_TABLE"), mode);
+        let function = function(&store, ledger);
+        let (batches, reported) = (batches.clone(), reported.clone());
+        workers.push(tokio::spawn(async move {
+            for batch in &batches {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+                // Like Lambda: the batch comes again until nothing is reported.
+                while !function
+                    .handle(lambda_runtime::LambdaEvent::new(
+                        batch.clone(),
+                        lambda_runtime::Context::default(),
+                    ))
+                    .await
+                    .is_ok_and(|response| response.batch_item_failures.is_empty())
+                {
+                    reported.fetch_add(1, Ordering::Relaxed);
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "a batch never finished"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    let mut storm = Storm::default();
+    let blocker = redis::Client::open(server.url.as_str()).expect("client");
+    // Each fault once in the first three rounds (in a random order), then
+    // resets and slow scripts at random until every container is done.
+    let mut first = vec![0_u8, 1, 2];
+    rng.shuffle(&mut first);
+    let mut round = 0;
+    while workers.iter().any(|w| !w.is_finished()) {
+        round += 1;
+        let fault = first
+            .get(round - 1)
+            .copied()
+            .unwrap_or_else(|| rng.u8(0..2));
+        match fault {
+            0 => {
+                proxy.cut();
+                tokio::time::sleep(Duration::from_millis(rng.u64(0..50))).await;
+                proxy.restore();
+                storm.cuts += 1;
+            }
+            1 => {
+                let script = format!(
+                    "local t = redis.call('TIME'); local until_us = t[1] * 1000000 + t[2] + {} \
+                     repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1",
+                    rng.u64(200_000..400_000)
+                );
+                // A connection of its own: a restart may have cut the last.
+                let mut connection = blocker
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("a connection to the server");
+                let ran = redis::cmd("EVAL")
+                    .arg(script)
+                    .arg(0)
+                    .query_async::<i64>(&mut connection)
+                    .await;
+                assert_eq!(ran.ok(), Some(1), "the slow script ran");
+                storm.slow_scripts += 1;
+            }
+            _ => {
+                server.restart();
+                storm.restarts += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(10..60))).await;
+    }
+    for worker in workers {
+        worker.await.expect("a container finished every batch");
+    }
+    storm.reported_deliveries = reported.load(Ordering::Relaxed) as u64;
+
+    let check = support::redis::store_with(&server.url, config);
+    let ledger = support::env("LEDGER_TABLE");
+    let mut counted = 0;
+    for (account, expected) in accounts
+        .iter()
+        .zip(support::msk::stream_balances(&accounts, 12))
+    {
+        let (balance, payments) = support::redis::ledger_entry(&check, &ledger, account).await;
+        counted += payments;
+        storm.lost += i64::from(balance < expected);
+    }
+    let payments = BATCHES * 10;
+    storm.double_applications = counted - payments;
+    for n in 0..payments {
+        let item = check.get(&format!("{stream}-{n}")).await.expect("get");
+        storm.not_completed += usize::from(item.map(|i| i.status) != Some(Status::Completed));
+    }
+    storm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resets_slow_scripts_and_a_restart_apply_every_payment_once() {
+    let seed = std::env::var("FAULT_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
+        let storm = storm(mode, seed).await;
+        println!("{mode:?} fault storm on Redis (FAULT_TEST_SEED={seed}): {storm:?}");
+        assert_eq!(
+            (storm.double_applications, storm.lost, storm.not_completed),
+            (0, 0, 0),
+            "seed {seed}: {storm:?}"
+        );
+        assert_eq!(storm.restarts, 1, "{storm:?}");
+        assert!(storm.cuts > 0 && storm.slow_scripts > 0, "{storm:?}");
+        assert!(
+            storm.reported_deliveries > 0,
+            "the faults were felt: {storm:?}"
+        );
     }
 }

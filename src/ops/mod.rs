@@ -36,7 +36,8 @@ pub const KEY_PREFIX_ENV: &str = "IDEMPOTENCY_KEY_PREFIX";
 /// talks to DynamoDB through the standard AWS environment (credentials,
 /// AWS_REGION; AWS_ENDPOINT_URL_DYNAMODB for DynamoDB Local);
 /// IDEMPOTENCY_STORE=postgres to PostgreSQL through DATABASE_URL (or
-/// DATABASE_SECRET_ARN, DATABASE_IAM_AUTH). Keys are given without the
+/// DATABASE_SECRET_ARN, DATABASE_IAM_AUTH); IDEMPOTENCY_STORE=redis to
+/// Redis through REDIS_URL. Keys are given without the
 /// table's key prefix. Times are printed in UTC (RFC 3339).
 /// Exit codes: 0 done, 1 absent or refused, 2 usage, 3 store error.
 #[derive(Debug, Parser)]

@@ -116,6 +116,10 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
              consumed {:.1} read capacity units",
             cost.read, cost.requests, query.segments, cost.capacity_units,
         ),
+        "Redis" => format!(
+            "{found} {what}; scanned {} key(s) of the table in {} request(s)",
+            cost.read, cost.requests
+        ),
         store => format!(
             "{found} {what}; read {} row(s) through the {store} index of STARTED and FAILED \
              rows in {} statement(s)",
