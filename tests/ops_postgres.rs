@@ -8,43 +8,12 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use exactly_once::{ClaimOutcome, ClaimRequest, Lease, PostgresStore, Store, StoreConfig};
+use exactly_once::{PostgresStore, Store, StoreConfig};
+use support::ops::acquire;
 use support::postgres;
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn ops(config: &StoreConfig, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
-        .args(args)
-        .args(["--table", &config.table_name])
-        .args(["--key-prefix", &config.key_prefix])
-        .env("IDEMPOTENCY_STORE", "postgres")
-        .env_remove("LEDGER_TABLE")
-        .output()
-        .expect("run exactly-once-ops");
-    Run {
-        code: output.status.code().expect("an exit code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-async fn acquire(store: &PostgresStore, key: &str) -> Lease {
-    let request = ClaimRequest {
-        key,
-        payload_hash: "hash-1",
-        origin: Some("payments-0@15"),
-        lease_cap_ms: None,
-    };
-    match store.claim(request).await.expect("claim") {
-        ClaimOutcome::Acquired(lease) => lease,
-        other => panic!("expected to acquire {key}, got {other:?}"),
-    }
+fn ops(config: &StoreConfig, args: &[&str]) -> support::ops::Run {
+    support::ops::ops("postgres", config, args)
 }
 
 #[tokio::test]

@@ -4,44 +4,12 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
-use exactly_once::{ClaimOutcome, ClaimRequest, Lease, RedisStore, Status, Store, StoreConfig};
+use exactly_once::{Status, Store, StoreConfig};
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn ops(config: &StoreConfig, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
-        .args(args)
-        .args(["--table", &config.table_name])
-        .args(["--key-prefix", &config.key_prefix])
-        .env("IDEMPOTENCY_STORE", "redis")
-        .output()
-        .expect("run exactly-once-ops");
-    Run {
-        code: output.status.code().expect("an exit code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-async fn acquire(store: &RedisStore, key: &str) -> Lease {
-    let request = ClaimRequest {
-        key,
-        payload_hash: "hash-1",
-        origin: Some("payments-0@15"),
-        lease_cap_ms: None,
-    };
-    match store.claim(request).await.expect("claim") {
-        ClaimOutcome::Acquired(lease) => lease,
-        other => panic!("expected to acquire {key}, got {other:?}"),
-    }
+fn ops(config: &StoreConfig, args: &[&str]) -> support::ops::Run {
+    support::ops::ops("redis", config, args)
 }
 
 #[tokio::test]
@@ -52,9 +20,9 @@ async fn stuck_failed_inspect_release_and_retry_on_redis() {
         ..store.config().clone()
     });
     let config = store.config().clone();
-    let _live = acquire(&store, "live").await;
-    let stuck = acquire(&short, "stuck").await;
-    let failed = acquire(&store, "failed").await;
+    let _live = support::ops::acquire(&store, "live").await;
+    let stuck = support::ops::acquire(&short, "stuck").await;
+    let failed = support::ops::acquire(&store, "failed").await;
     store
         .fail(&failed, "insufficient funds")
         .await

@@ -18,7 +18,7 @@ use exactly_once::engine::{
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::redis::{RedisSettings, RedisStore};
+use exactly_once::store::redis::RedisStore;
 use exactly_once::{Status, Store, StoreError};
 use serde_json::Value;
 use support::msk::{account, event, header_keys, invoke_until_done, payment, reported};
@@ -236,17 +236,8 @@ async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_script_blocking_redis_fails_closed_and_loses_nothing() {
     let server = LocalRedis::start(&[]);
-    let settings = RedisSettings::from_lookup(|name| match name {
-        "REDIS_URL" => Some(server.url.clone()),
-        "REDIS_TIMEOUT_MS" => Some("300".into()),
-        _ => None,
-    })
-    .expect("settings");
-    let store = RedisStore::new(
-        settings.connect().expect("a connection"),
-        support::store_config(Duration::from_secs(30)),
-        &settings,
-    );
+    let config = support::store_config(Duration::from_secs(30));
+    let store = support::redis::store_tuned(&server.url, config, Duration::from_millis(300), 0);
     let a = account();
     let ledger = LedgerHandler::on_redis(
         store.clone(),
@@ -330,18 +321,8 @@ async fn wait_replicas_acknowledges_a_write_only_once_a_replica_holds_it() {
         .query_async(&mut connection)
         .await
         .expect("REPLICAOF");
-    let settings = RedisSettings::from_lookup(|name| match name {
-        "REDIS_URL" => Some(primary.url.clone()),
-        "REDIS_TIMEOUT_MS" => Some("2000".into()),
-        "REDIS_WAIT_REPLICAS" => Some("1".into()),
-        _ => None,
-    })
-    .expect("settings");
-    let store = RedisStore::new(
-        settings.connect().expect("a connection"),
-        support::store_config(Duration::from_secs(30)),
-        &settings,
-    );
+    let config = support::store_config(Duration::from_secs(30));
+    let store = support::redis::store_tuned(&primary.url, config, Duration::from_secs(2), 1);
     // The replica's first sync, before the test writes.
     loop {
         let info: String = redis::cmd("INFO")
@@ -416,17 +397,9 @@ async fn storm(mode: LedgerMode, seed: u64) -> Storm {
     let reported = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..3 {
-        let settings = RedisSettings::from_lookup(|name| match name {
-            "REDIS_URL" => Some(format!("redis://127.0.0.1:{}", proxy.port)),
-            "REDIS_TIMEOUT_MS" => Some("150".into()),
-            _ => None,
-        })
-        .expect("settings");
-        let store = RedisStore::new(
-            settings.connect().expect("a connection"),
-            config.clone(),
-            &settings,
-        );
+        let url = format!("redis://127.0.0.1:{}", proxy.port);
+        let store =
+            support::redis::store_tuned(&url, config.clone(), Duration::from_millis(150), 0);
         let ledger = LedgerHandler::on_redis(store.clone(), support::env("LEDGER_TABLE"), mode);
         let function = function(&store, ledger);
         let (batches, reported) = (batches.clone(), reported.clone());

@@ -146,3 +146,85 @@ impl StoredItem {
         }
     }
 }
+
+/// A new item as every backend writes it (version 1, one attempt): what a
+/// claim, a lock-free commit and a lock-free failure create.
+pub(crate) struct NewItem<'a> {
+    pub pk: &'a str,
+    pub status: Status,
+    pub owner: &'a str,
+    pub payload_hash: &'a str,
+    pub lock_expires_at_ms: Option<u64>,
+    pub expires_at_s: u64,
+    pub now_ms: u64,
+    pub origin: Option<&'a str>,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+impl<'a> NewItem<'a> {
+    /// A claim's STARTED item, held by `lease` from `now_ms`.
+    pub fn started(
+        lease: &'a super::Lease,
+        request: super::ClaimRequest<'a>,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk: &lease.pk,
+            status: Status::Started,
+            owner: &lease.owner,
+            payload_hash: request.payload_hash,
+            lock_expires_at_ms: Some(lease.lock_expires_at_ms),
+            expires_at_s,
+            now_ms,
+            origin: request.origin,
+            result: None,
+            error: None,
+        }
+    }
+
+    /// A lock-free commit's COMPLETED item for `commit`, at `pk`.
+    pub fn completed<E>(
+        pk: &'a str,
+        commit: &'a super::NewCommit<E>,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk,
+            status: Status::Completed,
+            owner: &commit.owner,
+            payload_hash: &commit.payload_hash,
+            lock_expires_at_ms: None,
+            expires_at_s,
+            now_ms,
+            origin: commit.origin.as_deref(),
+            result: commit.result.as_deref(),
+            error: None,
+        }
+    }
+
+    /// A lock-free failure's FAILED item, at `pk`.
+    pub fn failed(
+        pk: &'a str,
+        request: super::ClaimRequest<'a>,
+        owner: &'a str,
+        error: &'a str,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk,
+            status: Status::Failed,
+            owner,
+            payload_hash: request.payload_hash,
+            lock_expires_at_ms: None,
+            expires_at_s,
+            now_ms,
+            origin: request.origin,
+            result: None,
+            error: Some(error),
+        }
+    }
+}

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 pub use error::StoreError;
 pub use increment::{Add, Increment};
+pub(crate) use item::NewItem;
 pub use item::{Standing, Status, StoredItem, attr};
 
 use crate::clock::duration_ms;

@@ -22,6 +22,20 @@ pub fn settings_at(url: &str) -> RedisSettings {
     .expect("REDIS_URL as infra/redis-local.sh exports it")
 }
 
+/// A store on the server at `url` as `config` says, every call given up
+/// after `timeout`, every write waiting for `wait_replicas` replicas.
+pub fn store_tuned(
+    url: &str,
+    config: StoreConfig,
+    timeout: Duration,
+    wait_replicas: u32,
+) -> RedisStore {
+    let mut settings = settings_at(url);
+    settings.timeout = timeout;
+    settings.wait_replicas = wait_replicas;
+    RedisStore::new(settings.connect().expect("a connection"), config, &settings)
+}
+
 /// A store on the test server under a fresh key prefix.
 pub fn store(lock_timeout: Duration) -> RedisStore {
     store_with(&super::env("REDIS_URL"), super::store_config(lock_timeout))

@@ -7,13 +7,13 @@
 
 use super::increment::increment_statement;
 use super::locking::{Refusal, effect_statement, refusal};
-use super::rows::{NewRow, flag, item_of};
+use super::rows::{flag, item_of, new_row};
 use super::transaction::{Statement, begin_with, end};
 use tokio_postgres::Row;
 
 use super::{PostgresStore, SqlEffect, pg_error};
 use crate::store::{
-    ClaimRequest, CommitOutcome, Conditional, NewCommit, Status, Store, StoreError, bounded,
+    ClaimRequest, CommitOutcome, Conditional, NewCommit, NewItem, Store, StoreError,
     transaction_effects,
 };
 
@@ -46,20 +46,9 @@ impl PostgresStore {
         let mut statements = Vec::new();
         for (index, commit) in commits.iter().enumerate() {
             let pk = self.pk(&commit.key)?;
-            let row = NewRow {
-                pk: &pk,
-                status: Status::Completed,
-                owner: &commit.owner,
-                payload_hash: &commit.payload_hash,
-                lock_expires_at_ms: None,
-                expires_at_s,
-                now_ms: now,
-                origin: commit.origin.as_deref(),
-                result: commit.result.as_deref(),
-                error: None,
-            };
+            let row = NewItem::completed(&pk, commit, expires_at_s, now);
             // Invariant: one live row per key (see Statements::insert_new).
-            statements.push(Statement::new(self.sql.insert_new.as_str(), row.params()));
+            statements.push(Statement::new(self.sql.insert_new.as_str(), new_row(&row)));
             actions.push(Action::Row(index));
             for (w, write) in commit.effects.writes.iter().enumerate() {
                 statements.push(effect_statement(write));
@@ -142,20 +131,10 @@ impl PostgresStore {
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
-        let row = NewRow {
-            pk: &pk,
-            status: Status::Failed,
-            owner,
-            payload_hash: request.payload_hash,
-            lock_expires_at_ms: None,
-            expires_at_s: self.config.expires_at_s(now),
-            now_ms: now,
-            origin: request.origin,
-            result: None,
-            error: Some(bounded(error)),
-        };
+        let expires_at_s = self.config.expires_at_s(now);
+        let row = NewItem::failed(&pk, request, owner, error, expires_at_s, now);
         // Invariant: one live row per key (see Statements::insert_new).
-        let statement = Statement::new(self.sql.insert_new.as_str(), row.params());
+        let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
         self.conditional_write("fail new", statement, ()).await
     }
 }

@@ -4,12 +4,12 @@
 //! condition, next to it with the invariant it keeps. The claim loop that
 //! judges a found row is the store trait's ([`crate::store::Store::claim`]).
 
-use super::rows::{NewRow, conditional, number};
+use super::rows::{conditional, new_row, number};
 use super::transaction::{Answer, Statement, begin_with, end};
 use super::{PostgresStore, SqlEffect, pg_error};
 use crate::store::postgres::increment::increment_statement;
 use crate::store::{
-    ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
+    ClaimRequest, Conditional, Effects, Lease, NewItem, Store, StoreError, StoredItem, bounded,
     increment, transaction_effects,
 };
 
@@ -59,20 +59,9 @@ impl PostgresStore {
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, request.lease_cap_ms);
-        let row = NewRow {
-            pk,
-            status: Status::Started,
-            owner: &lease.owner,
-            payload_hash: request.payload_hash,
-            lock_expires_at_ms: Some(lease.lock_expires_at_ms),
-            expires_at_s: self.config.expires_at_s(now),
-            now_ms: now,
-            origin: request.origin,
-            result: None,
-            error: None,
-        };
+        let row = NewItem::started(&lease, request, self.config.expires_at_s(now), now);
         // Invariant: one live row per key (see Statements::insert_new).
-        let statement = Statement::new(self.sql.insert_new.as_str(), row.params());
+        let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
         self.conditional_write("claim", statement, lease).await
     }
 

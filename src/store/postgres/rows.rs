@@ -6,7 +6,7 @@
 use tokio_postgres::Row;
 
 use super::SqlValue;
-use crate::store::{Conditional, Status, StoreError, StoredItem};
+use crate::store::{Conditional, NewItem, Status, StoreError, StoredItem};
 
 /// Every column of the idempotency table (the item's attributes).
 pub(super) const COLUMNS: &str = "pk, status, version, owner, payload_hash, lock_expires_at, \
@@ -111,36 +111,21 @@ pub(super) fn flag(row: &Row) -> Result<bool, StoreError> {
     row.try_get("written").map_err(|err| malformed(row, err))
 }
 
-/// The parameters of [`Statements::insert_new`].
-pub(super) struct NewRow<'a> {
-    pub pk: &'a str,
-    pub status: Status,
-    pub owner: &'a str,
-    pub payload_hash: &'a str,
-    pub lock_expires_at_ms: Option<u64>,
-    pub expires_at_s: u64,
-    pub now_ms: u64,
-    pub origin: Option<&'a str>,
-    pub result: Option<&'a str>,
-    pub error: Option<&'a str>,
-}
-
-impl NewRow<'_> {
-    pub(super) fn params(&self) -> Vec<SqlValue> {
-        vec![
-            self.pk.into(),
-            self.status.as_str().into(),
-            self.owner.into(),
-            self.payload_hash.into(),
-            number(self.lock_expires_at_ms),
-            number(Some(self.expires_at_s)),
-            number(Some(self.now_ms)),
-            self.origin.map(crate::store::bounded).into(),
-            self.result.into(),
-            self.error.map(crate::store::bounded).into(),
-            number(Some(crate::clock::ms_to_s(self.now_ms))),
-        ]
-    }
+/// The parameters of [`Statements::insert_new`] for `item`.
+pub(super) fn new_row(item: &NewItem<'_>) -> Vec<SqlValue> {
+    vec![
+        item.pk.into(),
+        item.status.as_str().into(),
+        item.owner.into(),
+        item.payload_hash.into(),
+        number(item.lock_expires_at_ms),
+        number(Some(item.expires_at_s)),
+        number(Some(item.now_ms)),
+        item.origin.map(crate::store::bounded).into(),
+        item.result.into(),
+        item.error.map(crate::store::bounded).into(),
+        number(Some(crate::clock::ms_to_s(item.now_ms))),
+    ]
 }
 
 /// An epoch time or count as a BIGINT parameter (saturating: no time this

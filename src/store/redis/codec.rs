@@ -4,55 +4,40 @@
 
 use std::collections::HashMap;
 
-use crate::store::{Status, StoreError, StoredItem, attr, bounded};
+use crate::store::{NewItem, Status, StoreError, StoredItem, attr, bounded};
 
-/// A new item's fields (version 1, one attempt), as `HSET` takes them.
-pub(super) struct NewItem<'a> {
-    pub pk: &'a str,
-    pub status: Status,
-    pub owner: &'a str,
-    pub payload_hash: &'a str,
-    pub lock_expires_at_ms: Option<u64>,
-    pub expires_at_s: u64,
-    pub now_ms: u64,
-    pub origin: Option<&'a str>,
-    pub result: Option<&'a str>,
-    pub error: Option<&'a str>,
-}
-
-impl NewItem<'_> {
-    /// Field, value, field, value, ...
-    pub fn fields(&self) -> Vec<String> {
-        let mut fields = vec![
-            (attr::PK, self.pk.to_owned()),
-            (attr::STATUS, self.status.as_str().to_owned()),
-            (attr::VERSION, "1".to_owned()),
-            (attr::OWNER, self.owner.to_owned()),
-            (attr::PAYLOAD_HASH, self.payload_hash.to_owned()),
-            (attr::EXPIRES_AT, self.expires_at_s.to_string()),
-            (attr::CREATED_AT, self.now_ms.to_string()),
-            (attr::UPDATED_AT, self.now_ms.to_string()),
-            (attr::ATTEMPTS, "1".to_owned()),
-        ];
-        let optional = [
-            (
-                attr::LOCK_EXPIRES_AT,
-                self.lock_expires_at_ms.map(|at| at.to_string()),
-            ),
-            (attr::ORIGIN, self.origin.map(|o| bounded(o).to_owned())),
-            (attr::RESULT, self.result.map(str::to_owned)),
-            (attr::ERROR, self.error.map(|e| bounded(e).to_owned())),
-        ];
-        fields.extend(
-            optional
-                .into_iter()
-                .filter_map(|(name, value)| Some((name, value?))),
-        );
-        fields
+/// A new item's fields (field, value, field, value, ...), as `HSET` takes
+/// them.
+pub(super) fn new_fields(item: &NewItem<'_>) -> Vec<String> {
+    let mut fields = vec![
+        (attr::PK, item.pk.to_owned()),
+        (attr::STATUS, item.status.as_str().to_owned()),
+        (attr::VERSION, "1".to_owned()),
+        (attr::OWNER, item.owner.to_owned()),
+        (attr::PAYLOAD_HASH, item.payload_hash.to_owned()),
+        (attr::EXPIRES_AT, item.expires_at_s.to_string()),
+        (attr::CREATED_AT, item.now_ms.to_string()),
+        (attr::UPDATED_AT, item.now_ms.to_string()),
+        (attr::ATTEMPTS, "1".to_owned()),
+    ];
+    let optional = [
+        (
+            attr::LOCK_EXPIRES_AT,
+            item.lock_expires_at_ms.map(|at| at.to_string()),
+        ),
+        (attr::ORIGIN, item.origin.map(|o| bounded(o).to_owned())),
+        (attr::RESULT, item.result.map(str::to_owned)),
+        (attr::ERROR, item.error.map(|e| bounded(e).to_owned())),
+    ];
+    fields.extend(
+        optional
             .into_iter()
-            .flat_map(|(name, value)| [name.to_owned(), value])
-            .collect()
-    }
+            .filter_map(|(name, value)| Some((name, value?))),
+    );
+    fields
+        .into_iter()
+        .flat_map(|(name, value)| [name.to_owned(), value])
+        .collect()
 }
 
 /// When Redis deletes an item whose TTL is `expires_at_s`: after the last

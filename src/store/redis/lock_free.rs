@@ -6,14 +6,14 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
-use super::codec::{NewItem, deleted_at_ms};
+use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
 use super::locking::index;
 use super::lua::{effects_lua, live_lua};
 use super::{Answer, RedisEffect, RedisStore, fields, found_item, text};
 use crate::clock::ms_to_s;
 use crate::store::{
-    ClaimRequest, CommitOutcome, Conditional, Increment, NewCommit, Status, Store, StoreError,
+    ClaimRequest, CommitOutcome, Conditional, Increment, NewCommit, NewItem, Store, StoreError,
     increment, transaction_effects,
 };
 
@@ -62,19 +62,12 @@ impl RedisStore {
         let mut positions = Vec::new();
         for (index, commit) in commits.iter().enumerate() {
             let pk = self.pk(&commit.key)?;
-            let item = NewItem {
-                pk: &pk,
-                status: Status::Completed,
-                owner: &commit.owner,
-                payload_hash: &commit.payload_hash,
-                lock_expires_at_ms: None,
+            items.push(new_fields(&NewItem::completed(
+                &pk,
+                commit,
                 expires_at_s,
-                now_ms: now,
-                origin: commit.origin.as_deref(),
-                result: commit.result.as_deref(),
-                error: None,
-            };
-            items.push(item.fields());
+                now,
+            )));
             keys.push(self.item_key(&pk));
             positions.extend((0..commit.effects.writes.len()).map(|effect| (index, effect)));
         }
@@ -142,18 +135,8 @@ impl RedisStore {
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
-        let item = NewItem {
-            pk: &pk,
-            status: Status::Failed,
-            owner,
-            payload_hash: request.payload_hash,
-            lock_expires_at_ms: None,
-            expires_at_s: self.config.expires_at_s(now),
-            now_ms: now,
-            origin: request.origin,
-            result: None,
-            error: Some(error),
-        };
+        let expires_at_s = self.config.expires_at_s(now);
+        let item = NewItem::failed(&pk, request, owner, error, expires_at_s, now);
         self.create("fail new", item).await
     }
 

@@ -6,14 +6,14 @@
 
 use serde_json::json;
 
-use super::codec::{NewItem, deleted_at_ms};
+use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
 use super::lua::{effects_lua, live_lua};
 use super::{Answer, RedisEffect, RedisStore, found_item, text};
 use crate::clock::ms_to_s;
 use crate::store::{
-    ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, attr,
-    bounded, increment, transaction_effects,
+    ClaimRequest, Conditional, Effects, Lease, NewItem, Status, Store, StoreError, StoredItem,
+    attr, bounded, increment, transaction_effects,
 };
 
 /// Create a new item (the claim's STARTED one, or the lock-free path's
@@ -116,7 +116,7 @@ impl RedisStore {
         invocation
             .arg(ms_to_s(item.now_ms))
             .arg(deleted_at_ms(item.expires_at_s))
-            .arg(item.fields());
+            .arg(new_fields(&item));
         match self.run(operation, &invocation).await? {
             Answer::Written => Ok(Conditional::Written(())),
             Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),

@@ -1,0 +1,46 @@
+//! Runs the real `exactly-once-ops` binary on a store, and the claims its
+//! tests set up.
+
+use std::process::Command;
+
+use exactly_once::{ClaimOutcome, ClaimRequest, Lease, Store, StoreConfig};
+
+/// What a run printed and its exit code.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `exactly-once-ops args` with `IDEMPOTENCY_STORE=store` on `config`'s
+/// table and key prefix.
+pub fn ops(store: &str, config: &StoreConfig, args: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+        .args(args)
+        .args(["--table", &config.table_name])
+        .args(["--key-prefix", &config.key_prefix])
+        .env("IDEMPOTENCY_STORE", store)
+        .env_remove("LEDGER_TABLE")
+        .output()
+        .expect("run exactly-once-ops");
+    Run {
+        code: output.status.code().expect("an exit code"),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A new claim of `key` (it must be free).
+pub async fn acquire<S: Store>(store: &S, key: &str) -> Lease {
+    let request = ClaimRequest {
+        key,
+        payload_hash: "hash-1",
+        origin: Some("payments-0@15"),
+        lease_cap_ms: None,
+    };
+    match store.claim(request).await.expect("claim") {
+        ClaimOutcome::Acquired(lease) => lease,
+        other => panic!("expected to acquire {key}, got {other:?}"),
+    }
+}
