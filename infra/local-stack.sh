@@ -9,7 +9,7 @@
 #
 # Exports AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, IDEMPOTENCY_TABLE,
 # LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
-# PostgreSQL tests migrate them) and REDIS_URL, and
+# PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
 # puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -28,16 +28,18 @@ local_stack() {
   eval "$("$root/infra/sqs-local.sh" start)"
   step "PostgreSQL (infra/postgres-local.sh)"
   eval "$("$root/infra/postgres-local.sh" start)"
-  step "Redis (infra/redis-local.sh)"
+  step "Redis, and a Redis Cluster of 3 primaries (infra/redis-local.sh)"
   eval "$("$root/infra/redis-local.sh" start)"
+  eval "$("$root/infra/redis-local.sh" start --cluster)"
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
-  # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR).
+  # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR).
   # shellcheck disable=SC2064 # expand $root now
-  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop" EXIT
+  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "DATABASE_URL=$DATABASE_URL"
   echo "REDIS_URL=$REDIS_URL"
+  echo "REDIS_CLUSTER_URL=$REDIS_CLUSTER_URL"
 
   step "tables from template.yaml"
   "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"

@@ -6,6 +6,9 @@
 #   eval "$(infra/redis-local.sh start --aof)"    # the same, with AOF and appendfsync always
 #   eval "$(infra/redis-local.sh start --tls)"    # TLS only (rediss://) and a password;
 #                                                 #   also exports REDIS_LOCAL_CA
+#   eval "$(infra/redis-local.sh start --cluster)" # a Redis Cluster of 3 primaries; exports
+#                                                 #   REDIS_CLUSTER_URL and REDIS_CLUSTER_DIR
+#                                                 #   (stop: REDIS_LOCAL_DIR=$REDIS_CLUSTER_DIR ... stop)
 #   infra/redis-local.sh restart                  # SIGKILL (a crash), then a start
 #   infra/redis-local.sh stop                     # stops it and deletes its files
 #
@@ -61,10 +64,67 @@ certificate() {
     -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
 }
 
+# A free loopback port whose cluster bus port (port + 10000) is free too.
+free_port() {
+  python3 - <<'PY'
+import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); port = a.getsockname()[1]
+    if port + 10000 > 65535:
+        a.close(); continue
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", port + 10000))
+    except OSError:
+        a.close(); continue
+    print(port); break
+PY
+}
+
+# Three primaries (no replicas) joined into one cluster; every node's
+# directory under one parent, so that stop ends them all.
+start_cluster() {
+  local dir node port ports=()
+  server_bin >/dev/null
+  dir="$(mktemp -d /tmp/redis-local.XXXXXX)"
+  for node in 1 2 3; do
+    port="$(free_port)"
+    ports+=("127.0.0.1:$port")
+    mkdir -p "$dir/node$node"
+    printf '%s\n' "port $port" "bind 127.0.0.1" "dir $dir/node$node" 'save ""' "appendonly no" \
+      "cluster-enabled yes" "cluster-config-file nodes.conf" "cluster-node-timeout 2000" \
+      "daemonize yes" "pidfile $dir/node$node/redis.pid" "logfile $dir/node$node/server.log" \
+      >"$dir/node$node/redis.conf"
+    echo "$port" >"$dir/node$node/port"
+    server_start "$dir/node$node"
+  done
+  echo "${ports[0]#127.0.0.1:}" >"$dir/port"
+  redis-cli --cluster create "${ports[@]}" --cluster-replicas 0 --cluster-yes >&2
+  local ready
+  for _ in $(seq 1 200); do
+    ready=0
+    for node in "${ports[@]}"; do
+      if redis-cli -p "${node#127.0.0.1:}" cluster info 2>/dev/null | grep -q cluster_state:ok; then
+        ready=$((ready + 1))
+      fi
+    done
+    if ((ready == 3)); then
+      log "started a cluster of 3 primaries (${ports[*]}, dir $dir)"
+      echo "export REDIS_CLUSTER_URL=redis://${ports[0]}"
+      echo "export REDIS_CLUSTER_DIR=$dir"
+      return 0
+    fi
+    sleep 0.05
+  done
+  log "the cluster did not become ready"
+  exit 1
+}
+
 start() {
   local dir port persistence aof=false tls=false
   for option in "$@"; do
     case "$option" in
+      --cluster) start_cluster; return ;;
       --aof) aof=true ;;
       --tls) tls=true ;;
       *) log "unknown option $option"; exit 2 ;;
@@ -143,9 +203,12 @@ restart() {
 }
 
 stop() {
-  local dir
+  local dir node
   dir="$(server_dir)" || return 0
   kill_server "$dir" TERM
+  for node in "$dir"/node*/; do
+    if [[ -d "$node" ]]; then kill_server "$node" TERM; fi
+  done
   rm -rf "$dir"
   log "stopped"
 }

@@ -34,11 +34,14 @@ TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --
 step "batch tests in key ordering mode"
 TEST_ORDERING_MODE=key cargo test --test handler --test transactional --test lifecycle --test kill
 
-# The SIGKILL storms again with the workers on PostgreSQL, then on Redis.
+# The SIGKILL storms again with the workers on PostgreSQL, on Redis, and on
+# a Redis Cluster of 3 primaries.
 step "kill storms on PostgreSQL"
 TEST_STORE=postgres cargo test --test kill -- lock_free_mode transactional_mode direct_mode
 step "kill storms on Redis"
 TEST_STORE=redis cargo test --test kill -- lock_free_mode transactional_mode direct_mode
+step "kill storms on a Redis Cluster"
+TEST_STORE=redis-cluster cargo test --test kill -- lock_free_mode transactional_mode
 
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh

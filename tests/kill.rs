@@ -6,8 +6,8 @@
 //! 200), `KILL_TEST_SEED` replays a storm's schedule.
 //!
 //! The storms run on the store `TEST_STORE` names (`dynamodb`, the default,
-//! `postgres` or `redis`: `infra/test.sh` runs the ledger storms on all
-//! three).
+//! `postgres`, `redis` or `redis-cluster`: `infra/test.sh` runs the ledger
+//! storms on each).
 //!
 //! The charge storm runs a handler on the locking path that calls a real
 //! downstream payment API (`support::charges`, loopback HTTP) with the
@@ -79,12 +79,15 @@ enum TestStore {
     DynamoDb,
     Postgres,
     Redis,
+    /// The local Redis Cluster (`REDIS_CLUSTER_URL`), every name tagged.
+    RedisCluster,
 }
 
 fn test_store() -> TestStore {
     match std::env::var("TEST_STORE").as_deref() {
         Ok("postgres") => TestStore::Postgres,
         Ok("redis") => TestStore::Redis,
+        Ok("redis-cluster") => TestStore::RedisCluster,
         _ => TestStore::DynamoDb,
     }
 }
@@ -99,6 +102,11 @@ async fn ledger_entry(account: &str) -> (i64, i64) {
         }
         TestStore::Redis => {
             let store = support::redis::store(Duration::from_secs(1));
+            support::redis::ledger_entry(&store, &ledger, account).await
+        }
+        TestStore::RedisCluster => {
+            let store = support::redis::cluster_store(Duration::from_secs(1));
+            let ledger = support::redis::tagged(&ledger);
             support::redis::ledger_entry(&store, &ledger, account).await
         }
         TestStore::DynamoDb => support::msk::ledger_entry(account).await,
@@ -173,6 +181,12 @@ async fn worker_process() {
         TestStore::Redis => {
             let store =
                 support::redis::store_with(&support::env("REDIS_URL"), store_config(&config));
+            let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
+            work(store, announced(ledger), &batches, config.first_batch).await;
+        }
+        TestStore::RedisCluster => {
+            let store = support::redis::cluster_store_with(store_config(&config));
+            let table = support::redis::tagged(&table);
             let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
             work(store, announced(ledger), &batches, config.first_batch).await;
         }

@@ -52,6 +52,121 @@ impl Backend for Redis {
 
 conformance_suite!(Redis);
 
+/// The same suite on a Redis Cluster of 3 primaries (`REDIS_CLUSTER=true`):
+/// the table and the ledger share the hash tag `{test}`.
+mod cluster {
+    use super::*;
+
+    struct RedisCluster;
+
+    impl Backend for RedisCluster {
+        type S = RedisStore;
+
+        async fn store(&self, lock: Duration) -> RedisStore {
+            redis::cluster_store(lock)
+        }
+
+        fn with_config(&self, store: &RedisStore, config: StoreConfig) -> RedisStore {
+            store.with_config(config)
+        }
+
+        fn effect(
+            &self,
+            _: &RedisStore,
+            counter: &str,
+            add: i64,
+            floor: Option<i64>,
+        ) -> RedisEffect {
+            RedisEffect::add(
+                format!("{}:{counter}", self.ledger_table()),
+                "balance_cents",
+                add,
+                floor,
+            )
+        }
+
+        async fn counter(&self, store: &RedisStore, counter: &str) -> i64 {
+            redis::ledger_entry(store, &self.ledger_table(), counter)
+                .await
+                .0
+        }
+
+        fn ledger_table(&self) -> String {
+            redis::tagged(&support::env("LEDGER_TABLE"))
+        }
+
+        async fn number(&self, store: &RedisStore, increment: &Increment, attribute: &str) -> i128 {
+            redis::number(store, increment, attribute).await.into()
+        }
+    }
+
+    conformance_suite!(RedisCluster);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_demo_function_applies_each_payment_once_on_the_cluster() {
+        use exactly_once::engine::{Engine, EngineConfig};
+        use exactly_once::lambda::MskFunction;
+        use exactly_once::ledger::{LedgerHandler, LedgerMode};
+        use support::msk::{account, event, header_keys, invoke, payment, reported};
+
+        for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
+            let store = redis::cluster_store(LONG_LOCK);
+            let ledger = RedisCluster.ledger_table();
+            let handler = LedgerHandler::on_redis(store.clone(), &ledger, mode);
+            let function = MskFunction::new(
+                Engine::new(store.clone(), handler, EngineConfig::default()),
+                support::msk::settings(header_keys()),
+            )
+            .without_metrics();
+            let a = account();
+            let records = (0..20)
+                .map(|i| payment(i, &format!("c-{i}"), &a, i + 1))
+                .collect();
+            let batch = event(vec![("payments-0", records)]);
+            for _ in 0..2 {
+                assert_eq!(
+                    reported(&invoke(&function, &batch).await),
+                    Vec::<String>::new()
+                );
+            }
+            assert_eq!(
+                redis::ledger_entry(&store, &ledger, &a).await,
+                (210, 20),
+                "{mode:?}"
+            );
+            let listed = store
+                .list(exactly_once::store::Listing::Failed)
+                .await
+                .expect("a listing on the slot's node");
+            assert!(listed.items.is_empty());
+            assert_eq!(listed.cost.read, 20, "{mode:?}: the SCAN found every key");
+        }
+    }
+
+    #[test]
+    fn names_without_a_shared_hash_tag_are_refused_in_cluster_mode() {
+        let settings = RedisSettings::from_lookup(|name| match name {
+            "REDIS_URL" => Some("redis://127.0.0.1:7000".into()),
+            "REDIS_CLUSTER" => Some("true".into()),
+            _ => None,
+        })
+        .expect("settings");
+        assert!(
+            settings
+                .check_names(&["{p}idempotency", "{p}ledger"])
+                .is_ok()
+        );
+        for names in [
+            ["idempotency", "ledger"],
+            ["{p}idempotency", "{q}ledger"],
+            ["{}idempotency", "{}ledger"],
+        ] {
+            let err = settings.check_names(&names).expect_err("refused");
+            assert!(err.contains("must share one hash tag"), "{err}");
+        }
+    }
+}
+
 /// The hash of `pk`'s item, as Redis holds it.
 async fn hash(store: &RedisStore, pk: &str) -> HashMap<String, String> {
     let key = format!("{}:{pk}", store.config().table_name);

@@ -34,10 +34,10 @@ use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
 use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use exactly_once::store::postgres::DatabaseSettings;
 use exactly_once::store::postgres::schema::{self, TableKind};
+use exactly_once::store::redis::RedisConnection;
 use exactly_once::store::redis::{RedisDuplicateCache, RedisSettings};
 use exactly_once::{PostgresStore, RedisStore, Store, StoreConfig};
 use lambda_runtime::{Context, LambdaEvent};
-use redis::aio::ConnectionManager;
 
 use delay::DelayProxy;
 
@@ -91,10 +91,10 @@ impl Backend {
 /// The servers, reached through delaying proxies, and directly (to count).
 struct Servers {
     pool: Pool,
-    redis: ConnectionManager,
+    redis: RedisConnection,
     redis_settings: RedisSettings,
     direct_pool: Pool,
-    direct_redis: ConnectionManager,
+    direct_redis: RedisConnection,
     table: String,
     ledger: String,
 }
@@ -382,7 +382,7 @@ async fn run_batch<S: Store>(
 }
 
 /// Scripts Redis has run so far (`EVALSHA` and `EVAL` calls).
-async fn scripts_run(connection: &ConnectionManager) -> u64 {
+async fn scripts_run(connection: &RedisConnection) -> u64 {
     let mut connection = connection.clone();
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")

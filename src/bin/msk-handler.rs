@@ -78,6 +78,8 @@ async fn main() -> Result<(), Error> {
         }
         StoreKind::Redis => {
             let redis = RedisSettings::from_lookup(|name| std::env::var(name).ok())?;
+            // Cluster mode: the keys and the ledger's hashes in one slot.
+            redis.check_names(&[&settings.store.table_name, &ledger.table])?;
             let store = RedisStore::new(redis.connect()?, settings.store, &redis);
             let handler = LedgerHandler::from_settings_on_redis(store.clone(), ledger);
             let function = MskFunction::new(

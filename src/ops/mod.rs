@@ -294,6 +294,7 @@ fn redis_store(
 ) -> Result<RedisStore, String> {
     let mut settings = RedisSettings::from_lookup(env).map_err(|err| err.to_string())?;
     settings.timeout = Duration::from_secs(20);
+    settings.check_names(&[&config.table_name])?;
     Ok(RedisStore::new(settings.connect()?, config, &settings))
 }
 

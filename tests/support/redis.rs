@@ -22,6 +22,34 @@ pub fn settings_at(url: &str) -> RedisSettings {
     .expect("REDIS_URL as infra/redis-local.sh exports it")
 }
 
+/// A store on the test cluster (`REDIS_CLUSTER_URL`, `REDIS_CLUSTER=true`)
+/// under a fresh key prefix, its table tagged `{test}` (one hash slot).
+pub fn cluster_store(lock_timeout: Duration) -> RedisStore {
+    cluster_store_with(super::store_config(lock_timeout))
+}
+
+/// A store on the test cluster as `config` says, its table tagged.
+pub fn cluster_store_with(mut config: StoreConfig) -> RedisStore {
+    config.table_name = tagged(&config.table_name);
+    let url = super::env("REDIS_CLUSTER_URL");
+    let settings = RedisSettings::from_lookup(|name| match name {
+        "REDIS_URL" => Some(url.clone()),
+        "REDIS_TIMEOUT_MS" => Some(TIMEOUT.as_millis().to_string()),
+        "REDIS_CLUSTER" => Some("true".into()),
+        _ => None,
+    })
+    .expect("the cluster's settings");
+    settings
+        .check_names(&[&config.table_name, &tagged(&super::env("LEDGER_TABLE"))])
+        .expect("one hash slot");
+    RedisStore::new(settings.connect().expect("a connection"), config, &settings)
+}
+
+/// `name` in the test cluster's hash slot.
+pub fn tagged(name: &str) -> String {
+    format!("{{test}}{name}")
+}
+
 /// A store on the server at `url` as `config` says, every call given up
 /// after `timeout`, every write waiting for `wait_replicas` replicas.
 pub fn store_tuned(

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::aio::ConnectionManager;
 
 use super::codec::deleted_at_ms;
 use super::connect::RedisSettings;
+use super::connection::RedisConnection;
 use crate::config::{SettingsError, StoreConfig, parsed};
 use crate::engine::{CachedEntry, Completed, SharedCache};
 
@@ -25,7 +25,7 @@ pub const ENV_VARS: &[&str] = &["DUPLICATE_CACHE", "DUPLICATE_CACHE_TIMEOUT_MS"]
 
 /// The shared cache of COMPLETED keys in Redis.
 pub struct RedisDuplicateCache {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     /// `<table>:completed:<key prefix>`: the keys of one function.
     namespace: String,
     timeout: Duration,
@@ -58,6 +58,13 @@ impl RedisDuplicateCache {
         )?;
         let mut settings = RedisSettings::from_lookup(lookup)?;
         settings.timeout = timeout;
+        // Cluster mode: one batch's entries are one pipeline, in one slot.
+        settings
+            .check_names(&[&store.table_name])
+            .map_err(|reason| SettingsError {
+                variable: "IDEMPOTENCY_TABLE",
+                reason,
+            })?;
         let connection = settings.connect().map_err(|reason| SettingsError {
             variable: "REDIS_URL",
             reason,
@@ -67,7 +74,7 @@ impl RedisDuplicateCache {
 
     /// The cache on `connection` for `store`'s keys; every call gives up
     /// (a miss) after `timeout`.
-    pub fn new(connection: ConnectionManager, store: &StoreConfig, timeout: Duration) -> Self {
+    pub fn new(connection: RedisConnection, store: &StoreConfig, timeout: Duration) -> Self {
         Self {
             connection,
             namespace: format!("{}:completed:{}", store.table_name, store.key_prefix),

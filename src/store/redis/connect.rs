@@ -1,10 +1,14 @@
 //! The connection to Redis: `REDIS_URL` (`redis://` or, with TLS,
 //! `rediss://`; a password or `user:password` in it for AUTH), one
-//! multiplexed connection per container that reconnects by itself.
+//! multiplexed connection per container that reconnects by itself; or, with
+//! `REDIS_CLUSTER=true`, a cluster client that follows the slot map.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+
+use super::connection::RedisConnection;
 
 use crate::config::{SettingsError, parsed, required};
 
@@ -14,6 +18,7 @@ pub const ENV_VARS: &[&str] = &[
     "REDIS_TIMEOUT_MS",
     "REDIS_WAIT_REPLICAS",
     "REDIS_CA_FILE",
+    "REDIS_CLUSTER",
 ];
 
 /// How to reach Redis.
@@ -31,6 +36,10 @@ pub struct RedisSettings {
     /// `REDIS_CA_FILE`: a PEM file of the CA that signed the server's
     /// certificate, instead of the system's roots (`rediss://` only).
     pub ca_file: Option<String>,
+    /// `REDIS_CLUSTER`: `true` for Redis Cluster (ElastiCache cluster mode,
+    /// MemoryDB; `REDIS_URL` is then one of its nodes or its configuration
+    /// endpoint). Default `false`.
+    pub cluster: bool,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -40,6 +49,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("timeout", &self.timeout)
             .field("wait_replicas", &self.wait_replicas)
             .field("ca_file", &self.ca_file)
+            .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
 }
@@ -71,24 +81,61 @@ impl RedisSettings {
                     .map_err(|_| "expected a number of replicas".to_owned())
             })?,
             ca_file: var("REDIS_CA_FILE"),
+            cluster: parsed(var, "REDIS_CLUSTER", false, |text| match text {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err("expected true or false".to_owned()),
+            })?,
         })
+    }
+
+    /// In cluster mode, every key a script touches must be in one hash
+    /// slot: the names (`IDEMPOTENCY_TABLE`, and `LEDGER_TABLE` when its
+    /// hashes are the effects) must share one `{tag}`, e.g.
+    /// `{payments}idempotency` and `{payments}ledger`. (Standalone: any
+    /// names.)
+    pub fn check_names(&self, names: &[&str]) -> Result<(), String> {
+        if !self.cluster {
+            return Ok(());
+        }
+        let tags: Vec<Option<&str>> = names.iter().map(|name| hash_tag(name)).collect();
+        match tags.first() {
+            Some(Some(tag)) if tags.iter().all(|t| *t == Some(tag)) => Ok(()),
+            _ => Err(format!(
+                "with REDIS_CLUSTER=true the names {names:?} must share one hash tag \
+                 (e.g. {{payments}}idempotency and {{payments}}ledger), so that a \
+                 transition's keys are in one hash slot"
+            )),
+        }
     }
 
     /// The container's connection. Connects lazily: the first call opens
     /// it, and a call that finds Redis down fails (the record is reported)
     /// while the connection keeps trying in the background.
-    pub fn connect(&self) -> Result<ConnectionManager, String> {
-        let client = match &self.ca_file {
-            None => redis::Client::open(self.url.as_str()),
-            Some(path) => {
-                let root_cert =
-                    std::fs::read(path).map_err(|err| format!("REDIS_CA_FILE {path}: {err}"))?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root_cert),
-                };
-                redis::Client::build_with_tls(self.url.as_str(), certificates)
+    pub fn connect(&self) -> Result<RedisConnection, String> {
+        let certificates = match &self.ca_file {
+            None => None,
+            Some(path) => Some(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(
+                    std::fs::read(path).map_err(|err| format!("REDIS_CA_FILE {path}: {err}"))?,
+                ),
+            }),
+        };
+        if self.cluster {
+            let mut builder = ClusterClient::builder(vec![self.url.as_str()])
+                .connection_timeout(self.timeout)
+                .response_timeout(self.timeout)
+                .retries(1);
+            if let Some(certificates) = certificates {
+                builder = builder.certs(certificates);
             }
+            let client = builder.build().map_err(|err| format!("REDIS_URL: {err}"))?;
+            return Ok(RedisConnection::cluster(client));
+        }
+        let client = match certificates {
+            None => redis::Client::open(self.url.as_str()),
+            Some(certificates) => redis::Client::build_with_tls(self.url.as_str(), certificates),
         }
         .map_err(|err| format!("REDIS_URL: {err}"))?;
         let config = ConnectionManagerConfig::new()
@@ -96,6 +143,17 @@ impl RedisSettings {
             .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        ConnectionManager::new_lazy_with_config(client, config).map_err(|err| err.to_string())
+        ConnectionManager::new_lazy_with_config(client, config)
+            .map(RedisConnection::Single)
+            .map_err(|err| err.to_string())
     }
+}
+
+/// The hash tag of a key or name: what stands between its first `{` and
+/// the first `}` after it, when that is not empty (Redis Cluster hashes only
+/// that part).
+fn hash_tag(name: &str) -> Option<&str> {
+    let open = name.find('{')?;
+    let close = name[open + 1..].find('}')?;
+    Some(&name[open + 1..open + 1 + close]).filter(|tag| !tag.is_empty())
 }

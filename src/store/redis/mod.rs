@@ -7,17 +7,22 @@
 //! each read top to bottom with its scripts beside their transitions:
 //! `locking.rs`, `lock_free.rs`, `operator.rs`; the Lua they share in
 //! `lua.rs`; `RedisEffect` and the effects' script input in `effect.rs`;
-//! the hash codec in `codec.rs`; the connection in `connect.rs`.
+//! the hash codec in `codec.rs`; the settings in `connect.rs` and the
+//! connection (one server, or a cluster) in `connection.rs`; the shared
+//! duplicate cache in `cache.rs`.
 //!
 //! Redis deletes an item itself (`PEXPIREAT` just after `expires_at`), and
-//! every read also judges one past its TTL absent. Durability is Redis's:
+//! every read also judges one past its TTL absent. In cluster mode a
+//! function's keys share one hash slot (a `{tag}` in its names), since a
+//! lock-free commit's script touches several keys. Durability is Redis's:
 //! an acknowledged write survives a primary's failure only with AOF
-//! `appendfsync always`, or (`REDIS_WAIT_REPLICAS`) once replicas hold it;
-//! see the README.
+//! `appendfsync always`, MemoryDB's log, or (`REDIS_WAIT_REPLICAS`) once
+//! replicas hold it; see the README.
 
 pub mod cache;
 mod codec;
 pub mod connect;
+mod connection;
 mod effect;
 mod lock_free;
 mod locking;
@@ -28,11 +33,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{RetryMethod, Script, ScriptInvocation, Value};
 
 pub use cache::RedisDuplicateCache;
 pub use connect::RedisSettings;
+pub use connection::RedisConnection;
 pub use effect::{RedisEffect, increment_key};
 
 use super::{
@@ -62,7 +67,7 @@ struct Scripts {
 /// keys.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     config: StoreConfig,
     scripts: Arc<Scripts>,
     timeout: Duration,
@@ -89,11 +94,7 @@ enum Answer {
 impl RedisStore {
     /// The store on `connection` as `config` says; every call gives up (and
     /// reports the record) after `settings.timeout`.
-    pub fn new(
-        connection: ConnectionManager,
-        config: StoreConfig,
-        settings: &RedisSettings,
-    ) -> Self {
+    pub fn new(connection: RedisConnection, config: StoreConfig, settings: &RedisSettings) -> Self {
         Self {
             connection,
             config,
@@ -118,7 +119,7 @@ impl RedisStore {
     }
 
     /// Its connection (for tests and tools reading the effects).
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.connection.clone()
     }
 
@@ -164,7 +165,7 @@ impl RedisStore {
     async fn replicated(
         &self,
         operation: &'static str,
-        connection: &mut ConnectionManager,
+        connection: &mut RedisConnection,
         deadline: tokio::time::Instant,
     ) -> Result<(), StoreError> {
         if self.wait_replicas == 0 {
@@ -179,10 +180,14 @@ impl RedisStore {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.wait_replicas)
             .arg(server_wait.as_millis() as u64);
-        let acknowledged = tokio::time::timeout(left, wait.query_async::<u32>(connection))
+        // The primary the write went to: the one of the table's slot.
+        let node = self.item_key("");
+        let answer = tokio::time::timeout(left, connection.on_node_of(&node, &wait))
             .await
             .map_err(|_| self.timed_out(operation))?
             .map_err(|err| redis_error(operation, err))?;
+        let acknowledged: u32 =
+            redis::from_redis_value(answer).map_err(|err| redis_error(operation, err.into()))?;
         if acknowledged < self.wait_replicas {
             return Err(StoreError::Unavailable {
                 operation,

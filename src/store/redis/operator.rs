@@ -114,14 +114,14 @@ impl RedisStore {
         let mut listed = Listed::default();
         let mut cursor = 0_u64;
         loop {
-            let mut scan = redis::pipe();
-            scan.cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(SCAN_PAGE);
-            let ((next, keys),): ((u64, Vec<String>),) = self.query("list", &scan).await?;
+            // In cluster mode, the node of the table's slot holds its keys.
+            let (next, keys): (u64, Vec<String>) = self.scan(&scan).await?;
             listed.cost.requests += 1;
             if !keys.is_empty() {
                 let mut pipe = redis::pipe();
@@ -142,6 +142,19 @@ impl RedisStore {
             }
             cursor = next;
         }
+    }
+}
+
+impl RedisStore {
+    /// One `SCAN` page, on the node of the table's keys.
+    async fn scan(&self, scan: &redis::Cmd) -> Result<(u64, Vec<String>), StoreError> {
+        let mut connection = self.connection.clone();
+        let node = self.item_key("");
+        let answer = tokio::time::timeout(self.timeout, connection.on_node_of(&node, scan))
+            .await
+            .map_err(|_| self.timed_out("list"))?
+            .map_err(|err| super::redis_error("list", err))?;
+        redis::from_redis_value(answer).map_err(|err| super::redis_error("list", err.into()))
     }
 }
 
