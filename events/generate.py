@@ -18,6 +18,8 @@ import base64
 import json
 import pathlib
 import sys
+import uuid
+import zlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -51,6 +53,59 @@ def payment(payment_id, account_id, amount_cents, currency="EUR"):
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# The schema registry's ids of events/schemas/payment.avsc and payment.proto.
+CONFLUENT_AVRO_ID = "42"
+CONFLUENT_PROTOBUF_ID = "43"
+GLUE_AVRO_ID = "6d3c9bd0-4d5e-4b7a-9a3e-1c2f4e5d6a7b"
+GLUE_PROTOBUF_ID = "0f1e2d3c-4b5a-4697-8877-665544332211"
+
+
+def varint(n):
+    """An unsigned varint (Avro, Protobuf and Kafka all use this base)."""
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def zigzag(n):
+    return varint((n << 1) ^ (n >> 63))
+
+
+def avro_payment(payment_id, account_id, amount_cents, currency="EUR"):
+    """One datum of events/schemas/payment.avsc (Avro binary encoding)."""
+    def string(text):
+        data = text.encode("utf-8")
+        return zigzag(len(data)) + data
+    return string(payment_id) + string(account_id) + zigzag(amount_cents) + string(currency)
+
+
+def protobuf_payment(payment_id, account_id, amount_cents, currency="EUR"):
+    """One Payment of events/schemas/payment.proto (Protobuf encoding)."""
+    def string(field, text):
+        data = text.encode("utf-8")
+        return varint(field << 3 | 2) + varint(len(data)) + data
+    return (string(1, payment_id) + string(2, account_id)
+            + varint(3 << 3) + varint(amount_cents) + string(4, currency))
+
+
+def confluent_header(schema_id):
+    return b"\x00" + int(schema_id).to_bytes(4, "big")
+
+
+def glue_header(schema_id, compression=0):
+    return bytes([3, compression]) + uuid.UUID(schema_id).bytes
+
+
+def schema_metadata(data_format, schema_id):
+    return {"dataFormat": data_format, "schemaId": schema_id}
+
+
 class Batch:
     """Builds one event: records are added partition by partition, in offset order."""
 
@@ -59,8 +114,10 @@ class Batch:
         self.records = {}
         self.count = 0
 
-    def add(self, partition, offset, value, key=None, idempotency_key=None, headers=None):
-        """value: str (the payload, UTF-8) or bytes; key: the Kafka record key."""
+    def add(self, partition, offset, value, key=None, idempotency_key=None, headers=None,
+            value_schema=None):
+        """value: str (the payload, UTF-8) or bytes; key: the Kafka record key;
+        value_schema: the valueSchemaMetadata of a mapping with a schema registry."""
         all_headers = []
         if idempotency_key is not None:
             all_headers.append({HEADER: signed_bytes(idempotency_key)})
@@ -76,6 +133,8 @@ class Batch:
             "value": b64(value),
             "headers": all_headers,
         }
+        if value_schema is not None:
+            record["valueSchemaMetadata"] = value_schema
         self.count += 1
         self.records.setdefault(f"{TOPIC}-{partition}", []).append(record)
         return self
@@ -220,6 +279,69 @@ def self_managed():
     )
 
 
+def schema_json():
+    # A mapping with SchemaRegistryConfig and EventRecordFormat JSON: the
+    # registry's Avro values arrive as JSON text (base64, like any value),
+    # with their metadata. acc-12: 2500 + 125 + 300 = 2925 (3 payments).
+    batch = Batch()
+    for partition, offset, n, schema in [
+        (0, 60, 1, schema_metadata("AVRO", CONFLUENT_AVRO_ID)),
+        (0, 61, 2, schema_metadata("AVRO", CONFLUENT_AVRO_ID)),
+        (1, 70, 3, schema_metadata("PROTOBUF", GLUE_PROTOBUF_ID)),
+    ]:
+        amount = {1: 2500, 2: 125, 3: 300}[n]
+        batch.add(partition, offset, payment(f"p-sr-{n}", "acc-12", amount),
+                  key=f"p-sr-{n}", idempotency_key=f"pay-sr-{n}", value_schema=schema)
+    return batch.event()
+
+
+def schema_source_avro():
+    # EventRecordFormat SOURCE: Lambda validated each value against the
+    # registry, removed the registry header and names the schema in
+    # valueSchemaMetadata. payments-0: Confluent, payments-1: AWS Glue.
+    # For examples/schema_registry.rs; acc-13: 1000 + 2000 + 3000 = 6000.
+    batch = Batch()
+    for partition, offset, n, schema_id in [
+        (0, 80, 1, CONFLUENT_AVRO_ID),
+        (0, 81, 2, CONFLUENT_AVRO_ID),
+        (1, 90, 3, GLUE_AVRO_ID),
+    ]:
+        batch.add(partition, offset, avro_payment(f"p-avro-{n}", "acc-13", 1000 * n),
+                  key=f"p-avro-{n}", idempotency_key=f"pay-avro-{n}",
+                  value_schema=schema_metadata("AVRO", schema_id))
+    return batch.event()
+
+
+def schema_source_protobuf():
+    # As schema-source-avro.json, Protobuf: the message indexes stay in the
+    # bytes (Confluent: 0x00 for the first message; Glue: varint 0).
+    # acc-14: 400 + 500 = 900.
+    batch = Batch()
+    confluent = b"\x00" + protobuf_payment("p-proto-1", "acc-14", 400)
+    glue = varint(0) + protobuf_payment("p-proto-2", "acc-14", 500)
+    batch.add(0, 85, confluent, key="p-proto-1", idempotency_key="pay-proto-1",
+              value_schema=schema_metadata("PROTOBUF", CONFLUENT_PROTOBUF_ID))
+    batch.add(1, 95, glue, key="p-proto-2", idempotency_key="pay-proto-2",
+              value_schema=schema_metadata("PROTOBUF", GLUE_PROTOBUF_ID))
+    return batch.event()
+
+
+def schema_framed_avro():
+    # A mapping without SchemaRegistryConfig: the values as the producers'
+    # serializers wrote them, registry header included, no metadata.
+    # payments-0: Confluent; payments-1: AWS Glue, zlib-compressed.
+    # acc-15: 700 + 800 = 1500.
+    confluent = confluent_header(CONFLUENT_AVRO_ID) + avro_payment("p-framed-1", "acc-15", 700)
+    glue = glue_header(GLUE_AVRO_ID, compression=5) + zlib.compress(
+        avro_payment("p-framed-2", "acc-15", 800))
+    return (
+        Batch()
+        .add(0, 88, confluent, key="p-framed-1", idempotency_key="pay-framed-1")
+        .add(1, 98, glue, key="p-framed-2", idempotency_key="pay-framed-2")
+        .event()
+    )
+
+
 def not_kafka():
     # An SQS event: no top-level eventSource. The function must fail the invocation.
     body = payment("p-sqs-1", "acc-10", 999)
@@ -276,6 +398,10 @@ def files():
         "same-key-different-payload.json": same_key_different_payload(),
         "large-batch.json": large_batch(),
         "self-managed.json": self_managed(),
+        "schema-json.json": schema_json(),
+        "schema-source-avro.json": schema_source_avro(),
+        "schema-source-protobuf.json": schema_source_protobuf(),
+        "schema-framed-avro.json": schema_framed_avro(),
         "not-kafka.json": not_kafka(),
     }
 

@@ -27,7 +27,7 @@ cargo test
 # lock-free path, the demo ledger's default); the kill storms and
 # tests/lock_free.rs run both paths themselves.
 step "batch tests on the locking path"
-TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput --test contract --test secrets
+TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput --test contract --test secrets --test tracing
 
 # The batch tests again with records of different Kafka keys free to run
 # concurrently (ORDERING_MODE=key); tests/throughput.rs covers none.
@@ -45,5 +45,10 @@ TEST_STORE=redis-cluster cargo test --test kill -- lock_free_mode transactional_
 
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh
+
+# sam build of the template (x86_64), the zip's size, and the binary
+# answering through a Lambda Runtime API stand-in, spans exported.
+step "deploy artifact (infra/check-artifact.sh)"
+infra/check-artifact.sh
 
 step "all checks passed"

@@ -9,6 +9,8 @@
 //!   logic ([`engine::RecordHandler`]); knows nothing of Kafka.
 //! - [`lambda`]: the edge for MSK events: decoding, keys, the partial batch
 //!   response, configuration from the environment.
+//! - [`schema`]: values framed by a schema registry (Confluent, AWS Glue),
+//!   read as Avro or Protobuf with a schema the function ships.
 //!
 //! A team depends on these four and writes its handler and a ten-line
 //! `main` (see `examples/`). The demo ledger (`ledger`) and the operator
@@ -27,6 +29,7 @@ pub mod ledger;
 #[doc(hidden)]
 pub mod ops;
 pub mod redact;
+pub mod schema;
 pub mod store;
 
 pub use config::{LongKeyPolicy, StoreConfig, StoreKind};

@@ -12,6 +12,11 @@
 //! `IDEMPOTENCY_KEY_PREFIX`: the first delivery moves the balances by the
 //! event's amounts, the same batch again changes nothing, and an SQS event is
 //! an invocation error.
+//!
+//! The second test redrives failed batches through the same function with
+//! `exactly-once-ops redrive`: from invocation records in S3 (moto's, at
+//! `AWS_ENDPOINT_URL_SQS`, as the mapping's S3 destination writes them) and
+//! from a file of Kafka-topic destination records, each redriven twice.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -115,6 +120,188 @@ fn msk_handler_through_cargo_lambda_watch() {
     );
     // `watch` is dropped here (and on any panic above): the watch process
     // group, with the function it started, is killed.
+}
+
+/// An invocation record as the mapping's on-failure destination writes it
+/// (S3: the event as a JSON string; a Kafka topic: as an object).
+fn invocation_record(event: Option<&Value>, as_string: bool) -> Value {
+    let payload = match (event, as_string) {
+        (Some(event), true) => Value::String(event.to_string()),
+        (Some(event), false) => event.clone(),
+        (None, _) => Value::Null,
+    };
+    let condition = match event {
+        Some(_) => "RetryAttemptsExhausted",
+        None => "MaximumPayloadSizeExceeded",
+    };
+    json!({
+        "requestContext": {
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:msk-handler",
+            "condition": condition,
+            "approximateInvokeCount": 6
+        },
+        "responseContext": null,
+        "version": "1.0",
+        "timestamp": "2026-11-23T10:00:00.000Z",
+        "KafkaBatchInfo": {
+            "batchSize": 6,
+            "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/demo/abc-1",
+            "bootstrapServers": "b-1.demo.kafka.us-east-1.amazonaws.com:9092",
+            "payloadSize": 3022,
+            "recordsInfo": {
+                "payments-0": {
+                    "firstRecordOffset": "100",
+                    "lastRecordOffset": "102",
+                    "firstRecordTimestamp": "2025-01-01T00:00:00.000Z",
+                    "lastRecordTimestamp": "2025-01-01T00:00:02.000Z"
+                }
+            }
+        },
+        "payload": payload
+    })
+}
+
+/// `exactly-once-ops redrive` against the watch's Invoke API and the local
+/// S3: its exit code and stdout.
+fn redrive(watch: &Watch, from: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+        .args(["redrive", "--from", from, "--function", "msk-handler"])
+        .args(extra)
+        .env(
+            "AWS_ENDPOINT_URL_LAMBDA",
+            format!("http://127.0.0.1:{}", watch.port),
+        )
+        .env("AWS_ENDPOINT_URL_S3", s3_endpoint())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run exactly-once-ops");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    progress(&format!(
+        "redrive --from {from}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    ));
+    (out.status.code(), stdout)
+}
+
+/// moto serves S3 beside SQS.
+fn s3_endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL_SQS").expect("AWS_ENDPOINT_URL_SQS: moto, from infra/test.sh")
+}
+
+#[test]
+fn failed_batches_are_redriven_from_s3_and_files_applying_each_record_once() {
+    let env = Env::from_process();
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let work = TempDir::new(&format!("lambda-redrive-{run_id}"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Two events of different keys (a key must keep its payload).
+    let (from_s3, s3_expected) = unique_accounts(&root.join("events/two-partitions.json"), &run_id);
+    let (from_file, file_expected) =
+        unique_accounts(&root.join("events/self-managed.json"), &run_id);
+
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let client = runtime.block_on(exactly_once::dynamo::connect());
+    let balances = |expected: &BTreeMap<String, (i64, i64)>| {
+        runtime.block_on(read_balances(&client, &env.ledger_table, expected))
+    };
+    // The mapping's S3 destination: one object per failed invocation.
+    let s3 = runtime.block_on(async {
+        let sdk = exactly_once::dynamo::sdk_config().await;
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
+                .endpoint_url(s3_endpoint())
+                .force_path_style(true)
+                .build(),
+        )
+    });
+    let bucket = format!("failed-{run_id}");
+    let prefix = "aws/lambda/7f3c/payments-0/2026/11/23/";
+    let objects = [
+        (
+            "2026-11-23T10.00.00-a",
+            invocation_record(Some(&from_s3), true),
+        ),
+        ("2026-11-23T10.05.00-b", invocation_record(None, true)),
+    ];
+    runtime.block_on(async {
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create the bucket");
+        for (name, record) in &objects {
+            s3.put_object()
+                .bucket(&bucket)
+                .key(format!("{prefix}{name}"))
+                .body(record.to_string().into_bytes().into())
+                .send()
+                .await
+                .expect("put an invocation record");
+        }
+    });
+    // The Kafka-topic destination's messages, saved one per line: the same
+    // batch failed twice (both are redriven; the second is all duplicates).
+    let topic_dump = work.path.join("failure-topic.jsonl");
+    let message = invocation_record(Some(&from_file), false);
+    fs::write(&topic_dump, format!("{message}\n{message}\n")).unwrap();
+
+    let mut watch = Watch::start(root, &env, &format!("redrive-{run_id}#"), &work.path);
+    watch.wait_ready(&work.path);
+    let from = format!("s3://{bucket}/aws/lambda/");
+    for attempt in ["first", "second"] {
+        let (code, out) = redrive(&watch, &from, &[]);
+        assert_eq!(code, Some(1), "{attempt}: one record has no payload\n{out}");
+        assert!(
+            out.contains(&format!(
+                "s3://{bucket}/{prefix}2026-11-23T10.00.00-a: 6 record(s), all finished"
+            )),
+            "{attempt}\n{out}"
+        );
+        assert!(
+            out.contains("no payload kept (condition MaximumPayloadSizeExceeded); read these records again from Kafka: {\"recordsInfo\""),
+            "{attempt}\n{out}"
+        );
+        assert!(out.contains("2 invocation record(s), 6 record(s) redriven through msk-handler; 0 reported again, 0 failed invocation(s), 1 without a payload"), "{out}");
+        assert_eq!(
+            balances(&s3_expected),
+            s3_expected,
+            "{attempt} redrive: applied once"
+        );
+    }
+    for attempt in ["first", "second"] {
+        let (code, out) = redrive(&watch, topic_dump.to_str().unwrap(), &[]);
+        assert_eq!(code, Some(0), "{attempt}\n{out}");
+        for line in [1, 2] {
+            let finished = format!("failure-topic.jsonl:{line}: 2 record(s), all finished");
+            assert!(out.contains(&finished), "{out}");
+        }
+        assert_eq!(
+            balances(&file_expected),
+            file_expected,
+            "{attempt} redrive: applied once"
+        );
+    }
+    // --delete removes what finished and keeps the record without a payload.
+    let (code, out) = redrive(&watch, &from, &["--delete"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("all finished; deleted"), "{out}");
+    let left: Vec<String> = runtime.block_on(async {
+        let listed = s3
+            .list_objects_v2()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("list");
+        listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect()
+    });
+    assert_eq!(left, [format!("{prefix}2026-11-23T10.05.00-b")]);
+    assert_eq!(balances(&s3_expected), s3_expected);
 }
 
 /// What infra/test.sh provides; a clear failure when something is missing.

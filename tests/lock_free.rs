@@ -377,6 +377,7 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
         payload_hash: payload_hash(&payload),
         origin: "payments-0@0".into(),
         record: support::msk::kafka_record(payload),
+        span: tracing::Span::none(),
     };
     let barrier = Arc::new(tokio::sync::Barrier::new(8));
     let tasks: Vec<_> = (0..8)

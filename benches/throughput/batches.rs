@@ -166,6 +166,7 @@ impl Batch {
                         key_schema: None,
                         value_schema: None,
                     },
+                    span: tracing::Span::none(),
                 })
             })
             .collect()

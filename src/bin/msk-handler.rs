@@ -7,18 +7,21 @@ use std::sync::Arc;
 
 use exactly_once::engine::{Engine, RecordHandler, SharedCache};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
+use exactly_once::lambda::telemetry::{self, TracingExport};
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
 use exactly_once::ledger::{LedgerHandler, LedgerSettings};
 use exactly_once::store::postgres::schema::{self, SchemaError, TableKind};
 use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
 use exactly_once::store::redis::{RedisDuplicateCache, RedisSettings, RedisStore};
 use exactly_once::{DynamoDbStore, Store, StoreKind};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::layers::{OpenTelemetryFaasTrigger, OpenTelemetryLayer};
+use lambda_runtime::{Error, LambdaEvent, Runtime, service_fn};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    let traces = telemetry::init(TracingExport::from_env()?)?;
     let settings = Settings::from_env()?;
     let ledger = LedgerSettings::from_lookup(|name| std::env::var(name).ok())?;
     let aws = dynamo::sdk_config().await;
@@ -50,7 +53,7 @@ async fn main() -> Result<(), Error> {
                 settings.function,
             )
             .with_request_counter(requests);
-            serve(function, dead_letters).await
+            serve(function, dead_letters, traces).await
         }
         StoreKind::Postgres => {
             let database = DatabaseSettings::from_lookup(|name| std::env::var(name).ok())?;
@@ -74,7 +77,7 @@ async fn main() -> Result<(), Error> {
                 with_cache(Engine::new(store, handler, settings.engine), &shared_cache),
                 settings.function,
             );
-            serve(function, dead_letters).await
+            serve(function, dead_letters, traces).await
         }
         StoreKind::Redis => {
             let redis = RedisSettings::from_lookup(|name| std::env::var(name).ok())?;
@@ -86,7 +89,7 @@ async fn main() -> Result<(), Error> {
                 Engine::new(store, handler, settings.engine),
                 settings.function,
             );
-            serve(function, dead_letters).await
+            serve(function, dead_letters, traces).await
         }
     }
 }
@@ -104,10 +107,12 @@ where
 }
 
 /// Runs `function` (forwarding parked records to `dead_letters`, if any)
-/// until the runtime stops.
+/// until the runtime stops; with `traces`, each invocation is a span and
+/// the spans are flushed before the next invocation.
 async fn serve<H, S>(
     function: MskFunction<H, S>,
     dead_letters: Option<DeadLetterQueue>,
+    traces: Option<SdkTracerProvider>,
 ) -> Result<(), Error>
 where
     S: Store,
@@ -118,8 +123,19 @@ where
         None => function,
     };
     let function = &function;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        function.handle(event).await
-    }))
-    .await
+    let handler =
+        service_fn(move |event: LambdaEvent<Value>| async move { function.handle(event).await });
+    match traces {
+        None => lambda_runtime::run(handler).await,
+        Some(provider) => {
+            let flush = move || {
+                if let Err(err) = provider.force_flush() {
+                    tracing::warn!(error = %err, "spans not exported");
+                }
+            };
+            let traced =
+                OpenTelemetryLayer::new(flush).with_trigger(OpenTelemetryFaasTrigger::PubSub);
+            Runtime::new(handler).layer(traced).run().await
+        }
+    }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 pub use cache::{Completed, Entry as CachedEntry, SharedCache};
 pub use deadline::{Deadline, LEASE_GRACE, StopReason};
@@ -65,6 +66,9 @@ pub struct Work<R> {
     pub origin: String,
     /// The message itself, handed to the handler as it is.
     pub record: R,
+    /// The span the handler runs in (the edge's, with where the message
+    /// came from; `Span::none()` without tracing).
+    pub span: tracing::Span,
 }
 
 /// Hex SHA-256 of some bytes, the form of `payload_hash`.
@@ -301,6 +305,7 @@ where
         match self
             .handler
             .on_duplicate(&work.record, result.as_deref())
+            .instrument(work.span.clone())
             .await
         {
             Ok(()) => Outcome::Duplicate { result },

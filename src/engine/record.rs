@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use crate::clock::duration_ms;
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredItem};
 
@@ -120,7 +122,10 @@ where
             Err(outcome) => return outcome,
         };
         let token = FencingToken::from(&lease);
-        let run = self.handler.handle(&token, &work.record);
+        let run = self
+            .handler
+            .handle(&token, &work.record)
+            .instrument(work.span.clone());
         let origin = work.origin.as_str();
         let (completion, lease) = match hold(&self.store, lease, deadline, run, origin).await {
             Held::Finished {

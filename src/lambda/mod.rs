@@ -9,12 +9,14 @@ pub mod record;
 pub mod report;
 pub mod response;
 pub mod settings;
+pub mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
+use tracing::{Instrument as _, Span, field};
 
 use crate::clock::now_ms;
 use crate::dynamo::{RequestCounter, RequestStats};
@@ -31,6 +33,7 @@ use report::InvocationReport;
 pub use report::KeyLogging;
 pub use response::KafkaBatchResponse;
 pub use settings::{FunctionSettings, Settings};
+use telemetry::TracingExport;
 
 /// Why an invocation failed as a whole (Lambda then retries the batch).
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +116,12 @@ pub struct RecordReport {
 /// A record's coordinates and, if it has one, its idempotency key.
 type Label = (Coordinates, Option<String>);
 
+/// A batch's lanes of tagged records, and each record's span.
+type TaggedLanes = (
+    Vec<Vec<Tagged<Label, KafkaRecord>>>,
+    HashMap<Coordinates, Span>,
+);
+
 /// The MSK function: one per container, shared by every invocation.
 pub struct MskFunction<H, S> {
     engine: Arc<Engine<H, S>>,
@@ -185,22 +194,24 @@ where
         let mut report = InvocationReport::new();
         let requests_before = self.requests.as_ref().map(RequestCounter::stats);
         let partitions = decode::decode_event(&event.payload)?;
-        // Each record tagged with its coordinates and key (for the log).
-        let lanes: Vec<Vec<Tagged<Label, KafkaRecord>>> = partitions
-            .into_iter()
-            .flat_map(|records| self.lanes(records))
-            .map(|lane| {
-                lane.into_iter()
-                    .map(|(at, record)| {
-                        let message = self.message(at.clone(), record);
-                        let key = message.as_ref().ok().map(|work| work.key.clone());
-                        ((at, key), message)
-                    })
-                    .collect()
-            })
-            .collect();
+        let traced = self.settings.tracing != TracingExport::Off;
+        let batch_span = match traced {
+            true => tracing::info_span!(
+                "kafka.batch",
+                otel.name = "kafka batch",
+                messaging.batch.message_count = partitions.iter().map(Vec::len).sum::<usize>(),
+                exactly_once.reported = field::Empty,
+                exactly_once.store_requests = field::Empty,
+            ),
+            false => Span::none(),
+        };
+        let (lanes, spans) = batch_span.in_scope(|| self.tag(partitions, traced));
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
-        let batch = self.engine.run_batch(lanes, deadline).await;
+        let batch = self
+            .engine
+            .run_batch(lanes, deadline)
+            .instrument(batch_span.clone())
+            .await;
         let results: Vec<(Coordinates, Option<String>, RecordOutcome)> = batch
             .outcomes
             .into_iter()
@@ -212,6 +223,9 @@ where
         for (at, key, result) in results {
             let unparked = unsent.get(&at).map(String::as_str);
             let reported = report.record(&at, key.as_deref(), &result, log_keys, parking, unparked);
+            if let Some(span) = spans.get(&at) {
+                telemetry::finish_record(span, &result.outcome, reported);
+            }
             reports.push(RecordReport {
                 outcome: result.outcome.name(),
                 detail: result.outcome.detail(),
@@ -232,12 +246,15 @@ where
             elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,
             "batch done"
         );
+        let requests = self.requests_since(requests_before);
+        batch_span.record("exactly_once.reported", report.reported);
+        batch_span.record(
+            "exactly_once.store_requests",
+            requests.values().map(|stats| stats.count).sum::<u64>(),
+        );
         if self.metrics {
-            self.emit_metrics(
-                &report,
-                requests_before,
-                &event.context.env_config.function_name,
-            );
+            let function_name = &event.context.env_config.function_name;
+            println!("{}", report.metrics(function_name, &requests, now_ms()));
         }
         if batch.store_unavailable && report.finished == 0 && report.reported > 0 {
             // Nothing could be done: an invocation error retries the batch.
@@ -286,6 +303,32 @@ where
         queue.forward(event, parked).await.into_iter().collect()
     }
 
+    /// The records in lanes, each tagged with its coordinates and key (for
+    /// the log); with tracing, each record's span, to record its outcome on.
+    fn tag(&self, partitions: Vec<Vec<Decoded>>, traced: bool) -> TaggedLanes {
+        let mut spans = HashMap::new();
+        let lanes = partitions
+            .into_iter()
+            .flat_map(|records| self.lanes(records))
+            .map(|lane| {
+                lane.into_iter()
+                    .map(|(at, record)| {
+                        let span = match (traced, &record) {
+                            (true, Ok(record)) => telemetry::record_span(&at, record),
+                            _ => Span::none(),
+                        };
+                        let message = self.message(at.clone(), record, span.clone());
+                        let key = message.as_ref().ok().map(|work| work.key.clone());
+                        telemetry::record_key(&span, key.as_deref());
+                        spans.insert(at.clone(), span);
+                        ((at, key), message)
+                    })
+                    .collect()
+            })
+            .collect();
+        (lanes, spans)
+    }
+
     /// Splits a partition's records (in offset order) into lanes that keep
     /// the configured order.
     fn lanes(&self, records: Vec<Decoded>) -> Vec<Vec<Decoded>> {
@@ -309,15 +352,14 @@ where
         }
     }
 
-    /// Prints the invocation's EMF document on stdout, where Lambda's log
-    /// agent turns it into CloudWatch metrics.
-    fn emit_metrics(
+    /// The store requests since `before` (none without a request counter),
+    /// for the invocation's EMF document (printed on stdout, where Lambda's
+    /// log agent turns it into CloudWatch metrics) and its span.
+    fn requests_since(
         &self,
-        report: &InvocationReport,
         before: Option<BTreeMap<String, RequestStats>>,
-        function_name: &str,
-    ) {
-        let requests = match (&self.requests, before) {
+    ) -> BTreeMap<String, RequestStats> {
+        match (&self.requests, before) {
             (Some(counter), Some(before)) => counter
                 .stats()
                 .into_iter()
@@ -327,8 +369,7 @@ where
                 })
                 .collect(),
             _ => BTreeMap::new(),
-        };
-        println!("{}", report.metrics(function_name, &requests, now_ms()));
+        }
     }
 
     /// A decoded record as the engine runs it: its key and fingerprint, or
@@ -337,6 +378,7 @@ where
         &self,
         at: Coordinates,
         record: Result<KafkaRecord, String>,
+        span: Span,
     ) -> Message<KafkaRecord> {
         let record = record?;
         let (keys, fingerprint) = (&self.settings.keys, &self.settings.fingerprint);
@@ -349,6 +391,7 @@ where
             payload_hash,
             origin: at.to_string(),
             record,
+            span,
         })
     }
 }

@@ -25,6 +25,12 @@ pub enum KeyLogging {
     Hash,
 }
 
+/// A key as `LOG_KEYS=hash` shows it: `sha256:` and the first 16 hex digits
+/// of its SHA-256.
+pub fn key_hash(key: &str) -> String {
+    format!("sha256:{}", &hex::encode(Sha256::digest(key))[..16])
+}
+
 impl KeyLogging {
     /// Parses `LOG_KEYS`: `plain` or `hash`.
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -40,7 +46,7 @@ impl KeyLogging {
     fn show(self, key: &str) -> String {
         match self {
             Self::Plain => key.to_owned(),
-            Self::Hash => format!("sha256:{}", &hex::encode(Sha256::digest(key))[..16]),
+            Self::Hash => key_hash(key),
         }
     }
 }

@@ -10,6 +10,7 @@ use super::OrderingMode;
 use super::fingerprint::Fingerprint;
 use super::keys::{KeySpec, MissingKeyPolicy};
 use super::report::KeyLogging;
+use super::telemetry::TracingExport;
 
 /// The environment variables this crate reads (the ledger's are in
 /// [`crate::ledger::ENV_VARS`], PostgreSQL's in
@@ -36,6 +37,7 @@ pub const ENV_VARS: &[&str] = &[
     "POISON_POLICY",
     "DEAD_LETTER_QUEUE_URL",
     "LOG_KEYS",
+    "TRACING_EXPORT",
 ];
 
 /// Default of `SAFETY_MARGIN_MS`: no record starts within 5 s of the
@@ -59,6 +61,8 @@ pub struct FunctionSettings {
     /// The SQS queue parked records are forwarded to, whole (none: the
     /// FAILED item is their only record).
     pub dead_letter_queue_url: Option<String>,
+    /// Whether invocations and records get spans (`TRACING_EXPORT`).
+    pub tracing: TracingExport,
 }
 
 impl FunctionSettings {
@@ -71,6 +75,7 @@ impl FunctionSettings {
             safety_margin: DEFAULT_SAFETY_MARGIN,
             log_keys: KeyLogging::Plain,
             dead_letter_queue_url: None,
+            tracing: TracingExport::Off,
         }
     }
 }
@@ -196,6 +201,12 @@ impl Settings {
                     false => Err("expected the queue's URL (https://sqs...)".to_owned()),
                 }
             })?,
+            tracing: parsed(
+                var,
+                "TRACING_EXPORT",
+                TracingExport::Off,
+                TracingExport::parse,
+            )?,
         };
         // Refused records are parked only where they go whole to a queue.
         engine.park_refused = function.dead_letter_queue_url.is_some();

@@ -8,6 +8,7 @@
 //! configuration error; 3 the store failed.
 
 pub mod inspect;
+pub mod redrive;
 pub mod stuck;
 
 use std::process::ExitCode;
@@ -147,6 +148,27 @@ pub enum Command {
         #[arg(long, value_name = "NAME")]
         ledger_table: Option<String>,
     },
+    /// Feed the records an on-failure destination kept back through the
+    /// function (safe to repeat: finished records are duplicates).
+    ///
+    /// --from s3://BUCKET[/PREFIX]: the mapping's S3 destination (objects in
+    /// key order). --from PATH: invocation records as JSON files, or one per
+    /// line (the Kafka-topic destination saved with kafka-console-consumer).
+    /// Each record's event is sent with Lambda's Invoke API (standard AWS
+    /// environment; AWS_ENDPOINT_URL_LAMBDA / _S3 for local stand-ins).
+    /// Exit 0: every record finished; 1: some reported again or without a
+    /// payload (listed with their offsets); 3: S3 or Lambda failed.
+    Redrive {
+        /// s3://BUCKET[/PREFIX], or a file or directory of invocation records.
+        #[arg(long, value_name = "SOURCE")]
+        from: String,
+        /// The function's name or ARN.
+        #[arg(long, value_name = "NAME")]
+        function: String,
+        /// Delete each S3 object whose records all finished.
+        #[arg(long)]
+        delete: bool,
+    },
     /// PostgreSQL: delete rows past their `expires_at` (PostgreSQL has no
     /// TTL; reads already treat them as absent).
     ///
@@ -172,6 +194,21 @@ const EXIT_ERROR: u8 = 3;
 
 /// Runs one command; prints to stdout, problems to stderr.
 pub async fn run(cli: Cli) -> ExitCode {
+    // A redrive goes through the function, not the store.
+    if let Command::Redrive {
+        from,
+        function,
+        delete,
+    } = &cli.command
+    {
+        return match redrive::Source::parse(from) {
+            Ok(source) => redrive::redrive(source, function, *delete).await,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
     let env = |name: &str| std::env::var(name).ok();
     let config = store_config(&cli, env).and_then(|config| {
         let kind = StoreKind::from_lookup(env).map_err(|err| err.to_string())?;
@@ -363,6 +400,8 @@ impl Ops {
             Command::RetryFailed { key, version } => {
                 on_store!(&self.backend, store => retry_failed(store, &key, version).await)
             }
+            // Handled by `run`, before any store is opened.
+            Command::Redrive { .. } => Ok(ExitCode::from(EXIT_USAGE)),
             Command::Migrate { ledger_table } => match self.postgres() {
                 Some(store) => migrate(store, ledger_table).await,
                 None => Ok(not_postgres("migrate")),

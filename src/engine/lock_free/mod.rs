@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::store::{
     ClaimRequest, CommitOutcome, Conditional, NewCommit, Standing, Store, StoreError, StoredItem,
@@ -168,7 +169,7 @@ where
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
-            planned = self.handler.handle(&token, &work.record) => planned,
+            planned = self.handler.handle(&token, &work.record).instrument(work.span.clone()) => planned,
             () = deadline.cut() => return Err((work, Unplanned::Cut)),
         };
         let planned = planned.and_then(|completion| match completion.refusal() {

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""A Lambda Runtime API stand-in: starts a function's `bootstrap` the way
+Lambda does (AWS_LAMBDA_RUNTIME_API and the Lambda environment, on top of
+the caller's), hands it each event in turn, and prints one JSON line per
+event: {"event": FILE, "response": ...} or {"event": FILE, "error": ...}.
+
+    infra/runtime_api.py --bootstrap .aws-sam/build/Function/bootstrap \\
+        --event events/two-partitions.json --event events/not-kafka.json
+
+Exits 1 if the function exits, fails its init, or does not answer an event
+within --timeout seconds. Implements the four routes a function calls
+(invocation/next, invocation/ID/response, invocation/ID/error, init/error).
+
+With --otlp it also stands in for the ADOT layer's collector: it sets
+TRACING_EXPORT=otlp and OTEL_EXPORTER_OTLP_ENDPOINT to a receiver of its
+own and, after the events, prints {"otlp": {"requests": N, "spans": [...]}}
+with the span names found in the OTLP/HTTP protobuf requests it got.
+"""
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PREFIX = "/2018-06-01/runtime"
+
+
+class Runtime:
+    def __init__(self):
+        self.events = queue.Queue()
+        self.answers = queue.Queue()
+
+
+def handler_for(runtime, function_arn):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status, body=b"", headers=()):
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path != f"{PREFIX}/invocation/next":
+                return self.reply(404)
+            request_id, body = runtime.events.get()
+            deadline_ms = int(time.time() * 1000) + 60_000
+            self.reply(200, body, [
+                ("Content-Type", "application/json"),
+                ("Lambda-Runtime-Aws-Request-Id", request_id),
+                ("Lambda-Runtime-Deadline-Ms", str(deadline_ms)),
+                ("Lambda-Runtime-Invoked-Function-Arn", function_arn),
+                ("Lambda-Runtime-Trace-Id", f"Root=1-{uuid.uuid4().hex[:8]}-{uuid.uuid4().hex[:24]};Sampled=0"),
+            ])
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            parts = self.path[len(PREFIX):].strip("/").split("/")
+            if parts == ["init", "error"]:
+                runtime.answers.put(("init-error", None, body))
+            elif len(parts) == 3 and parts[0] == "invocation" and parts[2] in ("response", "error"):
+                runtime.answers.put((parts[2], parts[1], body))
+            else:
+                return self.reply(404)
+            self.reply(202, b'{"status":"OK"}', [("Content-Type", "application/json")])
+
+    return Handler
+
+
+class Collector:
+    """Receives OTLP/HTTP trace exports (POST /v1/traces, protobuf)."""
+
+    def __init__(self):
+        self.bodies = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/traces":
+                    collector.bodies.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def span_names(self, names):
+        """Which of `names` appear in the exports (protobuf keeps strings as UTF-8)."""
+        return sorted(n for n in names if any(n.encode() in body for body in self.bodies))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--event", action="append", required=True)
+    parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--function-name", default="msk-handler")
+    parser.add_argument("--otlp", action="store_true", help="export spans to a receiver of this script")
+    args = parser.parse_args()
+    collector = Collector() if args.otlp else None
+
+    runtime = Runtime()
+    arn = f"arn:aws:lambda:{os.environ.get('AWS_REGION', 'us-east-1')}:123456789012:function:{args.function_name}"
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(runtime, arn))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ)
+    env.update({
+        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{server.server_address[1]}",
+        "AWS_LAMBDA_FUNCTION_NAME": args.function_name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{args.function_name}",
+        "AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/23/[$LATEST]local",
+        "AWS_LAMBDA_LOG_FORMAT": "JSON",
+        "_HANDLER": "bootstrap",
+        "LAMBDA_TASK_ROOT": os.path.dirname(os.path.abspath(args.bootstrap)),
+    })
+    if collector:
+        env.update({"TRACING_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint()})
+    function = subprocess.Popen([args.bootstrap], env=env, stdin=subprocess.DEVNULL,
+                                stdout=sys.stderr, stderr=sys.stderr)
+    status = 0
+    try:
+        for path in args.event:
+            with open(path, "rb") as f:
+                request_id = str(uuid.uuid4())
+                runtime.events.put((request_id, f.read()))
+            started = time.monotonic()
+            while True:
+                try:
+                    kind, answered_id, body = runtime.answers.get(timeout=0.2)
+                    break
+                except queue.Empty:
+                    if function.poll() is not None:
+                        print(json.dumps({"event": path, "exited": function.returncode}))
+                        return 1
+                    if time.monotonic() - started > args.timeout:
+                        print(json.dumps({"event": path, "timeout": args.timeout}))
+                        return 1
+            answer = json.loads(body or b"null")
+            if kind == "init-error":
+                print(json.dumps({"event": path, "init_error": answer}))
+                return 1
+            if answered_id != request_id:
+                print(json.dumps({"event": path, "wrong_request_id": answered_id}))
+                return 1
+            key = "response" if kind == "response" else "error"
+            print(json.dumps({"event": path, key: answer}), flush=True)
+        if collector:
+            # The function flushes its spans after each invocation.
+            # lambda_runtime names the invocation's span after the function.
+            names = [args.function_name, "kafka batch", "payments process"]
+            started = time.monotonic()
+            while collector.span_names(names) != sorted(names) and time.monotonic() - started < 10:
+                time.sleep(0.1)
+            print(json.dumps({"otlp": {"requests": len(collector.bodies), "spans": collector.span_names(names)}}))
+    finally:
+        function.kill()
+        function.wait()
+        server.shutdown()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
