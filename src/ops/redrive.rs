@@ -117,106 +117,186 @@ pub fn kept(record: &Value) -> Result<Kept, String> {
     Ok(Kept::Event(event, records))
 }
 
-/// Redrives every invocation record of `source` through `function`.
-/// Exit code 0: every record finished; 1: some were reported again, or
-/// had no payload; 2: a bad source; 3: S3 or Lambda failed.
+/// Redrives every invocation record of `source` through `function`, one
+/// at a time (an S3 object is read just before it is sent). Exit code 0:
+/// every record finished; 1: some were reported again, failed, or had no
+/// payload; 2: a bad source; 3: S3 or Lambda failed.
 pub async fn redrive(source: Source, function: &str, delete: bool) -> ExitCode {
     let sdk = dynamo::sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .timeout_config(patient())
-            // S3-compatible endpoints (moto, MinIO, LocalStack) want paths.
-            .force_path_style(custom_endpoint("S3"))
-            .build(),
-    );
-    let lambda = aws_sdk_lambda::Client::from_conf(
-        aws_sdk_lambda::config::Builder::from(&sdk)
-            // An invocation may run up to the function's timeout (15 min).
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(5))
-                    .operation_attempt_timeout(Duration::from_secs(905))
-                    .build(),
-            )
-            .build(),
-    );
-    let failures = match read(&s3, &source).await {
-        Ok(failures) => failures,
+    let redrive = Redrive {
+        s3: aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
+                .timeout_config(timeouts(60))
+                // S3-compatible endpoints (moto, MinIO, LocalStack) want paths.
+                .force_path_style(custom_endpoint("S3"))
+                .build(),
+        ),
+        // An invocation may run up to the function's timeout (15 min).
+        lambda: aws_sdk_lambda::Client::from_conf(
+            aws_sdk_lambda::config::Builder::from(&sdk)
+                .timeout_config(timeouts(905))
+                .build(),
+        ),
+        function,
+        delete,
+    };
+    let pending = match &source {
+        Source::S3 { bucket, prefix } => redrive.s3_objects(bucket, prefix).await,
+        Source::Files(path) => read_files(path).map_err(|message| (EXIT_USAGE, message)),
+    };
+    let pending = match pending {
+        Ok(pending) => pending,
         Err((code, message)) => {
             eprintln!("error: {message}");
             return ExitCode::from(code);
         }
     };
     let mut totals = Totals::default();
-    for failure in failures {
-        let line = match kept(&failure.record) {
-            Err(reason) => {
-                totals.unusable += 1;
-                format!("{}: not an invocation record: {reason}", failure.origin)
+    for item in pending {
+        let line = match redrive.one(item, &mut totals).await {
+            Ok(line) => line,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(EXIT_ERROR);
             }
-            Ok(Kept::Metadata(reason)) => {
-                totals.unusable += 1;
-                format!("{}: {reason}", failure.origin)
-            }
-            Ok(Kept::Event(event, records)) => match invoke(&lambda, function, &event).await {
-                Err(message) => {
-                    eprintln!("error: {}: {message}", failure.origin);
-                    return ExitCode::from(EXIT_ERROR);
-                }
-                Ok(Answer::Finished) => {
-                    totals.records += records;
-                    let deleted = match (delete, &failure.object) {
-                        (true, Some((bucket, key))) => {
-                            if let Err(err) =
-                                s3.delete_object().bucket(bucket).key(key).send().await
-                            {
-                                eprintln!(
-                                    "error: deleting {}: {}",
-                                    failure.origin,
-                                    err.into_service_error()
-                                );
-                                return ExitCode::from(EXIT_ERROR);
-                            }
-                            "; deleted"
-                        }
-                        _ => "",
-                    };
-                    format!(
-                        "{}: {records} record(s), all finished{deleted}",
-                        failure.origin
-                    )
-                }
-                Ok(Answer::Reported(reported)) => {
-                    totals.records += records;
-                    totals.reported += reported.len();
-                    format!(
-                        "{}: {records} record(s); reported again: {}: kept",
-                        failure.origin,
-                        reported.join(", ")
-                    )
-                }
-                Ok(Answer::FunctionError(error)) => {
-                    totals.unfinished += 1;
-                    format!(
-                        "{}: {records} record(s); the function failed: {error}: kept",
-                        failure.origin
-                    )
-                }
-            },
         };
         if !emit(&format!("{line}\n")) {
             return ExitCode::from(EXIT_ERROR);
         }
-        totals.read += 1;
     }
-    let summary = format!(
+    emit(&format!(
         "{} invocation record(s), {} record(s) redriven through {function}; {} reported again, {} failed invocation(s), {} without a payload\n",
         totals.read, totals.records, totals.reported, totals.unfinished, totals.unusable
-    );
-    emit(&summary);
+    ));
     match totals.reported + totals.unfinished + totals.unusable {
         0 => ExitCode::SUCCESS,
         _ => ExitCode::from(EXIT_REFUSED),
+    }
+}
+
+/// An invocation record to redrive: read already, or an S3 object.
+enum Pending {
+    Read(Failure),
+    Object { bucket: String, key: String },
+}
+
+struct Redrive<'a> {
+    s3: aws_sdk_s3::Client,
+    lambda: aws_sdk_lambda::Client,
+    function: &'a str,
+    delete: bool,
+}
+
+impl Redrive<'_> {
+    /// Redrives one invocation record: its line of output, or why S3 or
+    /// Lambda failed (the redrive stops there).
+    async fn one(&self, item: Pending, totals: &mut Totals) -> Result<String, String> {
+        let failure = match item {
+            Pending::Read(failure) => failure,
+            Pending::Object { bucket, key } => self.s3_object(bucket, key).await?,
+        };
+        totals.read += 1;
+        let origin = &failure.origin;
+        let (event, records) = match kept(&failure.record) {
+            Err(reason) => {
+                totals.unusable += 1;
+                return Ok(format!("{origin}: not an invocation record: {reason}"));
+            }
+            Ok(Kept::Metadata(reason)) => {
+                totals.unusable += 1;
+                return Ok(format!("{origin}: {reason}"));
+            }
+            Ok(Kept::Event(event, records)) => (event, records),
+        };
+        let answer = invoke(&self.lambda, self.function, &event)
+            .await
+            .map_err(|message| format!("{origin}: {message}"))?;
+        Ok(match answer {
+            Answer::Finished => {
+                totals.records += records;
+                let deleted = match (self.delete, &failure.object) {
+                    (true, Some((bucket, key))) => {
+                        self.s3
+                            .delete_object()
+                            .bucket(bucket)
+                            .key(key)
+                            .send()
+                            .await
+                            .map_err(|err| {
+                                format!("deleting {origin}: {}", err.into_service_error())
+                            })?;
+                        "; deleted"
+                    }
+                    _ => "",
+                };
+                format!("{origin}: {records} record(s), all finished{deleted}")
+            }
+            Answer::Reported(reported) => {
+                totals.records += records;
+                totals.reported += reported.len();
+                let reported = reported.join(", ");
+                format!("{origin}: {records} record(s); reported again: {reported}: kept")
+            }
+            Answer::FunctionError(error) => {
+                totals.unfinished += 1;
+                format!("{origin}: {records} record(s); the function failed: {error}: kept")
+            }
+        })
+    }
+
+    /// The objects under `prefix`, in key order: object keys carry the
+    /// failure's time, so their order is the failures'.
+    async fn s3_objects(&self, bucket: &str, prefix: &str) -> Result<Vec<Pending>, (u8, String)> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| {
+                let err = err.into_service_error();
+                (EXIT_ERROR, format!("listing s3://{bucket}/{prefix}: {err}"))
+            })?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
+        }
+        keys.sort();
+        Ok(keys
+            .into_iter()
+            .map(|key| Pending::Object {
+                bucket: bucket.to_owned(),
+                key,
+            })
+            .collect())
+    }
+
+    async fn s3_object(&self, bucket: String, key: String) -> Result<Failure, String> {
+        let origin = format!("s3://{bucket}/{key}");
+        let object = self
+            .s3
+            .get_object()
+            .bucket(&bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|err| format!("reading {origin}: {}", err.into_service_error()))?;
+        let bytes = object
+            .body
+            .collect()
+            .await
+            .map_err(|err| format!("reading {origin}: {err}"))?
+            .into_bytes();
+        Ok(Failure {
+            origin,
+            object: Some((bucket, key)),
+            record: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        })
     }
 }
 
@@ -229,11 +309,14 @@ struct Totals {
     unusable: usize,
 }
 
-/// Reads S3 and files with room for large objects.
-fn patient() -> TimeoutConfig {
+/// Timeouts for S3 and Lambda calls that may take long (large objects,
+/// whole invocations). Every one is set: unset ones would be the
+/// function's short defaults (`dynamo::sdk_config`).
+fn timeouts(attempt_secs: u64) -> TimeoutConfig {
     TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(5))
-        .operation_attempt_timeout(Duration::from_secs(60))
+        .operation_attempt_timeout(Duration::from_secs(attempt_secs))
+        .operation_timeout(Duration::from_secs(3 * attempt_secs + 10))
         .build()
 }
 
@@ -248,69 +331,7 @@ fn custom_endpoint(service: &str) -> bool {
     .any(|name| std::env::var(name).is_ok_and(|v| !v.is_empty()))
 }
 
-async fn read(s3: &aws_sdk_s3::Client, source: &Source) -> Result<Vec<Failure>, (u8, String)> {
-    match source {
-        Source::S3 { bucket, prefix } => read_s3(s3, bucket, prefix)
-            .await
-            .map_err(|message| (EXIT_ERROR, message)),
-        Source::Files(path) => read_files(path).map_err(|message| (EXIT_USAGE, message)),
-    }
-}
-
-async fn read_s3(
-    s3: &aws_sdk_s3::Client,
-    bucket: &str,
-    prefix: &str,
-) -> Result<Vec<Failure>, String> {
-    let mut keys = Vec::new();
-    let mut pages = s3
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(prefix)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|err| {
-            format!(
-                "listing s3://{bucket}/{prefix}: {}",
-                err.into_service_error()
-            )
-        })?;
-        keys.extend(
-            page.contents()
-                .iter()
-                .filter_map(|o| o.key().map(str::to_owned)),
-        );
-    }
-    // Object keys carry the failure's time: their order is the failures'.
-    keys.sort();
-    let mut failures = Vec::with_capacity(keys.len());
-    for key in keys {
-        let origin = format!("s3://{bucket}/{key}");
-        let object = s3
-            .get_object()
-            .bucket(bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|err| format!("reading {origin}: {}", err.into_service_error()))?;
-        let bytes = object
-            .body
-            .collect()
-            .await
-            .map_err(|err| format!("reading {origin}: {err}"))?
-            .into_bytes();
-        let record = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        failures.push(Failure {
-            origin,
-            object: Some((bucket.to_owned(), key)),
-            record,
-        });
-    }
-    Ok(failures)
-}
-
-fn read_files(path: &Path) -> Result<Vec<Failure>, String> {
+fn read_files(path: &Path) -> Result<Vec<Pending>, String> {
     let mut files = match path.is_dir() {
         true => std::fs::read_dir(path)
             .map_err(|err| format!("{}: {err}", path.display()))?
@@ -326,19 +347,21 @@ fn read_files(path: &Path) -> Result<Vec<Failure>, String> {
             std::fs::read_to_string(&file).map_err(|err| format!("{}: {err}", file.display()))?;
         // One JSON document, or one per line.
         match serde_json::from_str::<Value>(&text) {
-            Ok(record) => failures.push(Failure {
+            Ok(record) => failures.push(Pending::Read(Failure {
                 origin: file.display().to_string(),
                 object: None,
                 record,
-            }),
+            })),
             Err(_) => failures.extend(
                 text.lines()
                     .enumerate()
                     .filter(|(_, line)| !line.trim().is_empty())
-                    .map(|(n, line)| Failure {
-                        origin: format!("{}:{}", file.display(), n + 1),
-                        object: None,
-                        record: serde_json::from_str(line).unwrap_or(Value::Null),
+                    .map(|(n, line)| {
+                        Pending::Read(Failure {
+                            origin: format!("{}:{}", file.display(), n + 1),
+                            object: None,
+                            record: serde_json::from_str(line).unwrap_or(Value::Null),
+                        })
                     }),
             ),
         }
@@ -401,4 +424,57 @@ async fn invoke(
         true => Answer::Finished,
         false => Answer::Reported(reported),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sources_are_s3_locations_or_paths() {
+        assert_eq!(
+            Source::parse("s3://failed/aws/lambda/"),
+            Ok(Source::S3 {
+                bucket: "failed".into(),
+                prefix: "aws/lambda/".into()
+            })
+        );
+        assert_eq!(
+            Source::parse("s3://failed"),
+            Ok(Source::S3 {
+                bucket: "failed".into(),
+                prefix: String::new()
+            })
+        );
+        assert!(Source::parse("s3:///prefix").is_err());
+        assert_eq!(
+            Source::parse("dump.jsonl"),
+            Ok(Source::Files("dump.jsonl".into()))
+        );
+    }
+
+    #[test]
+    fn the_payload_is_read_as_s3_and_kafka_destinations_write_it() {
+        let event = json!({"eventSource": "aws:kafka", "records": {"p-0": [{}, {}], "p-1": [{}]}});
+        let s3 = json!({"payload": event.to_string()});
+        assert_eq!(kept(&s3), Ok(Kept::Event(event.clone(), 3)));
+        let topic = json!({"payload": event});
+        assert_eq!(kept(&topic), Ok(Kept::Event(event.clone(), 3)));
+        let too_large = json!({
+            "requestContext": {"condition": "MaximumPayloadSizeExceeded"},
+            "KafkaBatchInfo": {"bootstrapServers": "b-1:9092", "recordsInfo": {"p-0": {"firstRecordOffset": "7"}}},
+            "payload": null
+        });
+        assert_eq!(
+            kept(&too_large),
+            Ok(Kept::Metadata(
+                "no payload kept (condition MaximumPayloadSizeExceeded); read these records again from Kafka: {\"recordsInfo\":{\"p-0\":{\"firstRecordOffset\":\"7\"}}}".into()
+            ))
+        );
+        let secret = json!({"payload": "{\"card\": \"4111"});
+        let error = kept(&secret).expect_err("not JSON");
+        assert!(!error.contains("4111"), "{error}");
+        assert!(kept(&json!({"payload": {"no": "records"}})).is_err());
+    }
 }
