@@ -319,8 +319,10 @@ where
                         };
                         let message = self.message(at.clone(), record, span.clone());
                         let key = message.as_ref().ok().map(|work| work.key.clone());
-                        telemetry::record_key(&span, key.as_deref());
-                        spans.insert(at.clone(), span);
+                        if traced {
+                            telemetry::record_key(&span, key.as_deref());
+                            spans.insert(at.clone(), span);
+                        }
                         ((at, key), message)
                     })
                     .collect()
