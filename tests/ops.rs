@@ -11,38 +11,16 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
 use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Lease, StoreConfig};
+use support::ops::Run;
 use support::{number, raw_item, string};
 
 const LONG_LOCK: Duration = Duration::from_secs(60);
 const SHORT_LOCK: Duration = Duration::from_millis(300);
 const HASH: &str = "hash-1";
 
-/// What a run of the binary printed and returned.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn has(&self, phrase: &str) -> bool {
-        self.stdout.contains(phrase)
-    }
-}
-
+/// The binary on DynamoDB Local.
 fn ops(config: &StoreConfig, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
-        .args(args)
-        .args(["--table", &config.table_name])
-        .args(["--key-prefix", &config.key_prefix])
-        .output()
-        .expect("run exactly-once-ops");
-    Run {
-        code: output.status.code().expect("an exit code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    support::ops::ops("dynamodb", config, args)
 }
 
 /// Two stores on one fresh prefix: one with a long lock, one with a short.

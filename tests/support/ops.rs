@@ -13,6 +13,13 @@ pub struct Run {
     pub stderr: String,
 }
 
+impl Run {
+    /// Whether stdout says `phrase`.
+    pub fn has(&self, phrase: &str) -> bool {
+        self.stdout.contains(phrase)
+    }
+}
+
 /// `exactly-once-ops args` with `IDEMPOTENCY_STORE=store` on `config`'s
 /// table and key prefix.
 pub fn ops(store: &str, config: &StoreConfig, args: &[&str]) -> Run {
