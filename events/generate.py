@@ -342,6 +342,22 @@ def schema_framed_avro():
     )
 
 
+def scheduled():
+    # EventBridge's scheduled event (template.yaml's StuckKeyCheck, every 5
+    # minutes): the function runs the stuck-key check instead of a batch.
+    return {
+        "version": "0",
+        "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "2026-11-23T12:00:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/msk-exactly-once-FunctionStuckKeyCheck"],
+        "detail": {},
+    }
+
+
 def not_kafka():
     # An SQS event: no top-level eventSource. The function must fail the invocation.
     body = payment("p-sqs-1", "acc-10", 999)
@@ -403,6 +419,7 @@ def files():
         "schema-source-protobuf.json": schema_source_protobuf(),
         "schema-framed-avro.json": schema_framed_avro(),
         "not-kafka.json": not_kafka(),
+        "scheduled.json": scheduled(),
     }
 
 

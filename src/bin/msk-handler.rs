@@ -42,9 +42,10 @@ async fn main() -> Result<(), Error> {
                 .into(),
         );
     }
+    // Every store's requests, counted and timed for the metrics.
+    let requests = RequestCounter::default();
     match settings.store_kind {
         StoreKind::DynamoDb => {
-            let requests = RequestCounter::default();
             let client = requests.attach(&aws_sdk_dynamodb::Client::new(&aws));
             let store = DynamoDbStore::new(client.clone(), settings.store);
             let handler = LedgerHandler::from_settings(client, ledger);
@@ -71,24 +72,28 @@ async fn main() -> Result<(), Error> {
                     Err(wrong) => return Err(wrong.into()),
                 }
             }
-            let store = PostgresStore::new(pool, settings.store, database.call_timeout())?;
+            let store = PostgresStore::new(pool, settings.store, database.call_timeout())?
+                .with_request_counter(requests.clone());
             let handler = LedgerHandler::from_settings_on_postgres(store.clone(), ledger);
             let function = MskFunction::new(
                 with_cache(Engine::new(store, handler, settings.engine), &shared_cache),
                 settings.function,
-            );
+            )
+            .with_request_counter(requests);
             serve(function, dead_letters, traces).await
         }
         StoreKind::Redis => {
             let redis = RedisSettings::from_lookup(|name| std::env::var(name).ok())?;
             // Cluster mode: the keys and the ledger's hashes in one slot.
             redis.check_names(&[&settings.store.table_name, &ledger.table])?;
-            let store = RedisStore::new(redis.connect()?, settings.store, &redis);
+            let store = RedisStore::new(redis.connect()?, settings.store, &redis)
+                .with_request_counter(requests.clone());
             let handler = LedgerHandler::from_settings_on_redis(store.clone(), ledger);
             let function = MskFunction::new(
                 Engine::new(store, handler, settings.engine),
                 settings.function,
-            );
+            )
+            .with_request_counter(requests);
             serve(function, dead_letters, traces).await
         }
     }

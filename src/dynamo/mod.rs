@@ -2,7 +2,7 @@
 
 mod requests;
 
-pub use requests::{RequestCounter, RequestStats};
+pub use crate::store::requests::{RequestCounter, RequestStats};
 
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;

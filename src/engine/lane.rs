@@ -53,7 +53,7 @@ impl LaneLog {
     /// parked) stops the lane; the store unavailable stops the whole batch
     /// (fail closed).
     pub fn push<S: Store>(&mut self, outcome: Outcome, started: Instant, batch: &Batch<S>) {
-        if let Outcome::StoreFailed(err) = &outcome
+        if let Outcome::StoreFailed(err) | Outcome::Unrecorded(err) = &outcome
             && err.is_retryable()
         {
             tracing::error!(error = %err, "store unavailable: failing closed, no further record of this batch starts");

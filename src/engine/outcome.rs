@@ -62,6 +62,12 @@ pub enum Outcome {
     TimedOut,
     /// Not started, for the reason given.
     NotStarted(StopReason),
+    /// The work ran and returned its effect as done outside the store (no
+    /// store effects: "direct mode"), but its completion could not be
+    /// written (the store failed, or the lock was taken over meanwhile): a
+    /// redelivery may run the effect again. Reported, and counted apart
+    /// (`UnrecordedEffects`) because an operator must check the effect.
+    Unrecorded(StoreError),
 }
 
 /// What becomes of a message whose permanent failure is durably stored
@@ -159,6 +165,7 @@ impl Outcome {
             Self::Invalid { .. } => "invalid",
             Self::TimedOut => "timed-out",
             Self::NotStarted(_) => "not-started",
+            Self::Unrecorded(_) => "unrecorded-effects",
         }
     }
 
@@ -170,6 +177,9 @@ impl Outcome {
                 Some(error.clone())
             }
             Self::StoreFailed(err) => Some(err.to_string()),
+            Self::Unrecorded(err) => Some(format!(
+                "the work's effect happened but its completion was not recorded: {err}"
+            )),
             Self::Invalid { reason } => Some(reason.clone()),
             Self::PayloadMismatch => Some("key reused with another payload".into()),
             Self::NotStarted(reason) => Some(reason.text().into()),

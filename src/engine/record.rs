@@ -155,6 +155,8 @@ where
             return self.settle_failure(&lease, error, origin).await;
         }
         let policy = completion.on_condition_failure;
+        // The work's effect, if any, happened outside the store.
+        let direct = completion.writes.is_empty() && completion.increments.is_empty();
         let result = completion.result.as_deref();
         let recorded = {
             let footprint = Footprint::of(
@@ -190,6 +192,8 @@ where
                 self.settle_failure(&lease, HandlerError::Permanent(err.to_string()), origin)
                     .await
             }
+            // Direct mode's window: done, but not recorded as done.
+            Err(err) if direct => Outcome::Unrecorded(err),
             Err(err) => store_failure(err),
         }
     }

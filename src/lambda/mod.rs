@@ -9,6 +9,7 @@ pub mod record;
 pub mod report;
 pub mod response;
 pub mod settings;
+pub mod stuck_check;
 pub mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,20 +20,21 @@ use serde_json::Value;
 use tracing::{Instrument as _, Span, field};
 
 use crate::clock::now_ms;
-use crate::dynamo::{RequestCounter, RequestStats};
 use crate::engine::{
     Deadline, Engine, Message, Parking, RecordHandler, RecordOutcome, Tagged, Work,
 };
-use crate::store::Store;
+use crate::store::requests::{RequestCounter, RequestStats};
+use crate::store::{Listing, Store, StoreError};
 use dead_letter::{DeadLetterQueue, Parked};
 use decode::Decoded;
 pub use decode::{Coordinates, EventError};
 pub use fingerprint::Fingerprint;
 pub use record::{KafkaRecord, SchemaMetadata};
-use report::InvocationReport;
 pub use report::KeyLogging;
+use report::{InvocationReport, StoreRequests};
 pub use response::KafkaBatchResponse;
 pub use settings::{FunctionSettings, Settings};
+use stuck_check::StartedKeys;
 use telemetry::TracingExport;
 
 /// Why an invocation failed as a whole (Lambda then retries the batch).
@@ -49,6 +51,9 @@ pub enum InvocationError {
         /// Records reported.
         reported: usize,
     },
+    /// The scheduled stuck-key check could not list the STARTED keys.
+    #[error("the stuck-key check could not list the STARTED keys: {0}")]
+    StuckKeyCheck(StoreError),
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -57,6 +62,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             InvocationError::Event(EventError::NotKafka(_)) => "NotKafkaEvent",
             InvocationError::Event(EventError::Malformed(_)) => "MalformedKafkaEvent",
             InvocationError::StoreUnavailable { .. } => "StoreUnavailable",
+            InvocationError::StuckKeyCheck(_) => "StuckKeyCheckFailed",
         };
         Self {
             error_type: error_type.into(),
@@ -122,13 +128,16 @@ type TaggedLanes = (
     HashMap<Coordinates, Span>,
 );
 
+/// Where a function's EMF documents go, one JSON line each.
+pub type MetricsWriter = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// The MSK function: one per container, shared by every invocation.
 pub struct MskFunction<H, S> {
     engine: Arc<Engine<H, S>>,
     settings: FunctionSettings,
     requests: Option<RequestCounter>,
-    /// Whether each invocation prints its EMF document (on by default).
-    metrics: bool,
+    /// Where each invocation's EMF documents go (stdout by default).
+    metrics: Option<MetricsWriter>,
     /// Where parked records are forwarded, whole.
     dead_letters: Option<DeadLetterQueue>,
 }
@@ -144,7 +153,7 @@ where
             engine: Arc::new(engine),
             settings,
             requests: None,
-            metrics: true,
+            metrics: Some(Arc::new(|line: &str| println!("{line}"))),
             dead_letters: None,
         }
     }
@@ -166,7 +175,14 @@ where
     /// Prints no EMF document (benchmarks and tests, where stdout is not
     /// read by CloudWatch).
     pub fn without_metrics(mut self) -> Self {
-        self.metrics = false;
+        self.metrics = None;
+        self
+    }
+
+    /// Hands each EMF document, one JSON line, to `writer` instead of
+    /// printing it (tests read them; a wrapper may add its own).
+    pub fn with_metrics_writer(mut self, writer: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.metrics = Some(Arc::new(writer));
         self
     }
 
@@ -177,14 +193,65 @@ where
 
     /// Handles one invocation. Every record is either finished (processed or
     /// a verified duplicate), parked (FAILED, under `POISON_POLICY=park`) or
-    /// listed in the response's failures.
+    /// listed in the response's failures. EventBridge's scheduled event runs
+    /// the stuck-key check instead ([`Self::check_started_keys`]), answered
+    /// with an empty response.
     pub async fn handle(
         &self,
         event: LambdaEvent<Value>,
     ) -> Result<KafkaBatchResponse, InvocationError> {
+        if stuck_check::is_scheduled_event(&event.payload) {
+            let function_name = &event.context.env_config.function_name;
+            self.check_started_keys(function_name).await?;
+            return Ok(KafkaBatchResponse::default());
+        }
         self.invoke(event)
             .await
             .map(|invocation| invocation.response)
+    }
+
+    /// Lists the STARTED keys through the store's index of them, logs the
+    /// stuck ones (lock ended, not taken over: by origin, owner and version,
+    /// the key as `LOG_KEYS` shows keys) and writes the check's EMF document
+    /// (`StartedKeys`, `StuckKeys`, `OldestStartedAgeSeconds`).
+    pub async fn check_started_keys(
+        &self,
+        function_name: &str,
+    ) -> Result<StartedKeys, InvocationError> {
+        let store = self.engine.store();
+        // Every STARTED key: the lock ended, or created before now.
+        let all_started = Listing::Stuck {
+            older_than: std::time::Duration::ZERO,
+        };
+        let listed = store
+            .list(all_started)
+            .await
+            .map_err(InvocationError::StuckKeyCheck)?;
+        let now = store.now_ms();
+        let prefix = &store.config().key_prefix;
+        for item in listed.items.iter().filter(|item| item.lock_expired(now)) {
+            let key = item.pk.strip_prefix(prefix.as_str()).unwrap_or(&item.pk);
+            tracing::warn!(
+                key = %self.settings.log_keys.show(key),
+                version = item.version,
+                owner = %item.owner,
+                origin = item.origin.as_deref().unwrap_or("-"),
+                "stuck key: STARTED, its lock ended and nobody took it over"
+            );
+        }
+        let keys = StartedKeys::of(&listed.items, now);
+        tracing::info!(
+            started = keys.started,
+            stuck = keys.stuck,
+            oldest_age_s = keys.oldest_age_s,
+            items_read = listed.cost.read,
+            requests = listed.cost.requests,
+            "stuck-key check"
+        );
+        if let Some(write) = &self.metrics {
+            write(&keys.metrics(function_name, now_ms()).to_string());
+        }
+        Ok(keys)
     }
 
     /// [`Self::handle`], with what became of each record (for tests, custom
@@ -192,7 +259,11 @@ where
     pub async fn invoke(&self, event: LambdaEvent<Value>) -> Result<Invocation, InvocationError> {
         let mut reports = Vec::new();
         let mut report = InvocationReport::new();
-        let requests_before = self.requests.as_ref().map(RequestCounter::stats);
+        let requests_before = self.requests.as_ref().map(|counter| {
+            // Round trips of earlier work (another invocation's) are not this one's.
+            counter.take_latencies();
+            counter.stats()
+        });
         let partitions = decode::decode_event(&event.payload)?;
         let traced = self.settings.tracing != TracingExport::Off;
         let batch_span = match traced {
@@ -250,11 +321,18 @@ where
         batch_span.record("exactly_once.reported", report.reported);
         batch_span.record(
             "exactly_once.store_requests",
-            requests.values().map(|stats| stats.count).sum::<u64>(),
+            requests
+                .stats
+                .values()
+                .map(|stats| stats.count)
+                .sum::<u64>(),
         );
-        if self.metrics {
+        if let Some(write) = &self.metrics {
             let function_name = &event.context.env_config.function_name;
-            println!("{}", report.metrics(function_name, &requests, now_ms()));
+            let failed_closed = batch.store_unavailable;
+            for document in report.metrics(function_name, &requests, failed_closed, now_ms()) {
+                write(&document.to_string());
+            }
         }
         if batch.store_unavailable && report.finished == 0 && report.reported > 0 {
             // Nothing could be done: an invocation error retries the batch.
@@ -355,22 +433,22 @@ where
     }
 
     /// The store requests since `before` (none without a request counter),
-    /// for the invocation's EMF document (printed on stdout, where Lambda's
-    /// log agent turns it into CloudWatch metrics) and its span.
-    fn requests_since(
-        &self,
-        before: Option<BTreeMap<String, RequestStats>>,
-    ) -> BTreeMap<String, RequestStats> {
+    /// for the invocation's EMF documents (printed on stdout, where Lambda's
+    /// log agent turns them into CloudWatch metrics) and its span.
+    fn requests_since(&self, before: Option<BTreeMap<String, RequestStats>>) -> StoreRequests {
         match (&self.requests, before) {
-            (Some(counter), Some(before)) => counter
-                .stats()
-                .into_iter()
-                .map(|(operation, now)| {
-                    let then = before.get(&operation).copied().unwrap_or_default();
-                    (operation, now.since(&then))
-                })
-                .collect(),
-            _ => BTreeMap::new(),
+            (Some(counter), Some(before)) => StoreRequests {
+                stats: counter
+                    .stats()
+                    .into_iter()
+                    .map(|(operation, now)| {
+                        let then = before.get(&operation).copied().unwrap_or_default();
+                        (operation, now.since(&then))
+                    })
+                    .collect(),
+                latencies: counter.take_latencies(),
+            },
+            _ => StoreRequests::default(),
         }
     }
 

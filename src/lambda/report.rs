@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::dynamo::RequestStats;
 use crate::engine::{Parking, RecordOutcome};
+use crate::store::requests::RequestStats;
 
 use super::Coordinates;
 
@@ -43,7 +43,8 @@ impl KeyLogging {
         }
     }
 
-    fn show(self, key: &str) -> String {
+    /// `key` as logs show it.
+    pub fn show(self, key: &str) -> String {
         match self {
             Self::Plain => key.to_owned(),
             Self::Hash => key_hash(key),
@@ -122,44 +123,102 @@ impl InvocationReport {
         self.started.elapsed()
     }
 
-    /// The invocation's EMF document: counts per outcome (`Processed`,
-    /// `TakenOver`, `LockLost`, ...), batch size, records reported, DynamoDB
-    /// requests and their mean round trip.
+    /// The invocation's EMF documents: counts per outcome (`Processed`,
+    /// `TakenOver`, `LockLost`, `UnrecordedEffects`, ...), batch size,
+    /// records reported, whether it failed closed (`FailedClosed`: the store
+    /// was unavailable), the store's requests (`StoreRequests`) and their
+    /// round trips (`StoreLatency`, one value per request so that CloudWatch
+    /// computes percentiles; at most [`MAX_VALUES`] per document, the rest in
+    /// documents of their own).
     pub fn metrics(
         &self,
         function_name: &str,
-        requests: &BTreeMap<String, RequestStats>,
+        requests: &StoreRequests,
+        failed_closed: bool,
         timestamp_ms: u64,
-    ) -> Value {
-        let mut metrics: Vec<(String, f64, &str)> = vec![
-            ("Records".into(), self.records as f64, "Count"),
-            ("Reported".into(), self.reported as f64, "Count"),
-            ("Parked".into(), self.parked as f64, "Count"),
-            (
-                "BatchDuration".into(),
+    ) -> Vec<Value> {
+        let mut metrics = vec![
+            Metric::count("Records", self.records),
+            Metric::count("Reported", self.reported),
+            Metric::count("Parked", self.parked),
+            Metric::count("FailedClosed", u64::from(failed_closed)),
+            Metric::one(
+                "BatchDuration",
                 self.elapsed().as_secs_f64() * 1000.0,
                 "Milliseconds",
             ),
         ];
         for name in ALL_OUTCOMES {
             let count = self.outcomes.get(name).copied().unwrap_or(0);
-            metrics.push((camel(name), count as f64, "Count"));
+            metrics.push(Metric::count(&camel(name), count));
         }
-        let count: u64 = requests.values().map(|s| s.count).sum();
-        let total_ms: f64 = requests.values().map(|s| s.total_ms).sum();
-        metrics.push(("DynamoDbRequests".into(), count as f64, "Count"));
-        let mean = if count == 0 {
-            0.0
-        } else {
-            total_ms / count as f64
-        };
-        metrics.push(("DynamoDbLatency".into(), mean, "Milliseconds"));
-        emf(
-            METRICS_NAMESPACE,
-            &[("FunctionName", function_name)],
-            &metrics,
-            timestamp_ms,
-        )
+        let count: u64 = requests.stats.values().map(|s| s.count).sum();
+        metrics.push(Metric::count("StoreRequests", count));
+        let mut latencies = requests.latencies.chunks(MAX_VALUES);
+        if let Some(first) = latencies.next() {
+            metrics.push(Metric::latencies(first));
+        }
+        let dimensions = [("FunctionName", function_name)];
+        let mut documents = vec![emf(METRICS_NAMESPACE, &dimensions, &metrics, timestamp_ms)];
+        documents.extend(latencies.map(|chunk| {
+            emf(
+                METRICS_NAMESPACE,
+                &dimensions,
+                &[Metric::latencies(chunk)],
+                timestamp_ms,
+            )
+        }));
+        documents
+    }
+}
+
+/// An invocation's store requests: counts per operation, and a sample of
+/// their round trips ([`crate::store::requests::RequestCounter`]).
+#[derive(Debug, Clone, Default)]
+pub struct StoreRequests {
+    /// Requests and round trips per operation.
+    pub stats: BTreeMap<String, RequestStats>,
+    /// Round trips, ms, in the order sent.
+    pub latencies: Vec<f64>,
+}
+
+/// At most this many values in one metric of one EMF document.
+pub const MAX_VALUES: usize = 100;
+
+/// One metric of an EMF document: one value, or several (each counted by
+/// CloudWatch as a sample, as percentiles need).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric {
+    /// Its name.
+    pub name: String,
+    /// Its values (one, or at most [`MAX_VALUES`]).
+    pub values: Vec<f64>,
+    /// Its CloudWatch unit (`Count`, `Milliseconds`, `Seconds`).
+    pub unit: &'static str,
+}
+
+impl Metric {
+    /// One value.
+    pub fn one(name: &str, value: f64, unit: &'static str) -> Self {
+        Self {
+            name: name.to_owned(),
+            values: vec![value],
+            unit,
+        }
+    }
+
+    /// One count.
+    pub fn count(name: &str, count: u64) -> Self {
+        Self::one(name, count as f64, "Count")
+    }
+
+    /// `StoreLatency`: round trips, ms.
+    fn latencies(values: &[f64]) -> Self {
+        Self {
+            name: "StoreLatency".to_owned(),
+            values: values.to_vec(),
+            unit: "Milliseconds",
+        }
     }
 }
 
@@ -186,6 +245,7 @@ const ALL_OUTCOMES: &[&str] = &[
     "invalid",
     "timed-out",
     "not-started",
+    "unrecorded-effects",
 ];
 
 /// `lock-lost` -> `LockLost`.
@@ -202,23 +262,27 @@ fn camel(name: &str) -> String {
 }
 
 /// An Embedded Metric Format document: one metric directive, the dimension
-/// values and metric values at the root.
+/// values and metric values at the root (a number, or an array of them).
 pub fn emf(
     namespace: &str,
     dimensions: &[(&str, &str)],
-    metrics: &[(String, f64, &str)],
+    metrics: &[Metric],
     timestamp_ms: u64,
 ) -> Value {
     let mut root = Map::new();
     for (name, value) in dimensions {
         root.insert((*name).to_owned(), Value::String((*value).to_owned()));
     }
-    for (name, value, _) in metrics {
-        root.insert(name.clone(), json!(value));
+    for metric in metrics {
+        let value = match metric.values.as_slice() {
+            [one] => json!(one),
+            many => json!(many),
+        };
+        root.insert(metric.name.clone(), value);
     }
     let definitions: Vec<Value> = metrics
         .iter()
-        .map(|(name, _, unit)| json!({ "Name": name, "Unit": unit }))
+        .map(|metric| json!({ "Name": metric.name, "Unit": metric.unit }))
         .collect();
     let dimension_set: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
     root.insert(
@@ -280,12 +344,21 @@ mod tests {
             for metric in metrics {
                 let name = metric["Name"].as_str().expect("Name: string");
                 assert!(!name.is_empty() && name.len() <= 1024);
+                let value = &doc[name];
+                let values = value.as_array().map_or(1, Vec::len);
                 assert!(
-                    doc[name].is_number(),
-                    "metric {name} has a number at the root"
+                    value.is_number()
+                        || value
+                            .as_array()
+                            .is_some_and(|values| values.iter().all(Value::is_number)),
+                    "metric {name} has a number or an array of numbers at the root"
                 );
+                assert!((1..=100).contains(&values), "{name}: 1 to 100 values");
                 let unit = metric["Unit"].as_str().expect("Unit: string");
-                assert!(["Count", "Milliseconds"].contains(&unit), "{unit}");
+                assert!(
+                    ["Count", "Milliseconds", "Seconds"].contains(&unit),
+                    "{unit}"
+                );
                 names.push(name);
             }
             let count = names.len();
@@ -336,35 +409,42 @@ mod tests {
             REPORT,
             None,
         );
-        let requests = BTreeMap::from([
-            (
-                "PutItem".to_owned(),
-                RequestStats {
-                    count: 2,
-                    total_ms: 8.0,
-                    max_ms: 5.0,
-                },
-            ),
-            (
-                "TransactWriteItems".to_owned(),
-                RequestStats {
-                    count: 2,
-                    total_ms: 12.0,
-                    max_ms: 7.0,
-                },
-            ),
-        ]);
-        let doc = report.metrics("msk-handler", &requests, 1_700_000_000_000);
-        assert_valid_emf(&doc);
-        assert_eq!(doc["FunctionName"], "msk-handler");
-        assert_eq!(
-            doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
-            METRICS_NAMESPACE
-        );
-        assert_eq!(
-            doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["FunctionName"]])
-        );
+        let requests = StoreRequests {
+            stats: BTreeMap::from([
+                (
+                    "PutItem".to_owned(),
+                    RequestStats {
+                        count: 120,
+                        total_ms: 480.0,
+                        max_ms: 5.0,
+                    },
+                ),
+                (
+                    "TransactWriteItems".to_owned(),
+                    RequestStats {
+                        count: 130,
+                        total_ms: 780.0,
+                        max_ms: 7.0,
+                    },
+                ),
+            ]),
+            latencies: (0..250).map(f64::from).collect(),
+        };
+        let documents = report.metrics("msk-handler", &requests, true, 1_700_000_000_000);
+        assert_eq!(documents.len(), 3, "250 round trips: 100 + 100 + 50");
+        for doc in &documents {
+            assert_valid_emf(doc);
+            assert_eq!(doc["FunctionName"], "msk-handler");
+            assert_eq!(
+                doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+                METRICS_NAMESPACE
+            );
+            assert_eq!(
+                doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+                json!([["FunctionName"]])
+            );
+        }
+        let doc = &documents[0];
         for (metric, value) in [
             ("Records", 3.0),
             ("Reported", 1.0),
@@ -373,11 +453,29 @@ mod tests {
             ("LockLost", 1.0),
             ("Duplicate", 0.0),
             ("NotStarted", 0.0),
-            ("DynamoDbRequests", 4.0),
-            ("DynamoDbLatency", 5.0),
+            ("UnrecordedEffects", 0.0),
+            ("FailedClosed", 1.0),
+            ("StoreRequests", 250.0),
         ] {
             assert_eq!(doc[metric].as_f64(), Some(value), "{metric}");
         }
+        let latencies = |doc: &Value| -> Vec<f64> {
+            serde_json::from_value(doc["StoreLatency"].clone()).expect("an array of ms")
+        };
+        let all: Vec<f64> = documents.iter().flat_map(latencies).collect();
+        assert_eq!(all, requests.latencies, "every sampled round trip, once");
+        assert_eq!(
+            documents[2]["_aws"]["CloudWatchMetrics"][0]["Metrics"],
+            json!([{ "Name": "StoreLatency", "Unit": "Milliseconds" }]),
+            "the overflow documents carry the latencies only"
+        );
+        let quiet = report.metrics("f", &StoreRequests::default(), false, 1);
+        assert_eq!(quiet.len(), 1);
+        assert!(
+            quiet[0].get("StoreLatency").is_none(),
+            "no requests: no latency data"
+        );
+        assert_eq!(quiet[0]["FailedClosed"], 0.0);
     }
 
     #[test]

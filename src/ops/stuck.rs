@@ -5,6 +5,7 @@
 //! ([`crate::store::Store::list`]); this module only shows them.
 
 use crate::clock::{duration_ms, ms_to_s};
+use crate::store::dynamodb::{STARTED_SHARDS, ScanOptions};
 use crate::store::{Listing, ListingCost, StoredItem};
 
 use super::inspect::{span_ms, span_s, time_ms};
@@ -19,8 +20,8 @@ pub struct Query {
     pub now_ms: u64,
     /// Which keys to list.
     pub listing: Listing,
-    /// Parallel scan segments (DynamoDB).
-    pub segments: u32,
+    /// How DynamoDB was read (index or Scan, segments).
+    pub scan: ScanOptions,
     /// The store's name ([`crate::store::Store::NAME`]): how it found them.
     pub store: &'static str,
 }
@@ -110,11 +111,22 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
         ),
         Listing::Failed => "FAILED key(s) (poison records: parked, or refused)".to_owned(),
     };
+    let by_index = matches!(query.listing, Listing::Stuck { .. }) && !query.scan.full_scan;
     match query.store {
+        "DynamoDB" if by_index => format!(
+            "{found} {what}; read {} item(s) of the index of STARTED items in {} page(s) \
+             over {STARTED_SHARDS} shard(s); consumed {:.1} read capacity units",
+            cost.read, cost.requests, cost.capacity_units,
+        ),
         "DynamoDB" => format!(
             "{found} {what}; scanned {} item(s) in {} page(s) over {} segment(s); \
              consumed {:.1} read capacity units",
-            cost.read, cost.requests, query.segments, cost.capacity_units,
+            cost.read, cost.requests, query.scan.segments, cost.capacity_units,
+        ),
+        "Redis" if matches!(query.listing, Listing::Stuck { .. }) => format!(
+            "{found} {what}; read {} item(s) through the sorted set of STARTED keys in {} \
+             request(s)",
+            cost.read, cost.requests
         ),
         "Redis" => format!(
             "{found} {what}; scanned {} key(s) of the table in {} request(s)",
@@ -145,7 +157,7 @@ mod tests {
             listing: Listing::Stuck {
                 older_than: Duration::from_secs(300),
             },
-            segments: 1,
+            scan: ScanOptions::default(),
             store: "DynamoDB",
         }
     }
@@ -212,8 +224,12 @@ mod tests {
             read: 250,
             capacity_units: 4.5,
         };
-        let text = summary(2, &cost, &query(""));
+        let mut q = query("");
+        let text = summary(2, &cost, &q);
         assert!(text.starts_with("2 stuck STARTED key(s)"), "{text}");
+        assert!(text.contains("read 250 item(s) of the index of STARTED items in 3 page(s) over 16 shard(s); consumed 4.5 read capacity units"), "{text}");
+        q.scan.full_scan = true;
+        let text = summary(2, &cost, &q);
         assert!(text.contains("scanned 250 item(s) in 3 page(s) over 1 segment(s); consumed 4.5 read capacity units"), "{text}");
     }
 }

@@ -32,6 +32,10 @@ pub mod attr {
     pub const ERROR: &str = "error";
     /// The error of a FAILED item an operator let run again.
     pub const LAST_ERROR: &str = "last_error";
+    /// DynamoDB only: the shard (0-15) of a STARTED item in the sparse index
+    /// `started`; set by the claim and the take-over, removed by completion
+    /// and failure, so the index holds STARTED items only.
+    pub const STARTED_SHARD: &str = "started_shard";
 }
 
 /// The lifecycle state of a key.

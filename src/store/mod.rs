@@ -29,6 +29,7 @@ mod item;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
+pub mod requests;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -90,7 +90,8 @@ macro_rules! conformance_suite {
             a_lock_free_failure_is_written_only_for_a_new_key,
             operator_release_and_retry_act_only_at_the_observed_version,
             batch_reads_return_live_items_by_key,
-            listings_find_stuck_and_failed_keys_under_the_prefix
+            listings_find_stuck_and_failed_keys_under_the_prefix,
+            the_started_listing_follows_every_transition
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -1025,4 +1026,85 @@ pub async fn listings_find_stuck_and_failed_keys_under_the_prefix<B: Backend>(ba
     assert_eq!(names(old), ["live", "released"]);
     let failed = store.list(Listing::Failed).await.expect("list");
     assert_eq!(names(failed), ["failed"]);
+}
+
+/// Every STARTED key under the store's prefix (`older_than` zero: all of
+/// them), as the scheduled stuck-key check lists them: through each
+/// backend's index of STARTED items (a sparse GSI, a partial index, a
+/// sorted set), which every transition must keep exact.
+async fn all_started<S: Store>(store: &S) -> Vec<String> {
+    // Created strictly before the listing's now.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let listed = store
+        .list(Listing::Stuck {
+            older_than: Duration::ZERO,
+        })
+        .await
+        .expect("list");
+    let prefix = &store.config().key_prefix;
+    let mut keys: Vec<String> = listed
+        .items
+        .iter()
+        .map(|item| item.pk.trim_start_matches(prefix.as_str()).to_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+pub async fn the_started_listing_follows_every_transition<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let completed = acquire(&store, "completed", "h1").await;
+    let failed = acquire(&store, "failed", "h1").await;
+    let released = acquire(&store, "released", "h1").await;
+    let extended = acquire(&store, "extended", "h1").await;
+    assert_eq!(
+        all_started(&store).await,
+        ["completed", "extended", "failed", "released"],
+        "claims are listed"
+    );
+    let done = store.complete(&completed, None, vec![].into());
+    done.await.expect("complete");
+    store.fail(&failed, "bad").await.expect("fail");
+    store.release(&released).await.expect("release");
+    let until = now_ms() + 60_000;
+    store.extend(&extended, until).await.expect("extend");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended", "released"],
+        "completed and failed keys leave; released and extended ones stay"
+    );
+    let taken = match store.claim(request("released", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert_eq!(all_started(&store).await, ["extended", "released"]);
+    let done = store.complete(&taken, Some("ok"), vec![].into());
+    done.await.expect("complete");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended"],
+        "taken over, then done"
+    );
+    store.retry_failed("failed", 1).await.expect("retry");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended", "failed"],
+        "an operator's retry makes a FAILED key STARTED again"
+    );
+    // The lock-free path writes COMPLETED and FAILED items directly.
+    let committed = store
+        .commit_new(vec![new_commit::<<B::S as Store>::Effect>(
+            "direct",
+            "h1",
+            vec![],
+        )])
+        .await
+        .expect("commit");
+    assert!(
+        matches!(committed, CommitOutcome::Committed { .. }),
+        "{committed:?}"
+    );
+    let poison = store.fail_new(request("poison", "h1"), "o-1", "not a payment");
+    assert_eq!(poison.await.expect("fail new"), Conditional::Written(()));
+    assert_eq!(all_started(&store).await, ["extended", "failed"]);
 }

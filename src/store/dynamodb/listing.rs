@@ -1,11 +1,17 @@
-//! Listings for operators (`exactly-once-ops stuck`, `failed`): one Scan
+//! Listings for operators (`exactly-once-ops stuck`, `failed`) and the
+//! scheduled stuck-key check. Stuck keys are found through the sparse index
+//! `started`, which holds STARTED items only (their `started_shard` is set by
+//! the claim and the take-over and removed by completion and failure): one
+//! Query per shard, so the cost follows the number of STARTED items, not the
+//! table's size. FAILED keys (and stuck keys with [`ScanOptions::full_scan`],
+//! for items written before the index existed) are found by a Scan
 //! (optionally in parallel segments), filtered on the server with the same
-//! judgement as [`Listing::matches`]; it still reads, and is billed for,
-//! every item of the table.
+//! judgement as [`Listing::matches`]: it reads, and is billed for, every item
+//! of the table.
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{AttributeValue, ConsumedCapacity, ReturnConsumedCapacity};
 use tokio::task::JoinSet;
 
 use super::codec::{RawItem, n, parse, s};
@@ -14,13 +20,34 @@ use super::{DynamoDbStore, sdk_error};
 use crate::clock::{duration_ms, ms_to_s};
 use crate::store::{Listed, Listing, ListingCost, Status, Store, StoreError};
 
-/// How a listing scans the table.
+/// The sparse global secondary index of STARTED items (template.yaml):
+/// hash key `started_shard` (no range key, so that the listing's filter may
+/// name `created_at` and `lock_expires_at`), all attributes.
+pub const STARTED_INDEX: &str = "started";
+/// The shards of [`STARTED_INDEX`]: every key's STARTED item sits in one
+/// (by a hash of its `pk`), so that claims spread their index writes over
+/// this many partitions instead of one.
+pub const STARTED_SHARDS: u64 = 16;
+
+/// The shard of `pk` in [`STARTED_INDEX`] (FNV-1a of its bytes): the same
+/// for every writer of the key.
+pub(super) fn started_shard(pk: &str) -> u64 {
+    let hash = pk.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % STARTED_SHARDS
+}
+
+/// How a listing reads the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScanOptions {
     /// Parallel scan segments (1: a plain scan).
     pub segments: u32,
     /// DynamoDB's `Limit` per page (items evaluated); `None`: 1 MB pages.
     pub page_size: Option<u32>,
+    /// Stuck keys by a Scan of the whole table instead of the index of
+    /// STARTED items (which misses STARTED items written before it existed).
+    pub full_scan: bool,
 }
 
 impl Default for ScanOptions {
@@ -28,6 +55,7 @@ impl Default for ScanOptions {
         Self {
             segments: 1,
             page_size: None,
+            full_scan: false,
         }
     }
 }
@@ -45,20 +73,76 @@ const PROJECTION: &str = "#pk, #status, #version, #owner, #payload_hash, #lock_e
                           #last_error";
 
 impl DynamoDbStore {
-    /// Scans the table for `listing`: every segment pages with
-    /// ExclusiveStartKey until DynamoDB returns no LastEvaluatedKey.
-    pub(super) async fn scan_listing(&self, listing: Listing) -> Result<Listed, StoreError> {
+    /// The keys `listing` names: stuck keys through the index of STARTED
+    /// items (unless [`ScanOptions::full_scan`]), FAILED keys by a Scan.
+    pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
+        match listing {
+            Listing::Stuck { .. } if !self.scan.full_scan => self.query_started(listing).await,
+            _ => self.scan_listing(listing).await,
+        }
+    }
+
+    /// Queries every shard of the index of STARTED items, at once, with the
+    /// listing's filter.
+    async fn query_started(&self, listing: Listing) -> Result<Listed, StoreError> {
         let filter = self.filter_expression(listing);
         let values = self.filter_values(listing);
-        let mut segments = JoinSet::new();
-        for segment in 0..self.scan.segments.max(1) {
+        let mut shards = JoinSet::new();
+        for shard in 0..STARTED_SHARDS {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
-            segments.spawn(async move { store.scan_segment(&filter, values, segment).await });
+            shards.spawn(async move { store.query_shard(&filter, values, shard).await });
         }
+        self.gather(shards, "list (Query)").await
+    }
+
+    /// One shard of the index, page by page.
+    async fn query_shard(
+        &self,
+        filter: &str,
+        mut values: HashMap<String, AttributeValue>,
+        shard: u64,
+    ) -> Result<(Vec<RawItem>, ListingCost), StoreError> {
+        const IN_SHARD: &str = "#started_shard = :shard";
+        values.insert(":shard".to_owned(), n(shard));
+        let names = names_in(&[IN_SHARD, filter, PROJECTION]);
+        let mut found = Vec::new();
+        let mut cost = ListingCost::default();
+        let mut start_key = None;
+        loop {
+            let output = self
+                .client
+                .query()
+                .table_name(&self.config.table_name)
+                .index_name(STARTED_INDEX)
+                .key_condition_expression(IN_SHARD)
+                .filter_expression(filter)
+                .projection_expression(PROJECTION)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .set_exclusive_start_key(start_key.take())
+                .send()
+                .await
+                .map_err(|err| sdk_error("list (Query)", err))?;
+            cost.add(output.scanned_count(), output.consumed_capacity());
+            found.extend(output.items().iter().cloned());
+            match output.last_evaluated_key {
+                Some(key) if !key.is_empty() => start_key = Some(key),
+                _ => return Ok((found, cost)),
+            }
+        }
+    }
+
+    /// The items and costs of parallel requests, parsed.
+    async fn gather(
+        &self,
+        mut requests: JoinSet<Result<(Vec<RawItem>, ListingCost), StoreError>>,
+        operation: &'static str,
+    ) -> Result<Listed, StoreError> {
         let mut listed = Listed::default();
-        while let Some(joined) = segments.join_next().await {
+        while let Some(joined) = requests.join_next().await {
             let (items, cost) = joined.map_err(|err| StoreError::Unavailable {
-                operation: "list (Scan)",
+                operation,
                 message: err.to_string(),
             })??;
             listed.cost.requests += cost.requests;
@@ -69,6 +153,19 @@ impl DynamoDbStore {
             }
         }
         Ok(listed)
+    }
+
+    /// Scans the table for `listing`: every segment pages with
+    /// ExclusiveStartKey until DynamoDB returns no LastEvaluatedKey.
+    async fn scan_listing(&self, listing: Listing) -> Result<Listed, StoreError> {
+        let filter = self.filter_expression(listing);
+        let values = self.filter_values(listing);
+        let mut segments = JoinSet::new();
+        for segment in 0..self.scan.segments.max(1) {
+            let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
+            segments.spawn(async move { store.scan_segment(&filter, values, segment).await });
+        }
+        self.gather(segments, "list (Scan)").await
     }
 
     /// The filter of `listing`, under the key prefix when there is one.
@@ -133,17 +230,23 @@ impl DynamoDbStore {
                 .send()
                 .await
                 .map_err(|err| sdk_error("list (Scan)", err))?;
-            cost.requests += 1;
-            cost.read += output.scanned_count().max(0) as u64;
-            cost.capacity_units += output
-                .consumed_capacity()
-                .and_then(|capacity| capacity.capacity_units())
-                .unwrap_or(0.0);
+            cost.add(output.scanned_count(), output.consumed_capacity());
             found.extend(output.items().iter().cloned());
             match output.last_evaluated_key {
                 Some(key) if !key.is_empty() => start_key = Some(key),
                 _ => return Ok((found, cost)),
             }
         }
+    }
+}
+
+impl ListingCost {
+    /// One more page, which read `scanned` items for `capacity`.
+    fn add(&mut self, scanned: i32, capacity: Option<&ConsumedCapacity>) {
+        self.requests += 1;
+        self.read += scanned.max(0) as u64;
+        self.capacity_units += capacity
+            .and_then(|capacity| capacity.capacity_units())
+            .unwrap_or(0.0);
     }
 }

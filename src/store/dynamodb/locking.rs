@@ -17,6 +17,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::codec::{n, s};
 use super::increment::increment_action;
+use super::listing::started_shard;
 use super::transact::{TransactError, condition_failed, transaction_error};
 use super::write::{conditional, names_in, new_item};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
@@ -42,6 +43,8 @@ impl DynamoDbStore {
         let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
+        // In the index of STARTED items until completed or failed.
+        item.insert("started_shard".to_owned(), n(started_shard(pk)));
         // Invariant: one live item per key (see NEW_KEY).
         self.put_if_new(item, now, lease, "claim (PutItem)").await
     }
@@ -56,7 +59,8 @@ impl DynamoDbStore {
         let next = observed.version + 1;
         let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
         let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
-                      #expires_at = :exp, #updated_at = :now_ms ADD #attempts :one";
+                      #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
+                      ADD #attempts :one";
         // Invariant: of all takers that saw this version, exactly one wins, and
         // only while the lock is still abandoned (not renewed, not finished).
         let condition =
@@ -70,6 +74,7 @@ impl DynamoDbStore {
             (":one".to_owned(), n(1)),
             (":observed".to_owned(), n(observed.version)),
             (":started".to_owned(), Status::Started.value()),
+            (":shard".to_owned(), n(started_shard(&observed.pk))),
         ]);
         let result = self
             .update_item(&observed.pk, update, condition, values)
@@ -150,11 +155,11 @@ impl DynamoDbStore {
             Some(text) => {
                 values.push((":result", s(text)));
                 "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms, \
-                 #result = :result REMOVE #lock_expires_at"
+                 #result = :result REMOVE #lock_expires_at, #started_shard"
             }
             None => {
                 "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms \
-                 REMOVE #lock_expires_at"
+                 REMOVE #lock_expires_at, #started_shard"
             }
         };
         (update, values, expires_at_s)
@@ -164,7 +169,7 @@ impl DynamoDbStore {
     pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
         let now = self.now_ms();
         let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
-                      #updated_at = :now_ms REMOVE #lock_expires_at";
+                      #updated_at = :now_ms REMOVE #lock_expires_at, #started_shard";
         let values = vec![
             (":failed", Status::Failed.value()),
             (":error", s(bounded(error))),

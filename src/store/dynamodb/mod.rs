@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkErro
 use aws_sdk_dynamodb::types::TransactWriteItem;
 
 pub use codec::RawItem;
-pub use listing::ScanOptions;
+pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions};
 
 use super::{
     ClaimRequest, CommitOutcome, Conditional, Effects, Lease, Listed, Listing, NewCommit, Store,
@@ -151,7 +151,7 @@ impl Store for DynamoDbStore {
     }
 
     async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
-        self.scan_listing(listing).await
+        self.list_items(listing).await
     }
 }
 

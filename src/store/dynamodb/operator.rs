@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::codec::{n, s};
+use super::listing::started_shard;
 use super::write::parse_old;
 use super::{DynamoDbStore, sdk_error};
 use crate::store::{Status, Store, StoreError};
@@ -39,7 +40,8 @@ impl DynamoDbStore {
     /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
     pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
         let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
-                      #last_error = if_not_exists(#error, :no_error) REMOVE #error";
+                      #last_error = if_not_exists(#error, :no_error), #started_shard = :shard \
+                      REMOVE #error";
         // Invariant: only the FAILED item at the version the operator saw goes
         // back to STARTED; it keeps its version, owner and payload_hash, so the
         // next claim with the same payload takes it over as version + 1.
@@ -50,6 +52,7 @@ impl DynamoDbStore {
             (":now_ms", n(self.now_ms())),
             (":no_error", s("(no error text)")),
             (":failed", Status::Failed.value()),
+            (":shard", n(started_shard(&self.pk(key)?))),
         ];
         self.operator_write(key, version, Status::Failed, update, condition, values)
             .await

@@ -38,6 +38,7 @@ use super::{
     NewCommit, Store, StoreError, StoredItem,
 };
 use crate::config::StoreConfig;
+use crate::store::requests::RequestCounter;
 use rows::Statements;
 use transaction::{Answer, Statement};
 
@@ -57,6 +58,7 @@ pub struct PostgresStore {
     config: StoreConfig,
     sql: Arc<Statements>,
     timeout: Duration,
+    requests: RequestCounter,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -79,7 +81,15 @@ impl PostgresStore {
             config,
             sql: Arc::new(sql),
             timeout,
+            requests: RequestCounter::default(),
         })
+    }
+
+    /// Counts and times every call (one per transition or read) in
+    /// `counter`, for the invocation's metrics.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
+        self.requests = counter;
+        self
     }
 
     /// Its connection pool.
@@ -103,6 +113,7 @@ impl PostgresStore {
         operation: &'static str,
         work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let _timed = self.requests.timer(operation);
         let deadline = tokio::time::Instant::now() + self.timeout;
         let client = tokio::time::timeout_at(deadline, self.pool.get())
             .await

@@ -142,6 +142,37 @@ impl PostgresStore {
     /// through the partial index of STARTED (or FAILED) rows, so the cost
     /// follows their number, not the table's size.
     pub(super) async fn list_rows(&self, listing: Listing) -> Result<Listed, StoreError> {
+        let rows = self.rows("list", self.listing(listing)).await?;
+        let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
+        let cost = ListingCost {
+            requests: 1,
+            read: items.len() as u64,
+            capacity_units: 0.0,
+        };
+        Ok(Listed { items, cost })
+    }
+
+    /// How PostgreSQL runs `listing`'s statement, run for real: `EXPLAIN
+    /// (ANALYZE, BUFFERS)`, one line per row of the plan. Operators (and the
+    /// tests) see that it reads the partial index of STARTED (or FAILED)
+    /// rows, and how many rows and pages it read.
+    pub async fn explain_listing(&self, listing: Listing) -> Result<Vec<String>, StoreError> {
+        let statement = self.listing(listing);
+        let explain = statement.explained("EXPLAIN (ANALYZE, BUFFERS) ");
+        let rows = self.rows("explain list", explain).await?;
+        rows.iter()
+            .map(|row| {
+                row.try_get::<_, String>(0)
+                    .map_err(|err| StoreError::Rejected {
+                        operation: "explain list",
+                        message: err.to_string(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The statement of `listing` at the store's now.
+    fn listing(&self, listing: Listing) -> Statement<'_> {
         let now = self.now_ms();
         let mut params = vec![
             number(Some(ms_to_s(now))),
@@ -155,14 +186,7 @@ impl PostgresStore {
             }
             Listing::Failed => self.sql.list_failed.as_str(),
         };
-        let rows = self.rows("list", Statement::new(sql, params)).await?;
-        let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
-        let cost = ListingCost {
-            requests: 1,
-            read: items.len() as u64,
-            capacity_units: 0.0,
-        };
-        Ok(Listed { items, cost })
+        Statement::new(sql, params)
     }
 
     /// Deletes rows past their TTL (under any prefix: they count as absent

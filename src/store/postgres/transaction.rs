@@ -42,6 +42,14 @@ impl<'a> Statement<'a> {
         }
     }
 
+    /// The same statement behind `prefix` (`EXPLAIN ...`), same parameters.
+    pub(super) fn explained(&self, prefix: &str) -> Statement<'a> {
+        Statement {
+            sql: format!("{prefix}{}", self.sql).into(),
+            params: self.params.clone(),
+        }
+    }
+
     /// Runs it (one round trip; several at once are pipelined).
     pub(super) async fn query(&self, client: &Client) -> Result<Answer, tokio_postgres::Error> {
         let params = self

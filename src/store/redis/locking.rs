@@ -17,8 +17,9 @@ use crate::store::{
 };
 
 /// Create a new item (the claim's STARTED one, or the lock-free path's
-/// FAILED one): `KEYS[1]` the item, `ARGV[1]` now (s), `ARGV[2]` when Redis
-/// deletes it (ms), `ARGV[3..]` its fields. Answers 1, or the item found.
+/// FAILED one): `KEYS[1]` the item, `KEYS[2]` the set of STARTED items,
+/// `ARGV[1]` now (s), `ARGV[2]` when Redis deletes it (ms), `ARGV[3..]` its
+/// fields. Answers 1, or the item found.
 pub(super) const CREATE: &str = concat!(
     live_lua!(),
     r#"
@@ -30,12 +31,20 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+-- Invariant: the set of STARTED items holds every STARTED item (by its
+-- creation time) and no other written since.
+if redis.call('HGET', KEYS[1], 'status') == 'STARTED' then
+  redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at'), KEYS[1])
+else
+  redis.call('ZREM', KEYS[2], KEYS[1])
+end
 return 1
 "#
 );
 
-/// Take over: `ARGV[1]` the version observed, `ARGV[2]` now (ms), then
-/// the new owner, version, lease end, `expires_at` and deletion time.
+/// Take over (`KEYS[2]` the set of STARTED items): `ARGV[1]` the version
+/// observed, `ARGV[2]` now (ms), then the new owner, version, lease end,
+/// `expires_at` and deletion time.
 pub(super) const TAKE_OVER: &str = r#"
 local found = redis.call('HMGET', KEYS[1], 'version', 'status', 'lock_expires_at')
 -- Invariant: of all takers that saw this version, exactly one wins, and
@@ -48,14 +57,16 @@ redis.call('HSET', KEYS[1], 'owner', ARGV[3], 'version', ARGV[4],
   'lock_expires_at', ARGV[5], 'expires_at', ARGV[6], 'updated_at', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
+-- Still STARTED: in the set of STARTED items.
+redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at') or ARGV[2], KEYS[1])
 return 1
 "#;
 
-/// A write of the lease holder (complete, fail, release, extend): `ARGV[1]`
-/// version, `ARGV[2]` owner, `ARGV[3]` the new deletion time ('' keeps
-/// it), `ARGV[4]` the change as JSON: fields to set and to delete, and the
-/// work's effects (keys at `KEYS[2..]`). Answers 1, `{'lock_lost'}`, or the
-/// effect refused.
+/// A write of the lease holder (complete, fail, release, extend): `KEYS[2]`
+/// the set of STARTED items, `ARGV[1]` version, `ARGV[2]` owner, `ARGV[3]`
+/// the new deletion time ('' keeps it), `ARGV[4]` the change as JSON:
+/// fields to set and to delete, and the work's effects (keys at
+/// `KEYS[3..]`). Answers 1, `{'lock_lost'}`, or the effect refused.
 pub(super) const FENCED: &str = concat!(
     effects_lua!(),
     r#"
@@ -66,12 +77,16 @@ if found[1] ~= 'STARTED' or found[2] ~= ARGV[1] or found[3] ~= ARGV[2] then
   return {'lock_lost'}
 end
 local change = cjson.decode(ARGV[4])
-local refusal = refused(change, 1)
+local refusal = refused(change, 2)
 if refusal then return refusal end
-apply(change, 1)
+apply(change, 2)
 redis.call('HSET', KEYS[1], unpack(change.set))
 if #change.del > 0 then redis.call('HDEL', KEYS[1], unpack(change.del)) end
 if ARGV[3] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
+-- Completed or failed: no longer in the set of STARTED items.
+if redis.call('HGET', KEYS[1], 'status') ~= 'STARTED' then
+  redis.call('ZREM', KEYS[2], KEYS[1])
+end
 return 1
 "#
 );
@@ -113,6 +128,7 @@ impl RedisStore {
         item: NewItem<'_>,
     ) -> Result<Conditional<()>, StoreError> {
         let mut invocation = self.scripts.create.key(self.item_key(item.pk));
+        invocation.key(self.started_set());
         invocation
             .arg(ms_to_s(item.now_ms))
             .arg(deleted_at_ms(item.expires_at_s))
@@ -135,6 +151,7 @@ impl RedisStore {
         let expires_at_s = self.config.expires_at_s(now);
         let mut invocation = self.scripts.take_over.key(self.item_key(&observed.pk));
         invocation
+            .key(self.started_set())
             .arg(observed.version)
             .arg(now)
             .arg(&lease.owner)
@@ -252,6 +269,7 @@ impl RedisStore {
         });
         let mut invocation = self.scripts.fenced.key(self.item_key(&lease.pk));
         invocation
+            .key(self.started_set())
             .key(change.keys)
             .arg(lease.version)
             .arg(&lease.owner)

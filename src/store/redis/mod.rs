@@ -45,6 +45,7 @@ use super::{
     NewCommit, Store, StoreError, StoredItem,
 };
 use crate::config::StoreConfig;
+use crate::store::requests::RequestCounter;
 
 /// At most this many effects (writes and merged increments) share a
 /// script with one completion: Redis has no limit of its own; the engine
@@ -61,6 +62,7 @@ struct Scripts {
     fenced: Script,
     commit_new: Script,
     operator: Script,
+    prune: Script,
 }
 
 /// The idempotency items in Redis, seen through the transitions of their
@@ -72,6 +74,7 @@ pub struct RedisStore {
     scripts: Arc<Scripts>,
     timeout: Duration,
     wait_replicas: u32,
+    requests: RequestCounter,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -104,10 +107,19 @@ impl RedisStore {
                 fenced: Script::new(locking::FENCED),
                 commit_new: Script::new(lock_free::COMMIT_NEW),
                 operator: Script::new(operator::OPERATOR),
+                prune: Script::new(operator::PRUNE),
             }),
             timeout: settings.timeout,
             wait_replicas: settings.wait_replicas,
+            requests: RequestCounter::default(),
         }
+    }
+
+    /// Counts and times every call (a transition's script with its `WAIT`,
+    /// or a read) in `counter`, for the invocation's metrics.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
+        self.requests = counter;
+        self
     }
 
     /// The same store under another configuration (same connection).
@@ -128,6 +140,13 @@ impl RedisStore {
         format!("{}:{pk}", self.config.table_name)
     }
 
+    /// The sorted set of the table's STARTED items (members: their Redis
+    /// keys; scores: their `created_at`): the table's own name, which no
+    /// item's key (`NAME:pk`) can be, in the same cluster slot as they.
+    fn started_set(&self) -> String {
+        self.config.table_name.clone()
+    }
+
     /// Runs a transition's script within the store's timeout; a write
     /// waits for `REDIS_WAIT_REPLICAS` replicas when asked to.
     async fn run(
@@ -135,6 +154,7 @@ impl RedisStore {
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Answer, StoreError> {
+        let _timed = self.requests.timer(operation);
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut connection = self.connection.clone();
         let value: Value =
@@ -206,6 +226,7 @@ impl RedisStore {
         operation: &'static str,
         command: &redis::Pipeline,
     ) -> Result<T, StoreError> {
+        let _timed = self.requests.timer(operation);
         let mut connection = self.connection.clone();
         tokio::time::timeout(self.timeout, command.query_async(&mut connection))
             .await

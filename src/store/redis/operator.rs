@@ -1,5 +1,6 @@
 //! What operators and the engine read, and the operators' writes: an item,
-//! many items (one pipelined round trip), a listing (`SCAN` of the table's
+//! many items (one pipelined round trip), a listing (stuck keys through the
+//! sorted set of STARTED items, FAILED keys by a `SCAN` of the table's
 //! keys), and release / retry fenced on the status and version the
 //! operator saw.
 
@@ -9,7 +10,8 @@ use super::codec::item_of;
 use super::{Answer, RedisStore, found_item};
 use crate::store::{Listed, Listing, Status, Store, StoreError, StoredItem};
 
-/// An operator's write: `KEYS[1]` the item, `ARGV[1]` the status and
+/// An operator's write: `KEYS[1]` the item, `KEYS[2]` the set of STARTED
+/// items, `ARGV[1]` the status and
 /// `ARGV[2]` the version the operator saw, `ARGV[3]` now (ms). A STARTED
 /// item's lock ends now; a FAILED item becomes STARTED with its lock ended,
 /// its error kept as `last_error`. Answers 1, or the item found.
@@ -26,6 +28,22 @@ if ARGV[1] == 'FAILED' then
   redis.call('HDEL', KEYS[1], 'error')
 end
 redis.call('HSET', KEYS[1], 'lock_expires_at', '0', 'updated_at', ARGV[3])
+-- STARTED (again): in the set of STARTED items.
+redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at') or ARGV[3], KEYS[1])
+return 1
+"#;
+
+/// Prune the set of STARTED items (`KEYS[1]`) of the members `KEYS[2..]`
+/// whose item is gone (deleted by Redis past its TTL) or no longer STARTED
+/// (replaced by the lock-free path after it expired). Answers 1.
+pub(super) const PRUNE: &str = r#"
+for i = 2, #KEYS do
+  -- Invariant: only a member whose item is not STARTED leaves the set;
+  -- every write that makes an item STARTED adds it, atomically.
+  if redis.call('HGET', KEYS[i], 'status') ~= 'STARTED' then
+    redis.call('ZREM', KEYS[1], KEYS[i])
+  end
+end
 return 1
 "#;
 
@@ -43,7 +61,11 @@ impl RedisStore {
         let pk = self.pk(key)?;
         let now = self.now_ms();
         let mut invocation = self.scripts.operator.key(self.item_key(&pk));
-        invocation.arg(expected.as_str()).arg(version).arg(now);
+        invocation
+            .key(self.started_set())
+            .arg(expected.as_str())
+            .arg(version)
+            .arg(now);
         let operation = match expected {
             Status::Failed => "retry failed",
             _ => "release",
@@ -106,9 +128,60 @@ impl RedisStore {
         Ok(items)
     }
 
-    /// The live items under the key prefix that `listing` names: a `SCAN`
-    /// of the table's keys, each page's items read in one round trip.
+    /// The live items under the key prefix that `listing` names: stuck
+    /// keys through the set of STARTED items, FAILED keys by a `SCAN`.
     pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
+        match listing {
+            Listing::Stuck { .. } => self.list_started(listing).await,
+            Listing::Failed => self.scan_items(listing).await,
+        }
+    }
+
+    /// The members of the set of STARTED items (oldest first), each page's
+    /// items read in one round trip: the cost follows the number of STARTED
+    /// items, not the table's size. Members whose item is no longer STARTED
+    /// are pruned on the way.
+    async fn list_started(&self, listing: Listing) -> Result<Listed, StoreError> {
+        let now = self.now_ms();
+        let mut listed = Listed::default();
+        let mut ranged = redis::pipe();
+        ranged.zrange(self.started_set(), 0, -1);
+        let (members,): (Vec<String>,) = self.query("list", &ranged).await?;
+        listed.cost.requests += 1;
+        let under_prefix = self.item_key(&self.config.key_prefix);
+        for page in members.chunks(SCAN_PAGE) {
+            let mut pipe = redis::pipe();
+            for member in page {
+                pipe.hgetall(member);
+            }
+            let found: Vec<HashMap<String, String>> = self.query("list", &pipe).await?;
+            listed.cost.requests += 1;
+            listed.cost.read += found.len() as u64;
+            let mut gone = Vec::new();
+            for (member, fields) in page.iter().zip(found) {
+                match item_of(fields).ok().flatten() {
+                    Some(item) if item.status == Status::Started => {
+                        let live = member.starts_with(&under_prefix) && !item.is_expired(now);
+                        if live && listing.matches(&item, now) {
+                            listed.items.push(item);
+                        }
+                    }
+                    _ => gone.push(member.as_str()),
+                }
+            }
+            if !gone.is_empty() {
+                let mut prune = self.scripts.prune.key(self.started_set());
+                prune.key(gone);
+                self.run("prune", &prune).await?;
+                listed.cost.requests += 1;
+            }
+        }
+        Ok(listed)
+    }
+
+    /// The live items `listing` names, by a `SCAN` of the table's keys,
+    /// each page's items read in one round trip.
+    async fn scan_items(&self, listing: Listing) -> Result<Listed, StoreError> {
         let pattern = format!("{}*", glob_escape(&self.item_key(&self.config.key_prefix)));
         let now = self.now_ms();
         let mut listed = Listed::default();

@@ -1,0 +1,187 @@
+//! What finding stuck keys costs, against the table's size: a table of
+//! many COMPLETED items (`STUCK_COST_COMPLETED`, 10,000 by default, as CI
+//! runs it; `STUCK_COST_COMPLETED=100000` for the issue's size) and 10
+//! stuck STARTED keys, on each real server. The listing reads the index of
+//! STARTED items (DynamoDB's sparse GSI, PostgreSQL's partial index,
+//! Redis's sorted set): what it reads grows by the 10 stuck keys, not by
+//! the completed ones; the full scan beside it reads them all.
+//!
+//! One test per backend in a file of its own, so that no other test writes
+//! STARTED items to the same table while a cost is measured.
+
+mod support;
+
+use std::time::Duration;
+
+use exactly_once::store::dynamodb::ScanOptions;
+use exactly_once::store::{Listed, Listing, NewCommit, Store};
+use futures_util::StreamExt;
+use support::ops::acquire;
+
+const STUCK: usize = 10;
+
+/// Stuck keys: lock released (or expired), or created over an hour ago.
+const LISTING: Listing = Listing::Stuck {
+    older_than: Duration::from_secs(3600),
+};
+
+fn completed() -> usize {
+    std::env::var("STUCK_COST_COMPLETED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// `n` COMPLETED items, written by the lock-free path 25 to a commit, 4
+/// commits at a time.
+async fn load_completed<S: Store>(store: &S, n: usize) {
+    let commits: Vec<Vec<NewCommit<S::Effect>>> = (0..n)
+        .collect::<Vec<_>>()
+        .chunks(25)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|i| NewCommit {
+                    key: format!("done-{i}"),
+                    payload_hash: "h".into(),
+                    origin: Some(format!("payments-0@{i}")),
+                    owner: format!("o-{i}"),
+                    result: None,
+                    effects: Vec::new().into(),
+                })
+                .collect()
+        })
+        .collect();
+    let mut commits = futures_util::stream::iter(commits)
+        .map(|commits| commit(store, commits))
+        .buffer_unordered(4);
+    while commits.next().await.is_some() {}
+}
+
+/// One commit, again while the server is too slow to answer in time (a
+/// cold DynamoDB Local): a retry of one that did commit finds its keys
+/// taken, which is as good.
+async fn commit<S: Store>(store: &S, commits: Vec<NewCommit<S::Effect>>) {
+    for _ in 0..5 {
+        match store.commit_new(commits.clone()).await {
+            Ok(_) => return,
+            Err(err) if err.is_retryable() => eprintln!("commit again: {err}"),
+            Err(err) => panic!("commit: {err}"),
+        }
+    }
+    panic!("commit: the server never answered in time");
+}
+
+/// 10 keys claimed and released: STARTED, their lock ended.
+async fn make_stuck<S: Store>(store: &S) {
+    for i in 0..STUCK {
+        let lease = acquire(store, &format!("stuck-{i}")).await;
+        store.release(&lease).await.expect("release");
+    }
+}
+
+async fn list<S: Store>(store: &S) -> Listed {
+    store.list(LISTING).await.expect("list")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_dynamodb_stuck_keys_cost_what_the_started_items_cost() {
+    let store = support::store(Duration::from_secs(60)).await;
+    let n = completed();
+    // Every STARTED item of the table (all prefixes) is in the index.
+    let before = list(&store).await.cost;
+    load_completed(&store, n).await;
+    make_stuck(&store).await;
+    let listed = list(&store).await;
+    assert_eq!(listed.items.len(), STUCK);
+    let scan = ScanOptions {
+        full_scan: true,
+        ..ScanOptions::default()
+    };
+    let scanned = store
+        .clone()
+        .with_scan(scan)
+        .list(LISTING)
+        .await
+        .expect("scan");
+    eprintln!(
+        "DynamoDB, {n} completed + {STUCK} stuck: the index read {} item(s) ({:.1} RCU, \
+         {} before), the scan {} item(s) ({:.1} RCU)",
+        listed.cost.read,
+        listed.cost.capacity_units,
+        before.read,
+        scanned.cost.read,
+        scanned.cost.capacity_units
+    );
+    assert_eq!(
+        listed.cost.read - before.read,
+        STUCK as u64,
+        "the index grew by the stuck keys only"
+    );
+    assert_eq!(scanned.items.len(), STUCK);
+    assert!(
+        scanned.cost.read >= (n + STUCK) as u64,
+        "{:?}",
+        scanned.cost
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_redis_stuck_keys_cost_what_the_started_items_cost() {
+    let store = support::redis::store(Duration::from_secs(60));
+    let n = completed();
+    // Every STARTED item of the table (all prefixes) is in the sorted set.
+    let before = list(&store).await.cost;
+    load_completed(&store, n).await;
+    make_stuck(&store).await;
+    let listed = list(&store).await;
+    assert_eq!(listed.items.len(), STUCK);
+    // The FAILED listing is a SCAN of the table: every key under the prefix.
+    let scanned = store.list(Listing::Failed).await.expect("scan");
+    eprintln!(
+        "Redis, {n} completed + {STUCK} stuck: the sorted set led to {} item(s) ({} before), \
+         a SCAN reads {} item(s)",
+        listed.cost.read, before.read, scanned.cost.read
+    );
+    assert_eq!(listed.cost.read - before.read, STUCK as u64);
+    assert!(
+        scanned.cost.read >= (n + STUCK) as u64,
+        "{:?}",
+        scanned.cost
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_stuck_keys_are_read_through_the_partial_index() {
+    let store = support::postgres::store(Duration::from_secs(60)).await;
+    let n = completed();
+    load_completed(&store, n).await;
+    make_stuck(&store).await;
+    // Statistics as autovacuum keeps them (a fresh bulk load has none).
+    let table = support::env("IDEMPOTENCY_TABLE");
+    let client = support::postgres::pool()
+        .await
+        .get()
+        .await
+        .expect("a connection");
+    let analyze = format!("ANALYZE \"{table}\"");
+    client.batch_execute(&analyze).await.expect("analyze");
+    assert_eq!(list(&store).await.items.len(), STUCK);
+    let plan = store.explain_listing(LISTING).await.expect("explain");
+    let plan = plan.join("\n");
+    eprintln!("PostgreSQL, {n} completed + {STUCK} stuck:\n{plan}");
+    let index = format!("{}_started", table.replace('.', "_"));
+    assert!(
+        plan.contains(&format!("Index Scan using \"{index}\""))
+            || plan.contains(&format!("Bitmap Index Scan on \"{index}\""))
+            || plan.contains(&format!("Index Scan using {index}"))
+            || plan.contains(&format!("Bitmap Index Scan on {index}")),
+        "the partial index of STARTED rows is read:\n{plan}"
+    );
+    assert!(!plan.contains("Seq Scan"), "no scan of the table:\n{plan}");
+    let every_row = format!("{}_expires_at", table.replace('.', "_"));
+    assert!(
+        !plan.contains(&every_row),
+        "nor of an index of every row:\n{plan}"
+    );
+}
