@@ -203,6 +203,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over() {
             ),
             origin: Some("payments-0@0"),
             lease_cap_ms: None,
+            holder: None,
         })
         .await
         .expect("claim");

@@ -143,6 +143,7 @@ async fn claim(store: &DynamoDbStore, key: &str, account: &str, amount: i64) -> 
             payload_hash: &payload_hash,
             origin: None,
             lease_cap_ms: None,
+            holder: None,
         })
         .await
         .expect("claim")
@@ -378,6 +379,7 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
         origin: "payments-0@0".into(),
         record: support::msk::kafka_record(payload),
         span: tracing::Span::none(),
+        holder: None,
     };
     let barrier = Arc::new(tokio::sync::Barrier::new(8));
     let tasks: Vec<_> = (0..8)

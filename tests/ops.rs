@@ -43,6 +43,7 @@ fn request(key: &str) -> ClaimRequest<'_> {
         payload_hash: HASH,
         origin: Some("payments-0@15"),
         lease_cap_ms: None,
+        holder: None,
     }
 }
 
@@ -215,14 +216,17 @@ async fn stuck_lists_exactly_the_stale_started_keys() {
         "{run:?}"
     );
     assert!(run.has("read capacity units"), "{run:?}");
+    assert!(run.has("of the index of STARTED items"), "{run:?}");
 
-    // Old enough: the live key is listed too, never the finished ones.
+    // Old enough: the live key is listed too, never the finished ones; by
+    // a Scan of the whole table, as the same listing.
     let run = ops(
         store.config(),
         &[
             "stuck",
             "--older-than",
             "100ms",
+            "--scan",
             "--segments",
             "3",
             "--page-size",
@@ -397,4 +401,65 @@ fn usage_errors_exit_with_2() {
         .expect("run --help");
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("reads EVERY item"), "{help}");
+}
+
+/// A handler whose payment API is down: the key is released (STARTED, its
+/// lock ended) and the record reported, for a later delivery.
+struct ApiDown;
+
+impl exactly_once::engine::RecordHandler<aws_sdk_dynamodb::types::TransactWriteItem> for ApiDown {
+    type Record = exactly_once::lambda::KafkaRecord;
+
+    fn commit_path(&self) -> exactly_once::engine::CommitPath {
+        exactly_once::engine::CommitPath::Locking
+    }
+
+    async fn handle(
+        &self,
+        _: &exactly_once::engine::FencingToken,
+        _: &exactly_once::lambda::KafkaRecord,
+    ) -> Result<
+        exactly_once::engine::Completion<aws_sdk_dynamodb::types::TransactWriteItem>,
+        exactly_once::engine::HandlerError,
+    > {
+        Err(exactly_once::engine::HandlerError::Retryable(
+            "payment API unavailable".into(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_started_key_names_the_invocation_that_holds_it() {
+    use support::msk::{event, header_keys, payment};
+    let (store, _) = stores().await;
+    let function = support::msk::function_with(store.clone(), ApiDown, header_keys());
+    let mut context = lambda_runtime::Context::default();
+    context.request_id = "8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b".into();
+    context.env_config = std::sync::Arc::new(lambda_runtime::Config {
+        function_name: "payments".into(),
+        version: "7".into(),
+        log_stream: "2026/11/23/[7]0123abcdef".into(),
+        ..lambda_runtime::Config::default()
+    });
+    let batch = event(vec![("payments-0", vec![payment(0, "p-1", "acc", 1)])]);
+    let response = function
+        .handle(lambda_runtime::LambdaEvent::new(batch, context))
+        .await
+        .expect("handled");
+    assert_eq!(response.batch_item_failures.len(), 1);
+
+    let item = store.get("p-1").await.expect("get").expect("the item");
+    let holder = "8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b/7/2026/11/23/[7]0123abcdef/";
+    assert!(item.owner.starts_with(holder), "{}", item.owner);
+    let run = ops(store.config(), &["inspect", "p-1"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.has(
+            "held by          invocation 8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b (function version 7, \
+             log stream 2026/11/23/[7]0123abcdef); its logs (CloudWatch Logs Insights): filter \
+             @logStream = \"2026/11/23/[7]0123abcdef\" and @message like \
+             \"8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b\""
+        ),
+        "{run:?}"
+    );
 }

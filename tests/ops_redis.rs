@@ -35,7 +35,9 @@ async fn stuck_failed_inspect_release_and_retry_on_redis() {
     assert!(!listed.stdout.contains("live"), "{listed:?}");
     assert!(
         listed.stdout.contains("1 stuck STARTED key(s)")
-            && listed.stdout.contains("scanned 3 key(s) of the table"),
+            && listed
+                .stdout
+                .contains("item(s) through the sorted set of STARTED keys"),
         "{listed:?}"
     );
     let failures = ops(&config, &["failed"]);

@@ -65,6 +65,7 @@ async fn tls_is_on_by_default_and_verify_full_checks_the_certificate() {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
+        holder: None,
     };
     match store.claim(request).await {
         Err(err @ StoreError::Unavailable { .. }) => assert!(err.is_retryable()),
@@ -136,6 +137,7 @@ async fn a_secrets_manager_secret_names_the_database_and_its_login() {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
+        holder: None,
     };
     assert!(matches!(
         store.claim(request).await,

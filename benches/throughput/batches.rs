@@ -167,6 +167,7 @@ impl Batch {
                         value_schema: None,
                     },
                     span: tracing::Span::none(),
+                    holder: None,
                 })
             })
             .collect()

@@ -151,14 +151,16 @@ where
             Turn::Later(receiver) => Step::Waiting(receiver),
             Turn::First(sender) => {
                 let (engine, deadline) = (Arc::clone(self), batch.guard.deadline());
-                let (key, hash, origin) = (
+                let (key, hash, origin, holder) = (
                     work.key.clone(),
                     work.payload_hash.clone(),
                     work.origin.clone(),
+                    work.holder.clone(),
                 );
                 Step::Claiming(
                     AbortOnDropHandle::new(tokio::spawn(async move {
-                        engine.claim(&key, &hash, &origin, deadline).await
+                        let holder = holder.as_deref();
+                        engine.claim(&key, &hash, &origin, holder, deadline).await
                     })),
                     sender,
                 )

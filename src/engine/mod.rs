@@ -69,6 +69,10 @@ pub struct Work<R> {
     /// The span the handler runs in (the edge's, with where the message
     /// came from; `Span::none()` without tracing).
     pub span: tracing::Span,
+    /// Who runs it (on Lambda the invocation: `<request id>/<function
+    /// version>/<log stream>`): the start of every owner token written for
+    /// it, so that an item leads to its invocation's logs.
+    pub holder: Option<Arc<str>>,
 }
 
 /// Hex SHA-256 of some bytes, the form of `payload_hash`.

@@ -35,7 +35,13 @@ where
         deadline: Deadline,
     ) -> Outcome {
         match self
-            .claim(&work.key, &work.payload_hash, &work.origin, deadline)
+            .claim(
+                &work.key,
+                &work.payload_hash,
+                &work.origin,
+                work.holder.as_deref(),
+                deadline,
+            )
             .await
         {
             Ok(lease) => self.work(work, lease, deadline).await,
@@ -54,6 +60,7 @@ where
         key: &str,
         payload_hash: &str,
         origin: &str,
+        holder: Option<&str>,
         deadline: Deadline,
     ) -> Result<Lease, Outcome> {
         loop {
@@ -65,6 +72,7 @@ where
                         payload_hash,
                         origin: Some(origin),
                         lease_cap_ms: deadline.lease_cap_ms(),
+                        holder,
                     })
                     .await
             };

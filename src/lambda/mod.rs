@@ -276,7 +276,8 @@ where
             ),
             false => Span::none(),
         };
-        let (lanes, spans) = batch_span.in_scope(|| self.tag(partitions, traced));
+        let holder = holder(&event.context);
+        let (lanes, spans) = batch_span.in_scope(|| self.tag(partitions, holder, traced));
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
         let batch = self
             .engine
@@ -383,7 +384,12 @@ where
 
     /// The records in lanes, each tagged with its coordinates and key (for
     /// the log); with tracing, each record's span, to record its outcome on.
-    fn tag(&self, partitions: Vec<Vec<Decoded>>, traced: bool) -> TaggedLanes {
+    fn tag(
+        &self,
+        partitions: Vec<Vec<Decoded>>,
+        holder: Option<Arc<str>>,
+        traced: bool,
+    ) -> TaggedLanes {
         let mut spans = HashMap::new();
         let lanes = partitions
             .into_iter()
@@ -395,7 +401,8 @@ where
                             (true, Ok(record)) => telemetry::record_span(&at, record),
                             _ => Span::none(),
                         };
-                        let message = self.message(at.clone(), record, span.clone());
+                        let message =
+                            self.message(at.clone(), record, span.clone(), holder.clone());
                         let key = message.as_ref().ok().map(|work| work.key.clone());
                         if traced {
                             telemetry::record_key(&span, key.as_deref());
@@ -459,6 +466,7 @@ where
         at: Coordinates,
         record: Result<KafkaRecord, String>,
         span: Span,
+        holder: Option<Arc<str>>,
     ) -> Message<KafkaRecord> {
         let record = record?;
         let (keys, fingerprint) = (&self.settings.keys, &self.settings.fingerprint);
@@ -472,6 +480,28 @@ where
             origin: at.to_string(),
             record,
             span,
+            holder,
         })
     }
+}
+
+/// The invocation as owner tokens name it: `<request id>/<function
+/// version>/<log stream>` (the log stream is the container; `-` for what
+/// the context lacks); none without a request id.
+fn holder(context: &lambda_runtime::Context) -> Option<Arc<str>> {
+    if context.request_id.is_empty() {
+        return None;
+    }
+    let or_dash = |text: &str| match text {
+        "" => "-".to_owned(),
+        text => text.to_owned(),
+    };
+    let config = &context.env_config;
+    let holder = format!(
+        "{}/{}/{}",
+        context.request_id,
+        or_dash(&config.version),
+        or_dash(&config.log_stream)
+    );
+    Some(holder.into())
 }

@@ -11,7 +11,10 @@ use crate::clock::ms_to_s;
 use crate::store::{Status, StoredItem, attr};
 
 /// The attributes [`StoredItem`] holds; [`others`] returns the rest.
-const KNOWN: [&str; 13] = [
+/// Attributes shown by name (or, `started_shard`, kept for the index of
+/// STARTED items only), not among the others.
+const KNOWN: [&str; 14] = [
+    attr::STARTED_SHARD,
     attr::PK,
     attr::STATUS,
     attr::VERSION,
@@ -53,6 +56,9 @@ pub fn render(
     row(attr::STATUS, item.status.as_str());
     row(attr::VERSION, &item.version.to_string());
     row(attr::OWNER, &item.owner);
+    if let Some(invocation) = invocation(&item.owner) {
+        row("held by", &invocation);
+    }
     row(attr::PAYLOAD_HASH, &item.payload_hash);
     row(attr::LOCK_EXPIRES_AT, &lock_text(item, now_ms));
     row(attr::EXPIRES_AT, &expiry_text(item.expires_at_s, now_ms));
@@ -72,6 +78,20 @@ pub fn render(
         row("next delivery", &line);
     }
     out
+}
+
+/// The invocation an owner token names (`<request id>/<function
+/// version>/<log stream>/<uuid>`, see [`crate::store::ClaimRequest::holder`]),
+/// with the CloudWatch Logs Insights filter that finds its log lines.
+fn invocation(owner: &str) -> Option<String> {
+    let (request_id, rest) = owner.split_once('/')?;
+    let (version, rest) = rest.split_once('/')?;
+    let (log_stream, _unique) = rest.rsplit_once('/')?;
+    Some(format!(
+        "invocation {request_id} (function version {version}, log stream {log_stream}); \
+         its logs (CloudWatch Logs Insights): filter @logStream = \"{log_stream}\" \
+         and @message like \"{request_id}\""
+    ))
 }
 
 /// The text for a key that has no item.
@@ -374,6 +394,21 @@ mod tests {
         let text = render("k-1", &item(Status::Started), &others, NOW);
         assert!(text.contains("last_error       \"boom\""), "{text}");
         assert!(text.contains("x                7"), "{text}");
+    }
+
+    #[test]
+    fn an_owner_token_leads_to_its_invocation() {
+        let owner = "8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b/7/2026/11/23/[7]0123abcd/d1e2f3a4";
+        assert_eq!(
+            invocation(owner).as_deref(),
+            Some(
+                "invocation 8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b (function version 7, log stream \
+                 2026/11/23/[7]0123abcd); its logs (CloudWatch Logs Insights): filter \
+                 @logStream = \"2026/11/23/[7]0123abcd\" and @message like \
+                 \"8f5c2a4e-7d1b-4c3e-9a6f-0b1d2e3f4a5b\""
+            )
+        );
+        assert_eq!(invocation("d1e2f3a4-5b6c-7d8e-9f00-112233445566"), None);
     }
 
     #[test]

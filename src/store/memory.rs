@@ -246,7 +246,7 @@ impl Store for MemoryStore {
         if let Some(item) = self.live(&state, pk) {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
-        let owner = new_owner();
+        let owner = new_owner(request.holder);
         let mut item = self.new_item(pk.to_owned(), Status::Started, &owner, request);
         let now = item.created_at_ms.unwrap_or_default();
         let lease = Lease {
@@ -263,7 +263,7 @@ impl Store for MemoryStore {
     async fn take_over(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let mut state = self.lock();
@@ -280,7 +280,7 @@ impl Store for MemoryStore {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
         let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
         item.owner = lease.owner.clone();
         item.version = lease.version;
         item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);

@@ -68,6 +68,10 @@ pub struct ClaimRequest<'a> {
     /// The latest the lease may end (epoch ms), e.g. just after the
     /// invocation's deadline; `None`: a full lock timeout.
     pub lease_cap_ms: Option<u64>,
+    /// Who claims: on Lambda the invocation, as `<request id>/<function
+    /// version>/<log stream>` (see [`new_owner`]). It starts the owner
+    /// token, so that a STARTED item leads to its invocation's logs.
+    pub holder: Option<&'a str>,
 }
 
 /// The right to do a key's work, held until completion, failure or release.
@@ -85,20 +89,21 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// A new claim's lease on `pk` at `version`: a new owner, for one lock
-    /// timeout from `now_ms` (not past `cap_ms`).
+    /// A new claim's lease on `pk` at `version`: a new owner (its holder
+    /// first), for one lock timeout from `now_ms` (not past the request's
+    /// cap).
     pub(crate) fn claimed(
         pk: String,
         version: u64,
         config: &StoreConfig,
         now_ms: u64,
-        cap_ms: Option<u64>,
+        request: &ClaimRequest<'_>,
     ) -> Self {
         Self {
             pk,
             version,
-            owner: new_owner(),
-            lock_expires_at_ms: config.lease_end(now_ms, cap_ms),
+            owner: new_owner(request.holder),
+            lock_expires_at_ms: config.lease_end(now_ms, request.lease_cap_ms),
         }
     }
 }
@@ -214,6 +219,7 @@ impl<E> NewCommit<E> {
             payload_hash: &self.payload_hash,
             origin: self.origin.as_deref(),
             lease_cap_ms: None,
+            holder: None,
         }
     }
 }
@@ -345,12 +351,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
 
     /// Take over: become the owner of `observed` (STARTED, lock ended) at
-    /// version + 1, only if it is still at that version, STARTED and
-    /// abandoned; else the item found.
+    /// version + 1 (the lease as `request` asks), only if it is still at
+    /// that version, STARTED and abandoned; else the item found.
     fn take_over(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
 
     /// Complete (fenced): the work is done, together with `effects` in ONE
@@ -492,8 +498,7 @@ pub trait Store: Clone + Send + Sync + 'static {
                     Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
                     Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
                     Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
-                    Standing::Abandoned => match self.take_over(&item, request.lease_cap_ms).await?
-                    {
+                    Standing::Abandoned => match self.take_over(&item, request).await? {
                         Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
                         Conditional::Conflict(item) => observed = item,
                     },
@@ -513,7 +518,13 @@ pub(crate) fn bounded(text: &str) -> &str {
     &text[..end]
 }
 
-/// A new owner token: unique to each claim or lock-free attempt.
-pub(crate) fn new_owner() -> String {
-    uuid::Uuid::new_v4().to_string()
+/// A new owner token, unique to each claim or lock-free attempt: a UUID,
+/// after its holder when known (`<request id>/<function version>/<log
+/// stream>/<uuid>` on Lambda).
+pub(crate) fn new_owner(holder: Option<&str>) -> String {
+    let unique = uuid::Uuid::new_v4();
+    match holder {
+        Some(holder) => format!("{holder}/{unique}"),
+        None => unique.to_string(),
+    }
 }

@@ -110,6 +110,7 @@ pub fn request<'a>(key: &'a str, hash: &'a str) -> ClaimRequest<'a> {
         payload_hash: hash,
         origin: Some("payments-0@15"),
         lease_cap_ms: None,
+        holder: None,
     }
 }
 
@@ -322,7 +323,11 @@ pub async fn a_takeover_from_a_stale_observation_is_refused<B: Backend>(backend:
     assert_eq!(winner.version, 2);
     store.release(&winner).await.expect("release");
 
-    match store.take_over(&observed, None).await.expect("take over") {
+    match store
+        .take_over(&observed, request("stale", "h1"))
+        .await
+        .expect("take over")
+    {
         Conditional::Conflict(Some(item)) => {
             assert_eq!((item.version, &item.owner), (2, &winner.owner))
         }

@@ -165,7 +165,7 @@ where
         let token = FencingToken {
             key: pk,
             version: 1,
-            owner: new_owner(),
+            owner: new_owner(work.holder.as_deref()),
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
@@ -390,7 +390,7 @@ where
     /// A poison message: its key becomes FAILED (if it is new), so that its
     /// redeliveries are refused without running the work.
     async fn fail_new(&self, work: &Work<H::Record>, error: String, batch: &Batch<S>) -> Outcome {
-        let owner = new_owner();
+        let owner = new_owner(work.holder.as_deref());
         for _ in 0..COMMIT_ROUNDS {
             let result = {
                 let _permit = self.permits.acquire().await;
@@ -451,6 +451,7 @@ fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
         payload_hash: &work.payload_hash,
         origin: Some(&work.origin),
         lease_cap_ms: None,
+        holder: work.holder.as_deref(),
     }
 }
 

@@ -39,7 +39,7 @@ impl DynamoDbStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
-        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, request.lease_cap_ms);
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
         let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
@@ -53,11 +53,11 @@ impl DynamoDbStore {
     pub(super) async fn take_over_item(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
         let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
                       #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
                       ADD #attempts :one";

@@ -58,7 +58,7 @@ impl PostgresStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
-        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, request.lease_cap_ms);
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
         let row = NewItem::started(&lease, request, self.config.expires_at_s(now), now);
         // Invariant: one live row per key (see Statements::insert_new).
         let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
@@ -69,11 +69,11 @@ impl PostgresStore {
     pub(super) async fn take_over_row(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
         // Invariant: see TAKE_OVER.
         let params = vec![
             lease.pk.as_str().into(),

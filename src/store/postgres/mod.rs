@@ -182,9 +182,9 @@ impl Store for PostgresStore {
     async fn take_over(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.take_over_row(observed, lease_cap_ms).await
+        self.take_over_row(observed, request).await
     }
 
     async fn complete(

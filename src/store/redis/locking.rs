@@ -100,7 +100,7 @@ impl RedisStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
-        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, request.lease_cap_ms);
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
         let item = NewItem {
             pk,
             status: Status::Started,
@@ -143,11 +143,11 @@ impl RedisStore {
     pub(super) async fn take_over_item(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, lease_cap_ms);
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
         let expires_at_s = self.config.expires_at_s(now);
         let mut invocation = self.scripts.take_over.key(self.item_key(&observed.pk));
         invocation

@@ -267,9 +267,9 @@ impl Store for RedisStore {
     async fn take_over(
         &self,
         observed: &StoredItem,
-        lease_cap_ms: Option<u64>,
+        request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.take_over_item(observed, lease_cap_ms).await
+        self.take_over_item(observed, request).await
     }
 
     async fn complete(
