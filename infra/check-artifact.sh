@@ -52,13 +52,16 @@ echo "artifact: bootstrap $binary_bytes bytes, zipped $zip_bytes bytes (limit $m
 echo "artifact: invoking it through the Runtime API stand-in"
 answers="$(IDEMPOTENCY_KEY_PREFIX="artifact-$(date +%s%N)#" \
   python3 infra/runtime_api.py --bootstrap "$bootstrap" \
-    --event events/two-partitions.json --event events/not-kafka.json)"
+    --event events/two-partitions.json --event events/not-kafka.json \
+    --event events/scheduled.json)"
 echo "$answers"
 python3 - "$answers" <<'PY'
 import json, sys
-kafka, sqs = (json.loads(line) for line in sys.argv[1].splitlines())
+kafka, sqs, scheduled = (json.loads(line) for line in sys.argv[1].splitlines())
 assert kafka.get("response") == {"batchItemFailures": []}, kafka
 assert sqs.get("error", {}).get("errorType") == "NotKafkaEvent", sqs
+# The stuck-key check: answered like an empty batch.
+assert scheduled.get("response") == {"batchItemFailures": []}, scheduled
 PY
 
 echo "artifact: with TRACING_EXPORT=otlp, exporting to a stand-in collector"

@@ -146,3 +146,46 @@ fn the_default_timeout_outlasts_a_lease_and_the_safety_margin() {
     );
     assert!(default("MaximumRetryAttempts") >= 1);
 }
+
+/// Every `MskExactlyOnce` metric the template's alarms and dashboard name
+/// is one the function writes (a misspelt name would alarm on nothing).
+#[test]
+fn every_alarm_and_dashboard_metric_is_one_the_function_writes() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
+    let text = std::fs::read_to_string(path).expect("read template.yaml");
+    let mut written = exactly_once::lambda::report::metric_names();
+    written.extend(
+        exactly_once::lambda::stuck_check::METRIC_NAMES
+            .iter()
+            .map(|name| name.to_string()),
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    // Alarms: `Namespace: MskExactlyOnce` then `MetricName: X`.
+    let mut named: Vec<String> = lines
+        .windows(2)
+        .filter(|pair| pair[0].trim() == "Namespace: MskExactlyOnce")
+        .filter_map(|pair| pair[1].trim().strip_prefix("MetricName: "))
+        .map(str::to_owned)
+        .collect();
+    let alarms = named.len();
+    // The dashboard: `["MskExactlyOnce", "X", ...]`.
+    named.extend(
+        text.split("[\"MskExactlyOnce\", \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next().map(str::to_owned)),
+    );
+    assert!(
+        alarms >= 8,
+        "the alarms on the function's metrics: {named:?}"
+    );
+    assert!(
+        named.len() >= alarms + 15,
+        "the dashboard's metrics: {named:?}"
+    );
+    for name in &named {
+        assert!(
+            written.contains(name),
+            "{name} is not written by the function: {written:?}"
+        );
+    }
+}

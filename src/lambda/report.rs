@@ -228,6 +228,25 @@ impl Default for InvocationReport {
     }
 }
 
+/// Every metric an invocation's documents may hold (the outcomes'
+/// counts included), by name: what alarms and dashboards may refer to.
+pub fn metric_names() -> Vec<String> {
+    let fixed = [
+        "Records",
+        "Reported",
+        "Parked",
+        "FailedClosed",
+        "BatchDuration",
+    ];
+    let stores = ["StoreRequests", "StoreLatency"];
+    fixed
+        .iter()
+        .map(|name| (*name).to_owned())
+        .chain(ALL_OUTCOMES.iter().map(|name| camel(name)))
+        .chain(stores.iter().map(|name| (*name).to_owned()))
+        .collect()
+}
+
 /// Every outcome name (see `Outcome::name`), so that every metric is
 /// emitted, zeros included (alarms then see data, not gaps).
 const ALL_OUTCOMES: &[&str] = &[

@@ -13,6 +13,9 @@ use crate::store::StoredItem;
 
 use super::report::{METRICS_NAMESPACE, Metric, emf};
 
+/// The metrics of the check's document, by name.
+pub const METRIC_NAMES: [&str; 3] = ["StartedKeys", "StuckKeys", "OldestStartedAgeSeconds"];
+
 /// Whether `payload` is EventBridge's scheduled event (`source`
 /// `aws.events`, `detail-type` `Scheduled Event`).
 pub fn is_scheduled_event(payload: &Value) -> bool {
@@ -50,13 +53,9 @@ impl StartedKeys {
             METRICS_NAMESPACE,
             &[("FunctionName", function_name)],
             &[
-                Metric::count("StartedKeys", self.started as u64),
-                Metric::count("StuckKeys", self.stuck as u64),
-                Metric::one(
-                    "OldestStartedAgeSeconds",
-                    self.oldest_age_s as f64,
-                    "Seconds",
-                ),
+                Metric::count(METRIC_NAMES[0], self.started as u64),
+                Metric::count(METRIC_NAMES[1], self.stuck as u64),
+                Metric::one(METRIC_NAMES[2], self.oldest_age_s as f64, "Seconds"),
             ],
             timestamp_ms,
         )
