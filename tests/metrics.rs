@@ -81,37 +81,43 @@ fn latencies(docs: &[Value]) -> Vec<f64> {
         .collect()
 }
 
-#[tokio::test]
-async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
+/// `n` payments of 1 cent to a fresh account on `payments-0`.
+fn payments(n: i64) -> Value {
+    let account = support::msk::account();
+    let records = (0..n).map(|i| payment(i, &format!("p-{i}"), &account, 1));
+    event(vec![("payments-0", records.collect())])
+}
+
+/// The demo ledger (locking path) on `store`, its ledger written with
+/// `client`, its EMF lines kept in `lines`.
+fn ledger_function(
+    store: DynamoDbStore,
+    client: aws_sdk_dynamodb::Client,
+    lines: &Lines,
+) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    let table = support::env("LEDGER_TABLE");
+    let ledger = LedgerHandler::new(client, table, LedgerMode::Transactional);
+    let engine = Engine::new(store, ledger, EngineConfig::default());
+    MskFunction::new(engine, settings(header_keys())).with_metrics_writer(lines.writer())
+}
+
+/// The EMF documents of `batch` through the demo ledger (locking path) on
+/// DynamoDB Local, every record applied, and the requests its client sent.
+async fn documents_of(batch: Value) -> (Vec<Value>, u64) {
     let counter = RequestCounter::default();
     let client = counter.attach(&support::client().await);
-    let store = DynamoDbStore::new(
-        client.clone(),
-        support::store_config(Duration::from_secs(30)),
-    );
-    let ledger = LedgerHandler::new(
-        client,
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
+    let config = support::store_config(Duration::from_secs(30));
+    let store = DynamoDbStore::new(client.clone(), config);
     let lines = Lines::default();
-    let function = MskFunction::new(
-        Engine::new(store, ledger, EngineConfig::default()),
-        settings(header_keys()),
-    )
-    .with_request_counter(counter.clone())
-    .with_metrics_writer(lines.writer());
-    let account = support::msk::account();
-    let batch = event(vec![(
-        "payments-0",
-        (0..3)
-            .map(|i| payment(i, &format!("p-{i}"), &account, 100))
-            .collect(),
-    )]);
-    let response = function.handle(invocation(batch)).await.expect("handled");
-    assert!(response.batch_item_failures.is_empty());
+    let function = ledger_function(store, client, &lines).with_request_counter(counter.clone());
+    let response = function.handle(invocation(batch)).await;
+    assert!(response.expect("handled").batch_item_failures.is_empty());
+    (lines.take(), counter.total())
+}
 
-    let docs = lines.take();
+#[tokio::test]
+async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
+    let (docs, requests) = documents_of(payments(3)).await;
     assert_eq!(docs.len(), 1, "up to 100 round trips: one document");
     let doc = &docs[0];
     let names = declared(doc);
@@ -136,7 +142,6 @@ async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
         ),
         (json!(0.0), json!(0.0))
     );
-    let requests = counter.total();
     assert_eq!(
         doc["StoreRequests"], requests as f64,
         "every request the client sent"
@@ -148,35 +153,8 @@ async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
 
 #[tokio::test]
 async fn more_than_100_round_trips_are_split_over_documents() {
-    let counter = RequestCounter::default();
-    let client = counter.attach(&support::client().await);
-    let store = DynamoDbStore::new(
-        client.clone(),
-        support::store_config(Duration::from_secs(30)),
-    );
-    let ledger = LedgerHandler::new(
-        client,
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
-    let lines = Lines::default();
-    let function = MskFunction::new(
-        Engine::new(store, ledger, EngineConfig::default()),
-        settings(header_keys()),
-    )
-    .with_request_counter(counter.clone())
-    .with_metrics_writer(lines.writer());
-    let account = support::msk::account();
     // A claim and a completion per record, at least: over 100 requests.
-    let batch = event(vec![(
-        "payments-0",
-        (0..60)
-            .map(|i| payment(i, &format!("p-{i}"), &account, 1))
-            .collect(),
-    )]);
-    function.handle(invocation(batch)).await.expect("handled");
-    let docs = lines.take();
-    let requests = counter.total();
+    let (docs, requests) = documents_of(payments(60)).await;
     assert!(requests > 100, "{requests} requests");
     assert_eq!(docs.len() as u64, requests.div_ceil(100));
     for extra in &docs[1..] {
@@ -195,17 +173,8 @@ async fn an_unreachable_store_fails_closed_and_says_so() {
         support::unreachable_client().await,
         support::store_config(Duration::from_secs(30)),
     );
-    let ledger = LedgerHandler::new(
-        support::client().await,
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
     let lines = Lines::default();
-    let function = MskFunction::new(
-        Engine::new(store, ledger, EngineConfig::default()),
-        settings(header_keys()),
-    )
-    .with_metrics_writer(lines.writer());
+    let function = ledger_function(store, support::client().await, &lines);
     let batch = event(vec![("payments-0", vec![payment(0, "p-1", "acc", 1)])]);
     let answer = function.handle(invocation(batch)).await;
     assert!(
@@ -298,17 +267,8 @@ async fn an_effect_whose_completion_was_lost_is_counted_as_unrecorded() {
 #[tokio::test]
 async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
     let store = support::store(Duration::from_secs(30)).await;
-    let ledger = LedgerHandler::new(
-        support::client().await,
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
     let lines = Lines::default();
-    let function = MskFunction::new(
-        Engine::new(store.clone(), ledger, EngineConfig::default()),
-        settings(header_keys()),
-    )
-    .with_metrics_writer(lines.writer());
+    let function = ledger_function(store.clone(), support::client().await, &lines);
     let _working = support::ops::acquire(&store, "working").await;
     for key in ["abandoned-1", "abandoned-2"] {
         let lease = support::ops::acquire(&store, key).await;

@@ -105,32 +105,26 @@ impl DynamoDbStore {
         const IN_SHARD: &str = "#started_shard = :shard";
         values.insert(":shard".to_owned(), n(shard));
         let names = names_in(&[IN_SHARD, filter, PROJECTION]);
-        let mut found = Vec::new();
-        let mut cost = ListingCost::default();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .client
-                .query()
-                .table_name(&self.config.table_name)
-                .index_name(STARTED_INDEX)
-                .key_condition_expression(IN_SHARD)
-                .filter_expression(filter)
-                .projection_expression(PROJECTION)
-                .set_expression_attribute_names(Some(names.clone()))
-                .set_expression_attribute_values(Some(values.clone()))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .set_exclusive_start_key(start_key.take())
-                .send()
-                .await
-                .map_err(|err| sdk_error("list (Query)", err))?;
-            cost.add(output.scanned_count(), output.consumed_capacity());
-            found.extend(output.items().iter().cloned());
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok((found, cost)),
-            }
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.config.table_name)
+            .index_name(STARTED_INDEX)
+            .key_condition_expression(IN_SHARD)
+            .filter_expression(filter)
+            .projection_expression(PROJECTION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .into_paginator()
+            .send();
+        let mut listed = (Vec::new(), ListingCost::default());
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| sdk_error("list (Query)", err))?;
+            listed.1.add(page.scanned_count(), page.consumed_capacity());
+            listed.0.extend(page.items.unwrap_or_default());
         }
+        Ok(listed)
     }
 
     /// The items and costs of parallel requests, parsed.
@@ -210,33 +204,27 @@ impl DynamoDbStore {
     ) -> Result<(Vec<RawItem>, ListingCost), StoreError> {
         let names = names_in(&[filter, PROJECTION]);
         let parallel = self.scan.segments > 1;
-        let mut found = Vec::new();
-        let mut cost = ListingCost::default();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .client
-                .scan()
-                .table_name(&self.config.table_name)
-                .filter_expression(filter)
-                .projection_expression(PROJECTION)
-                .set_expression_attribute_names(Some(names.clone()))
-                .set_expression_attribute_values(Some(values.clone()))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .set_limit(self.scan.page_size.map(|limit| limit as i32))
-                .set_segment(parallel.then_some(segment as i32))
-                .set_total_segments(parallel.then_some(self.scan.segments as i32))
-                .set_exclusive_start_key(start_key.take())
-                .send()
-                .await
-                .map_err(|err| sdk_error("list (Scan)", err))?;
-            cost.add(output.scanned_count(), output.consumed_capacity());
-            found.extend(output.items().iter().cloned());
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok((found, cost)),
-            }
+        let mut pages = self
+            .client
+            .scan()
+            .table_name(&self.config.table_name)
+            .filter_expression(filter)
+            .projection_expression(PROJECTION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .set_limit(self.scan.page_size.map(|limit| limit as i32))
+            .set_segment(parallel.then_some(segment as i32))
+            .set_total_segments(parallel.then_some(self.scan.segments as i32))
+            .into_paginator()
+            .send();
+        let mut listed = (Vec::new(), ListingCost::default());
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| sdk_error("list (Scan)", err))?;
+            listed.1.add(page.scanned_count(), page.consumed_capacity());
+            listed.0.extend(page.items.unwrap_or_default());
         }
+        Ok(listed)
     }
 }
 
