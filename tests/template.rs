@@ -189,3 +189,30 @@ fn every_alarm_and_dashboard_metric_is_one_the_function_writes() {
         );
     }
 }
+
+/// The README's runbook has a row for every alarm of the template, by its
+/// logical id (what the alarm's name and notification carry).
+#[test]
+fn the_runbook_covers_every_alarm() {
+    let template = template();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let runbook = readme
+        .split("### Runbook")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a Runbook section");
+    let resources = template["Resources"].as_mapping().expect("resources");
+    let alarms: Vec<&str> = resources
+        .iter()
+        .filter(|(_, resource)| resource["Type"] == "AWS::CloudWatch::Alarm")
+        .filter_map(|(id, _)| id.as_str())
+        .collect();
+    assert!(alarms.len() >= 12, "{alarms:?}");
+    for alarm in alarms {
+        assert!(
+            runbook.contains(&format!("| `{alarm}`")),
+            "the runbook has no row for {alarm}"
+        );
+    }
+}
