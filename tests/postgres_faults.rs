@@ -116,14 +116,21 @@ async fn storm(mode: LedgerMode, seed: u64) -> Storm {
     let mut round = 0;
     while workers.iter().any(|w| !w.is_finished()) {
         round += 1;
-        match rng.u8(0..3) {
+        // The crash comes once, at its round (not left to the draw below,
+        // which could miss it before the stream ends).
+        if round >= restart_at && storm.restarts == 0 {
+            restart_server().await;
+            storm.restarts += 1;
+            continue;
+        }
+        match rng.u8(0..2) {
             0 => {
                 proxy.cut();
                 tokio::time::sleep(Duration::from_millis(rng.u64(0..50))).await;
                 proxy.restore();
                 storm.cuts += 1;
             }
-            1 => {
+            _ => {
                 let mut client = holder.get().await.expect("a connection");
                 let transaction = client.transaction().await.expect("begin");
                 let sql = format!("SELECT 1 FROM {ledger} WHERE account_id = $1 FOR UPDATE");
@@ -134,11 +141,6 @@ async fn storm(mode: LedgerMode, seed: u64) -> Storm {
                 }
                 let _ = transaction.rollback().await;
             }
-            _ if round >= restart_at && storm.restarts == 0 => {
-                restart_server().await;
-                storm.restarts += 1;
-            }
-            _ => {}
         }
         tokio::time::sleep(Duration::from_millis(rng.u64(20..150))).await;
     }
