@@ -323,3 +323,78 @@ async fn tls_with_auth_connects_and_a_wrong_password_is_rejected() {
     );
     assert!(store.claim(request("p-2", "h1")).await.is_err());
 }
+
+/// The score of `pk`'s item in the table's set of STARTED items (none when
+/// it is not a member).
+async fn started_score(store: &RedisStore, pk: &str) -> Option<f64> {
+    let table = &store.config().table_name;
+    let member = format!("{table}:{pk}");
+    store
+        .connection()
+        .zscore(table, member)
+        .await
+        .expect("ZSCORE")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_set_of_started_items_loses_only_members_whose_item_left_started() {
+    let store = redis::store(LONG_LOCK);
+    let listing = exactly_once::store::Listing::Stuck {
+        older_than: Duration::ZERO,
+    };
+    // An item Redis deleted past its TTL leaves a member behind: the next
+    // listing skips it and prunes it.
+    let gone = acquire(&store, "gone", "h1").await;
+    let created = hash(&store, &gone.pk).await["created_at"].clone();
+    assert_eq!(
+        started_score(&store, &gone.pk).await,
+        Some(created.parse().expect("ms"))
+    );
+    let key = format!("{}:{}", store.config().table_name, gone.pk);
+    let _: () = store.connection().del(&key).await.expect("DEL");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let listed = store.list(listing).await.expect("list");
+    assert!(listed.items.iter().all(|item| item.pk != gone.pk));
+    assert_eq!(started_score(&store, &gone.pk).await, None, "pruned");
+
+    // Listings pruning while claims re-create deleted items, concurrently:
+    // a member whose item is STARTED is never pruned.
+    let keys: Vec<String> = (0..40).map(|i| format!("k-{i}")).collect();
+    let claims = {
+        let (store, keys) = (store.clone(), keys.clone());
+        tokio::spawn(async move {
+            for key in &keys {
+                let lease = acquire(&store, key, "h1").await;
+                let item = format!("{}:{}", store.config().table_name, lease.pk);
+                let _: () = store.connection().del(&item).await.expect("DEL");
+                acquire(&store, key, "h1").await;
+            }
+        })
+    };
+    let pruning: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    store.list(listing).await.expect("list");
+                }
+            })
+        })
+        .collect();
+    claims.await.expect("claims");
+    for task in pruning {
+        task.await.expect("listings");
+    }
+    for key in &keys {
+        let pk = store.pk(key).expect("pk");
+        assert!(
+            started_score(&store, &pk).await.is_some(),
+            "{key} is STARTED and listed"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(
+        store.list(listing).await.expect("list").items.len(),
+        keys.len()
+    );
+}
