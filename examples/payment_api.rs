@@ -7,18 +7,12 @@
 //! `http://127.0.0.1:8080`) and the settings of README: Configuration.
 
 use bytes::Bytes;
-use exactly_once::engine::{
-    CommitPath, Completion, Engine, FencingToken, HandlerError, RecordHandler,
-};
-use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
-use exactly_once::redact::json_error;
-use exactly_once::{DynamoDbStore, dynamo};
+use exactly_once::config::required;
+use exactly_once::prelude::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use serde_json::Value;
 
 #[derive(serde::Deserialize)]
 struct Payment {
@@ -31,7 +25,7 @@ struct PaymentApi {
     url: String,
 }
 
-impl<E: Send + 'static> RecordHandler<E> for PaymentApi {
+impl<E: Send + Sync + 'static> RecordHandler<E> for PaymentApi {
     type Record = KafkaRecord;
 
     fn commit_path(&self) -> CommitPath {
@@ -74,14 +68,9 @@ impl<E: Send + 'static> RecordHandler<E> for PaymentApi {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    let settings = Settings::from_env()?;
-    let store = DynamoDbStore::new(dynamo::connect().await, settings.store);
+async fn main() -> Result<(), StartError> {
+    let url = required(|name| std::env::var(name).ok(), "PAYMENTS_API_URL")?;
     let http = Client::builder(TokioExecutor::new()).build_http();
-    let url = std::env::var("PAYMENTS_API_URL")?;
-    let engine = Engine::new(store, PaymentApi { http, url }, settings.engine);
-    let function = &MskFunction::new(engine, settings.function);
-    let handle = move |event: LambdaEvent<Value>| async move { function.handle(event).await };
-    lambda_runtime::run(service_fn(handle)).await
+    // No writes for the store to commit: runs on every store.
+    exactly_once::run(PaymentApi { http, url }).await
 }

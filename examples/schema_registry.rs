@@ -14,18 +14,12 @@
 //! `cargo lambda invoke --data-file events/schema-source-avro.json`
 //! (or `schema-source-protobuf.json`, `schema-framed-avro.json`).
 
-use exactly_once::engine::{
-    CommitPath, Completion, Engine, FencingToken, HandlerError, RecordHandler,
-};
-use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
-use exactly_once::redact::json_error;
-use exactly_once::schema::avro::AvroDecoder;
+use exactly_once::BoxError;
+use exactly_once::config::required;
+use exactly_once::prelude::*;
+use exactly_once::schema::avro::{AvroDecoder, apache_avro};
 use exactly_once::schema::protobuf::{self, MessageIndex};
 use exactly_once::schema::{DataFormat, Framing};
-use exactly_once::store::Increment;
-use exactly_once::{DynamoDbStore, dynamo};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use serde_json::Value;
 
 /// The Avro schema, as registered: Confluent id 42, Glue version below.
 const PAYMENT_AVSC: &str = include_str!("../events/schemas/payment.avsc");
@@ -66,7 +60,7 @@ pub struct SchemaPayments {
 }
 
 impl SchemaPayments {
-    pub fn new(format: RecordFormat, ledger_table: impl Into<String>) -> Result<Self, Error> {
+    pub fn new(format: RecordFormat, ledger_table: impl Into<String>) -> Result<Self, BoxError> {
         let schema = apache_avro::Schema::parse_str(PAYMENT_AVSC)?;
         Ok(Self {
             avro: AvroDecoder::new()
@@ -129,19 +123,12 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for SchemaPayments {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    let settings = Settings::from_env()?;
+async fn main() -> Result<(), exactly_once::BoxError> {
     let format = match std::env::var("EVENT_RECORD_FORMAT").as_deref() {
         Ok("JSON") => RecordFormat::Json,
         _ => RecordFormat::Source,
     };
-    let handler = SchemaPayments::new(format, std::env::var("LEDGER_TABLE")?)?;
-    let store = DynamoDbStore::new(dynamo::connect().await, settings.store);
-    let function = &MskFunction::new(
-        Engine::new(store, handler, settings.engine),
-        settings.function,
-    );
-    let handle = move |event: LambdaEvent<Value>| async move { function.handle(event).await };
-    lambda_runtime::run(service_fn(handle)).await
+    let ledger_table = required(|name| std::env::var(name).ok(), "LEDGER_TABLE")?;
+    exactly_once::run(SchemaPayments::new(format, ledger_table)?).await?;
+    Ok(())
 }

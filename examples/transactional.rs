@@ -6,15 +6,9 @@
 //! Needs a `STOCK_TABLE` (hash key `sku`, number `available`) beside the
 //! settings of README: Configuration.
 
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use exactly_once::engine::{
-    CommitPath, Completion, ConditionFailure, Engine, FencingToken, HandlerError, RecordHandler,
-};
-use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
-use exactly_once::redact::json_error;
-use exactly_once::{DynamoDbStore, dynamo};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use serde_json::Value;
+use exactly_once::config::required;
+use exactly_once::dynamodb::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use exactly_once::prelude::*;
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -67,16 +61,8 @@ impl RecordHandler<TransactWriteItem> for Stock {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    let settings = Settings::from_env()?;
-    let client = dynamo::connect().await;
-    let store = DynamoDbStore::new(client, settings.store);
-    let table = std::env::var("STOCK_TABLE")?;
-    let function = &MskFunction::new(
-        Engine::new(store, Stock { table }, settings.engine),
-        settings.function,
-    );
-    let handle = move |event: LambdaEvent<Value>| async move { function.handle(event).await };
-    lambda_runtime::run(service_fn(handle)).await
+async fn main() -> Result<(), StartError> {
+    let table = required(|name| std::env::var(name).ok(), "STOCK_TABLE")?;
+    // Its effects are DynamoDB writes: DynamoDB alone (IDEMPOTENCY_STORE).
+    exactly_once::run(exactly_once::dynamodb::only(Stock { table })).await
 }

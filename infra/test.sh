@@ -17,11 +17,14 @@ local_stack idempotency-test ledger-test
 step "cargo fmt --check"
 cargo fmt --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test"
-cargo test
+step "cargo features (infra/check-features.sh)"
+infra/check-features.sh
+
+step "cargo test --workspace"
+cargo test --workspace
 
 # The batch tests again on the locking path (the default run is on the
 # lock-free path, the demo ledger's default); the kill storms and

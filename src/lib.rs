@@ -1,40 +1,167 @@
-//! Exactly-once processing of Amazon MSK (Kafka) events on AWS Lambda, with
-//! DynamoDB as the default idempotency store.
+//! Exactly-once processing of Kafka events (Amazon MSK, self-managed Kafka)
+//! on AWS Lambda. Every record's idempotency key is claimed with ONE
+//! conditional write in the idempotency store (DynamoDB by default,
+//! PostgreSQL or Redis), its work runs once, and its completion is fenced
+//! on version + owner; Lambda is answered with the records that did not
+//! finish, so nothing is lost and only what is needed comes again.
 //!
-//! - [`store`]: the key state machine ([`store::Store`]: claim, take over,
-//!   complete, fail, release, extend, the lock-free commit), every transition
-//!   one conditional write; backends in [`store::dynamodb`] and
-//!   [`store::memory`].
-//! - [`engine`]: runs a batch of messages through the store and the business
-//!   logic ([`engine::RecordHandler`]); knows nothing of Kafka.
-//! - [`lambda`]: the edge for MSK events: decoding, keys, the partial batch
-//!   response, configuration from the environment.
-//! - [`schema`]: values framed by a schema registry (Confluent, AWS Glue),
-//!   read as Avro or Protobuf with a schema the function ships.
+//! # Your own handler
 //!
-//! A team depends on these four and writes its handler and a ten-line
-//! `main` (see `examples/`). The demo ledger (`ledger`) and the operator
-//! tool (`ops`) are the shipped binaries' own code, public only so that the
-//! binaries and the tests can reach them: not part of the library's API.
+//! ```toml
+//! [dependencies]
+//! exactly-once = "0.1"
+//! tokio = { version = "1", features = ["macros"] }
+//! serde_json = "1"
+//! ```
+//!
+//! ```no_run
+//! use exactly_once::prelude::*;
+//!
+//! /// Counts the bytes of each record, once per idempotency key.
+//! struct Audit;
+//!
+//! // Generic over the store's effect: runs on every store.
+//! impl<E: Send + Sync + 'static> RecordHandler<E> for Audit {
+//!     type Record = KafkaRecord;
+//!
+//!     fn commit_path(&self) -> CommitPath {
+//!         CommitPath::Locking // claim the key, run, complete (fenced)
+//!     }
+//!
+//!     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion<E>, HandlerError> {
+//!         let payment: serde_json::Value = serde_json::from_slice(&record.value)
+//!             .map_err(|e| HandlerError::Permanent(format!("not JSON: {}", json_error(&e))))?;
+//!         Ok(Completion::done(format!("{} for {}", payment["amount_cents"], token.idempotency_key())))
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), StartError> {
+//!     exactly_once::run(Audit).await
+//! }
+//! ```
+//!
+//! [`run`] reads the function's environment (`IDEMPOTENCY_TABLE`,
+//! `IDEMPOTENCY_STORE`, ...), connects the store and serves the handler.
+//!
+//! # Cargo features
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `dynamodb` (default) | the DynamoDB store ([`dynamodb`]) |
+//! | `postgres` | the PostgreSQL store ([`postgres`]) |
+//! | `redis` | the Redis store and the shared duplicate cache ([`redis`]) |
+//! | `avro`, `protobuf` | values framed by a schema registry ([`schema`]) |
+//! | `opentelemetry` | spans over OTLP/HTTP (`TRACING_EXPORT=otlp`) |
+//! | `sqs` | the SQS dead-letter queue (`DEAD_LETTER_QUEUE_URL`) |
+//! | `conformance` | the store conformance suite ([`store::conformance`]) |
+//! | `full` | all but `conformance` |
+//!
+//! # Where things are
+//!
+//! - [`prelude`]: what a handler writer needs.
+//! - [`run`], [`run_with`]: the function, as the environment configures
+//!   it; [`Backend`]: the store it connected.
+//! - [`engine`], [`lambda`]: the pieces `run` wires, for those who wire
+//!   them themselves ([`engine::Engine`], [`lambda::MskFunction`]).
+//! - [`store`]: the store trait and what a store implementer needs;
+//!   [`store::memory::MemoryStore`] for unit tests of a handler.
+//!
+//! # Examples
+//!
+//! - `examples/payment_api.rs`: the locking path, a payment API charged
+//!   once per key (its fencing token as the API's idempotency key).
+//! - `examples/transactional.rs`: DynamoDB writes committed with the key's
+//!   completion, lock-free ([`dynamodb::only`]).
+//! - `examples/postgres_receipts.rs`: SQL statements committed with the
+//!   completion, on PostgreSQL.
+//! - `examples/redis_counters.rs`: increments of Redis hashes committed
+//!   with the completion.
+//! - `examples/record_metadata.rs`: a handler reading the whole record
+//!   (headers, key, coordinates), unit-tested on the in-memory store.
+//! - `examples/schema_registry.rs`: Avro and Protobuf values framed by a
+//!   schema registry.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
-pub mod clock;
-pub mod config;
-pub mod dynamo;
-pub mod engine;
-pub mod lambda;
-#[doc(hidden)]
-pub mod ledger;
-#[doc(hidden)]
-pub mod ops;
-pub mod redact;
-pub mod schema;
-pub mod store;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "sqs"))]
+pub mod aws;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+mod backend;
+mod error;
+pub mod prelude;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+mod run;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+mod serve;
 
-pub use config::{LongKeyPolicy, StoreConfig, StoreKind};
-pub use store::dynamodb::DynamoDbStore;
-pub use store::memory::MemoryStore;
-pub use store::postgres::PostgresStore;
-pub use store::redis::RedisStore;
-pub use store::{ClaimOutcome, ClaimRequest, Lease, Status, Store, StoreError, StoredItem};
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+pub use backend::{Backend, Patience};
+pub use error::{BoxError, StartError};
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+pub use run::{run, run_with};
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+pub use serve::{Only, Serve};
+
+pub use exactly_once_core::{clock, config, engine, redact};
+/// The Lambda edge for Kafka events: decoding, keys, fingerprints,
+/// settings, the partial batch response, metrics, dead letters, spans.
+pub use exactly_once_lambda as lambda;
+pub use exactly_once_lambda::schema;
+/// The Lambda runtime this crate is built with.
+pub use lambda_runtime;
+/// The OpenTelemetry SDK this crate is built with (feature
+/// `opentelemetry`).
+#[cfg(feature = "opentelemetry")]
+pub use opentelemetry_sdk;
+
+/// The key state machine every store implements, and what a store
+/// implementer needs: [`store::Store`] (the engine's transitions),
+/// [`store::Operator`] (listings and the operator's transitions), the
+/// items and their judge, the in-memory store, and (feature
+/// `conformance`) the suite that holds a store to the same semantics as
+/// the others ([`conformance_suite!`], [`operator_conformance_suite!`]).
+pub mod store {
+    pub use exactly_once_core::store::*;
+    #[cfg(feature = "conformance")]
+    pub use exactly_once_core::{conformance_suite, operator_conformance_suite};
+}
+
+/// The DynamoDB store (feature `dynamodb`).
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb {
+    pub use exactly_once_dynamodb::*;
+
+    /// `handler`, whose effects are DynamoDB writes (`TransactWriteItem`s),
+    /// for [`run`](crate::run) on DynamoDB alone: on another store the
+    /// function stops at start ([`StartError::WrongStore`](crate::StartError::WrongStore)).
+    pub fn only<H>(handler: H) -> crate::Only<DynamoDbStore, H> {
+        crate::Only::new(handler)
+    }
+}
+
+/// The PostgreSQL store (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use crate::backend::check_schema;
+    pub use exactly_once_postgres::*;
+
+    /// `handler`, whose effects are SQL statements ([`SqlEffect`]), for
+    /// [`run`](crate::run) on PostgreSQL alone.
+    pub fn only<H>(handler: H) -> crate::Only<PostgresStore, H> {
+        crate::Only::new(handler)
+    }
+}
+
+/// The Redis store and the duplicate cache every container shares
+/// (feature `redis`).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use exactly_once_redis::*;
+
+    /// `handler`, whose effects are Redis writes ([`RedisEffect`]), for
+    /// [`run`](crate::run) on Redis alone.
+    pub fn only<H>(handler: H) -> crate::Only<RedisStore, H> {
+        crate::Only::new(handler)
+    }
+}

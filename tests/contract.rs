@@ -6,12 +6,15 @@
 mod support;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::sync::Mutex;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::config::LongKeyPolicy;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
@@ -19,7 +22,8 @@ use exactly_once::lambda::{
     Fingerprint, FunctionSettings, KafkaRecord, MskFunction, SchemaMetadata,
 };
 use exactly_once::store::MAX_RESULT_BYTES;
-use exactly_once::{DynamoDbStore, LongKeyPolicy, Status, StoreConfig};
+use exactly_once::store::Status;
+use exactly_once::store::requests::RequestCounter;
 use serde_json::{Value, json};
 use support::msk::{
     Rec, event, event_of, header, header_keys, invoke, ledger_function_with, ledger_mode, payment,

@@ -12,8 +12,8 @@
 
 mod support;
 
-use exactly_once::DynamoDbStore;
-use exactly_once::Store;
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::store::Store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,8 +23,8 @@ use std::time::Instant;
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
 use support::msk::{Rec, event_of, payment_json, record_json};
 use tracing::field::{Field, Visit};
@@ -209,7 +209,7 @@ async fn function(case: &Value) -> MskFunction<LedgerHandler, DynamoDbStore> {
     let source = case.get("keys").and_then(Value::as_str).unwrap_or("header");
     let keys = KeySpec::parse(source, "idempotency-key".into(), policy).expect("keys");
     let client = support::client().await;
-    let store = exactly_once::DynamoDbStore::new(
+    let store = exactly_once::dynamodb::DynamoDbStore::new(
         client.clone(),
         support::store_config(std::time::Duration::from_secs(30)),
     );

@@ -6,13 +6,13 @@ mod support;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use exactly_once::DynamoDbStore;
-use exactly_once::Status;
-use exactly_once::Store;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::EngineConfig;
 use exactly_once::lambda::MskFunction;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
-use exactly_once::ledger::LedgerHandler;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
+use ledger::LedgerHandler;
 use serde_json::Value;
 use support::msk::{
     Rec, account, balance, event, header_keys, invoke, ledger_function_with, ledger_mode, payment,
@@ -153,7 +153,7 @@ async fn a_parked_record_that_cannot_reach_the_queue_is_reported_not_lost() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     let endpoint = format!("http://{}", listener.local_addr().expect("address"));
     drop(listener); // nothing listens there now
-    let config = exactly_once::dynamo::sdk_config().await;
+    let config = exactly_once::aws::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::from_conf(
         aws_sdk_sqs::config::Builder::from(&config)
             .endpoint_url(endpoint)

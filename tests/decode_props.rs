@@ -576,7 +576,7 @@ fn check_key(spec: &KeySpec, record: &DecodedRecord) -> Result<(), TestCaseError
         partition: "payments-0".into(),
         offset: 7,
     };
-    let hash = exactly_once::engine::payload_hash(&record.value);
+    let hash = exactly_once::store::payload_hash(&record.value);
     let got = spec.key_for(record, &json_of(record), &at, &hash);
     let parts: Vec<Result<Option<String>, ()>> = spec
         .parts()
@@ -681,7 +681,7 @@ proptest! {
         let at = Coordinates { partition: "t-0".into(), offset: 0 };
         let key = |parts: &[String]| {
             let record = record_with_fields(parts);
-            spec.key_for(&record, &json_of(&record), &at, &exactly_once::engine::payload_hash(&record.value))
+            spec.key_for(&record, &json_of(&record), &at, &exactly_once::store::payload_hash(&record.value))
                 .expect("every part present")
         };
         let (ka, kb) = (key(&a), key(&b));

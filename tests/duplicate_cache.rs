@@ -11,15 +11,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ::redis::AsyncCommands;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
     SharedCache,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::redis::RedisDuplicateCache;
-use exactly_once::{DynamoDbStore, PostgresStore, Store, StoreConfig};
+use exactly_once::postgres::PostgresStore;
+use exactly_once::redis::RedisDuplicateCache;
+use exactly_once::store::Store;
+use exactly_once::store::requests::RequestCounter;
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 use support::msk::{account, event, header_keys, invoke, payment, reported};
 use support::redis::LocalRedis;

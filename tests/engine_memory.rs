@@ -12,14 +12,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exactly_once::clock::now_ms;
+use exactly_once::config::StoreConfig;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
-use exactly_once::ledger::Payment;
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
 use exactly_once::store::memory::{CounterEffect, MemoryStore};
-use exactly_once::{ClaimOutcome, ClaimRequest, Status, Store, StoreConfig};
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::Payment;
 use serde_json::Value;
 use support::msk::{event, header_keys, payment, reported, settings};
 
@@ -198,7 +202,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over() {
     let crashed = store
         .claim(ClaimRequest {
             key: "p-1",
-            payload_hash: &exactly_once::engine::payload_hash(
+            payload_hash: &exactly_once::store::payload_hash(
                 support::msk::payment_json("p-1", "acc", 40).as_bytes(),
             ),
             origin: Some("payments-0@0"),

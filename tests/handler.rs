@@ -4,18 +4,18 @@
 mod support;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use exactly_once::DynamoDbStore;
-use exactly_once::Store;
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use exactly_once::Status;
 use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::ledger::LedgerMode;
+use exactly_once::store::Status;
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::LedgerMode;
 use serde_json::json;
 use support::msk::{
     Rec, account, balance, event, event_of, header_keys, invoke, invoke_until_done,
@@ -177,7 +177,7 @@ async fn with_the_default_poison_policy_park_a_failed_record_is_kept_failed_and_
 
 fn function_store<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
     function: &exactly_once::lambda::MskFunction<H, DynamoDbStore>,
-) -> &exactly_once::DynamoDbStore {
+) -> &exactly_once::dynamodb::DynamoDbStore {
     function.engine().store()
 }
 

@@ -10,12 +10,15 @@ mod support;
 use std::time::Duration;
 
 use base64::Engine as _;
-use exactly_once::DynamoDbStore;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{CommitPath, Engine, EngineConfig};
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{Status, Store, StoreConfig};
+use exactly_once::store::Status;
+use exactly_once::store::Store;
+use exactly_once::store::requests::RequestCounter;
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
 use support::faults::{Fault, FaultPlan, Faults};
 use support::msk::{

@@ -18,19 +18,22 @@
 mod support;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use exactly_once::Store;
+use exactly_once::store::{Operator, Store};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::MskFunction;
-use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
-use exactly_once::{DynamoDbStore, PostgresStore, Status, StoreConfig};
+use exactly_once::postgres::PostgresStore;
+use exactly_once::store::Status;
+use ledger::{LedgerHandler, LedgerMode, Payment};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use support::msk::{
@@ -201,7 +204,7 @@ async fn worker_process() {
 
 /// A worker's life: each batch from `first`, delivered again until nothing
 /// is reported, as Lambda does.
-async fn work<S: Store>(store: S, handler: Announced, batches: &[Value], first: usize)
+async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], first: usize)
 where
     Announced: RecordHandler<S::Effect, Record = KafkaRecord>,
 {

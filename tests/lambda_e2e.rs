@@ -18,6 +18,8 @@
 //! `AWS_ENDPOINT_URL_SQS`, as the mapping's S3 destination writes them) and
 //! from a file of Kafka-topic destination records, each redriven twice.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
@@ -68,7 +70,7 @@ fn msk_handler_through_cargo_lambda_watch() {
     fs::write(&event_file, serde_json::to_vec_pretty(&event).unwrap()).unwrap();
 
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let client = runtime.block_on(exactly_once::dynamo::connect());
+    let client = runtime.block_on(exactly_once::aws::dynamodb_client());
     let balances = |what: &str| {
         let got = runtime.block_on(read_balances(&client, &env.ledger_table, &expected));
         progress(&format!("balances {what}: {got:?}"));
@@ -165,7 +167,7 @@ fn invocation_record(event: Option<&Value>, as_string: bool) -> Value {
 /// `exactly-once-ops redrive` against the watch's Invoke API and the local
 /// S3: its exit code and stdout.
 fn redrive(watch: &Watch, from: &str, extra: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+    let out = Command::new(support::binary("exactly-once-ops"))
         .args(["redrive", "--from", from, "--function", "msk-handler"])
         .args(extra)
         .env(
@@ -202,13 +204,13 @@ fn failed_batches_are_redriven_from_s3_and_files_applying_each_record_once() {
         unique_accounts(&root.join("events/self-managed.json"), &run_id);
 
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let client = runtime.block_on(exactly_once::dynamo::connect());
+    let client = runtime.block_on(exactly_once::aws::dynamodb_client());
     let balances = |expected: &BTreeMap<String, (i64, i64)>| {
         runtime.block_on(read_balances(&client, &env.ledger_table, expected))
     };
     // The mapping's S3 destination: one object per failed invocation.
     let s3 = runtime.block_on(async {
-        let sdk = exactly_once::dynamo::sdk_config().await;
+        let sdk = exactly_once::aws::sdk_config().await;
         aws_sdk_s3::Client::from_conf(
             aws_sdk_s3::config::Builder::from(&sdk)
                 .endpoint_url(s3_endpoint())

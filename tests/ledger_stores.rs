@@ -11,19 +11,23 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use exactly_once::config::StoreConfig;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::postgres::DatabaseSettings;
-use exactly_once::{PostgresStore, RedisStore, Status, Store, StoreConfig};
+use exactly_once::postgres::DatabaseSettings;
+use exactly_once::postgres::PostgresStore;
+use exactly_once::redis::RedisStore;
+use exactly_once::store::Status;
+use exactly_once::store::{Operator, Store};
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
 use support::msk::{account, event, header_keys, invoke, invoke_until_done, payment, reported};
 use support::proxy::Proxy;
 
 /// What the suite needs of a store holding both the keys and the ledger.
-trait LedgerStore: Store + Sized {
+trait LedgerStore: Operator + Sized {
     /// A store under a fresh key prefix, with lock timeout `lock`.
     async fn fresh(lock: Duration) -> Self;
     /// Another container's store (its own connections) on `config`'s keys.
@@ -531,9 +535,9 @@ macro_rules! ledger_suite {
 }
 
 mod postgres {
-    ledger_suite!(exactly_once::PostgresStore);
+    ledger_suite!(exactly_once::postgres::PostgresStore);
 }
 
 mod redis {
-    ledger_suite!(exactly_once::RedisStore);
+    ledger_suite!(exactly_once::redis::RedisStore);
 }

@@ -4,21 +4,22 @@
 mod support;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, InvocationError, KafkaBatchResponse, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{DynamoDbStore, Status};
+use exactly_once::store::Status;
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::{LedgerHandler, LedgerMode};
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
 use support::proxy::Proxy;
 

@@ -5,22 +5,28 @@
 
 mod support;
 
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use base64::Engine as _;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Deadline, Engine, EngineConfig, FencingToken, HandlerError,
-    RecordHandler, Work, payload_hash,
+    RecordHandler, Work,
 };
 use exactly_once::lambda::KafkaRecord;
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
-use exactly_once::ledger::{LedgerHandler, LedgerMode, Payment};
-use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Status, StoreConfig};
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Status;
+use exactly_once::store::payload_hash;
+use exactly_once::store::requests::RequestCounter;
+use ledger::{LedgerHandler, LedgerMode, Payment};
 use serde_json::json;
 use support::msk::{
     account, balance, event, event_of, header_keys, invoke, invoke_until_done, ledger_entry,

@@ -13,14 +13,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{DynamoDbStore, Store};
+use exactly_once::store::Store;
+use exactly_once::store::requests::RequestCounter;
 use lambda_runtime::{Config, Context, LambdaEvent};
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
 use support::charges::{self, ChargeApi};
 use support::msk::{event, header_keys, payment, reported, settings};

@@ -3,14 +3,18 @@
 
 mod support;
 
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::clock::now_ms;
-use exactly_once::{ClaimOutcome, ClaimRequest, DynamoDbStore, Lease, StoreConfig};
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Lease;
 use support::ops::Run;
 use support::{number, raw_item, string};
 
@@ -395,7 +399,7 @@ fn usage_errors_exit_with_2() {
     let config = StoreConfig::new("any-table");
     let run = ops(&config, &["stuck", "--older-than", "soon"]);
     assert_eq!(run.code, 2, "{run:?}");
-    let help = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+    let help = Command::new(support::binary("exactly-once-ops"))
         .args(["stuck", "--help"])
         .output()
         .expect("run --help");

@@ -8,7 +8,9 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use exactly_once::{PostgresStore, Store, StoreConfig};
+use exactly_once::config::StoreConfig;
+use exactly_once::postgres::PostgresStore;
+use exactly_once::store::Store;
 use support::ops::acquire;
 use support::postgres;
 
@@ -103,7 +105,7 @@ async fn stuck_failed_release_and_purge_on_postgres() {
     assert!(purged.stdout.starts_with("deleted "), "{purged:?}");
 
     // On DynamoDB, migrate is a usage error naming the right store.
-    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+    let output = Command::new(support::binary("exactly-once-ops"))
         .args(["migrate", "--table", "t"])
         .env("IDEMPOTENCY_STORE", "dynamodb")
         .output()

@@ -6,7 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use exactly_once::{Status, Store, StoreConfig};
+use exactly_once::config::StoreConfig;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
 
 fn ops(config: &StoreConfig, args: &[&str]) -> support::ops::Run {
     support::ops::ops("redis", config, args)

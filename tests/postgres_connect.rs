@@ -6,8 +6,11 @@ mod support;
 
 use std::time::Duration;
 
-use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
-use exactly_once::{ClaimOutcome, ClaimRequest, Store, StoreError};
+use exactly_once::postgres::{DatabaseSettings, PostgresStore};
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Store;
+use exactly_once::store::StoreError;
 
 /// `DATABASE_URL` of the test server with `query` instead of its own.
 fn url_with(query: &str) -> String {
@@ -75,7 +78,7 @@ async fn tls_is_on_by_default_and_verify_full_checks_the_certificate() {
 
 #[tokio::test]
 async fn a_secrets_manager_secret_names_the_database_and_its_login() {
-    let aws = exactly_once::dynamo::sdk_config()
+    let aws = exactly_once::aws::sdk_config()
         .await
         .to_builder()
         .endpoint_url(support::env("AWS_ENDPOINT_URL_SQS"))

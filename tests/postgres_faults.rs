@@ -15,11 +15,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use exactly_once::config::StoreConfig;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::MskFunction;
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{PostgresStore, Status, Store, StoreConfig};
+use exactly_once::postgres::PostgresStore;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::{LedgerHandler, LedgerMode};
 use support::msk::{account, header_keys, payment_stream, stream_balances};
 use support::postgres;
 use support::proxy::Proxy;
@@ -59,7 +62,7 @@ async fn container(
         "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
         proxy.port
     );
-    let mut settings = exactly_once::store::postgres::DatabaseSettings::from_lookup(|name| {
+    let mut settings = exactly_once::postgres::DatabaseSettings::from_lookup(|name| {
         (name == "DATABASE_URL").then(|| url.clone())
     })
     .expect("settings");

@@ -17,9 +17,11 @@ use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{KafkaRecord, MskFunction};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::redis::RedisStore;
-use exactly_once::{Status, Store, StoreError};
+use exactly_once::redis::RedisStore;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
+use exactly_once::store::StoreError;
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 use support::msk::{account, event, header_keys, invoke_until_done, payment, reported};
 use support::redis::LocalRedis;
@@ -55,7 +57,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Notifier {
     }
 }
 
-fn function<H: RecordHandler<exactly_once::store::redis::RedisEffect, Record = KafkaRecord>>(
+fn function<H: RecordHandler<exactly_once::redis::RedisEffect, Record = KafkaRecord>>(
     store: &RedisStore,
     handler: H,
 ) -> MskFunction<H, RedisStore> {
@@ -337,7 +339,7 @@ async fn wait_replicas_acknowledges_a_write_only_once_a_replica_holds_it() {
     }
     let claimed = store.claim(support_request("w-1")).await.expect("claim");
     assert!(
-        matches!(claimed, exactly_once::ClaimOutcome::Acquired(_)),
+        matches!(claimed, exactly_once::store::ClaimOutcome::Acquired(_)),
         "{claimed:?}"
     );
     let replica_store = support::redis::store_with(&replica.url, store.config().clone());

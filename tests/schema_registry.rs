@@ -15,7 +15,8 @@ use exactly_once::lambda::decode::decode_event;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::schema::protobuf::{self, MessageIndex};
 use exactly_once::schema::{DataFormat, Framing, SchemaError, SchemaRef, WireError, unframe};
-use exactly_once::{Status, Store as _};
+use exactly_once::store::Status;
+use exactly_once::store::Store as _;
 use example::{ProtoPayment, RecordFormat, SchemaPayments};
 use prost::Message as _;
 use serde_json::Value;
@@ -29,7 +30,7 @@ fn sample(name: &str) -> Value {
 
 async fn example_function(
     format: RecordFormat,
-) -> exactly_once::lambda::MskFunction<SchemaPayments, exactly_once::DynamoDbStore> {
+) -> exactly_once::lambda::MskFunction<SchemaPayments, exactly_once::dynamodb::DynamoDbStore> {
     let handler = SchemaPayments::new(format, support::env("LEDGER_TABLE")).expect("the schema");
     let store = support::store(std::time::Duration::from_secs(30)).await;
     function_with(store, handler, header_keys())

@@ -6,16 +6,17 @@
 
 mod support;
 
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::lambda::{FunctionSettings, KeyLogging, MskFunction};
-use exactly_once::ledger::LedgerHandler;
-use exactly_once::{DynamoDbStore, Status};
+use exactly_once::store::Status;
+use ledger::LedgerHandler;
 use serde_json::json;
 use support::msk::{
     Rec, event, event_of, header, header_keys, invoke, ledger_function_with, ledger_mode,

@@ -1,8 +1,9 @@
 //! The key state machine on DynamoDB Local: the conformance suite
-//! (`tests/conformance/`), and what only DynamoDB has (its attribute names,
+//! (`exactly_once::store::conformance`), and what only DynamoDB has (its attribute names,
 //! its errors).
 
-mod conformance;
+use exactly_once::store::conformance;
+use exactly_once::store::{conformance_suite, operator_conformance_suite};
 mod support;
 
 use std::time::Duration;
@@ -10,8 +11,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use conformance::{Backend, LONG_LOCK, acquire, request};
 use exactly_once::clock::now_ms;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::store::ClaimOutcome;
 use exactly_once::store::Increment;
-use exactly_once::{ClaimOutcome, DynamoDbStore, Store, StoreConfig, StoreError};
+use exactly_once::store::Store;
+use exactly_once::store::StoreError;
 use support::{number, raw_item, string};
 
 /// DynamoDB Local, the test table; counters are accounts of the ledger table.
@@ -85,6 +90,8 @@ impl Backend for DynamoDb {
 }
 
 conformance_suite!(DynamoDb);
+
+operator_conformance_suite!(DynamoDb);
 
 #[tokio::test]
 async fn a_claim_writes_the_documented_attributes() {

@@ -1,11 +1,12 @@
-//! The in-memory backend held to the conformance suite (`tests/conformance/`):
+//! The in-memory backend held to the conformance suite (`exactly_once::store::conformance`):
 //! what makes it fit for engine tests.
 
-mod conformance;
+use exactly_once::store::conformance;
+use exactly_once::store::{conformance_suite, operator_conformance_suite};
 
 use std::time::Duration;
 
-use exactly_once::StoreConfig;
+use exactly_once::config::StoreConfig;
 use exactly_once::store::Increment;
 use exactly_once::store::memory::{CounterEffect, MemoryStore};
 
@@ -54,3 +55,5 @@ impl conformance::Backend for Memory {
 }
 
 conformance_suite!(Memory);
+
+operator_conformance_suite!(Memory);

@@ -1,18 +1,22 @@
 //! The key state machine on a real PostgreSQL (`infra/postgres-local.sh`):
-//! the conformance suite (`tests/conformance/`), and what only PostgreSQL
+//! the conformance suite (`exactly_once::store::conformance`), and what only PostgreSQL
 //! has (its columns, its schema, expired rows, its errors).
 
-mod conformance;
+use exactly_once::store::conformance;
+use exactly_once::store::{conformance_suite, operator_conformance_suite};
 mod support;
 
 use std::time::Duration;
 
 use conformance::{Backend, LONG_LOCK, acquire, request};
 use exactly_once::clock::now_ms;
+use exactly_once::config::StoreConfig;
+use exactly_once::postgres::schema::{self, SchemaError};
+use exactly_once::postgres::{PostgresStore, SqlEffect};
+use exactly_once::store::ClaimOutcome;
 use exactly_once::store::Increment;
-use exactly_once::store::postgres::schema::{self, SchemaError, TableKind};
-use exactly_once::store::postgres::{PostgresStore, SqlEffect};
-use exactly_once::{ClaimOutcome, Store, StoreConfig, StoreError};
+use exactly_once::store::Store;
+use exactly_once::store::StoreError;
 use support::postgres;
 
 /// The test server; counters are accounts of the ledger table.
@@ -73,6 +77,8 @@ impl Backend for Postgres {
 
 conformance_suite!(Postgres);
 
+operator_conformance_suite!(Postgres);
+
 #[tokio::test]
 async fn a_claim_writes_the_documented_columns() {
     let store = postgres::store(LONG_LOCK).await;
@@ -114,7 +120,7 @@ async fn a_database_that_is_down_is_a_retryable_error_and_never_a_claim() {
     let port = listener.local_addr().expect("address").port();
     drop(listener);
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable");
-    let settings = exactly_once::store::postgres::DatabaseSettings::from_lookup(|name| {
+    let settings = exactly_once::postgres::DatabaseSettings::from_lookup(|name| {
         (name == "DATABASE_URL").then(|| url.clone())
     })
     .expect("settings");
@@ -140,7 +146,7 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
         Err(err @ StoreError::Rejected { .. }) => assert!(!err.is_retryable()),
         other => panic!("expected a rejection, got {other:?}"),
     }
-    let err = schema::check(&pool, TableKind::Idempotency, "no_such_table")
+    let err = schema::check(&pool, schema::IDEMPOTENCY, "no_such_table")
         .await
         .expect_err("never migrated");
     assert!(
@@ -153,7 +159,7 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
          `exactly-once-ops migrate` (with DATABASE_URL set) before deploying"
     );
     let table = support::env("IDEMPOTENCY_TABLE");
-    schema::check(&pool, TableKind::Idempotency, &table)
+    schema::check(&pool, schema::IDEMPOTENCY, &table)
         .await
         .expect("the migrated test table passes");
 }
@@ -165,9 +171,9 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
     let runs: Vec<_> = (0..4)
         .map(|_| {
             let (pool, table) = (pool.clone(), table.clone());
-            tokio::spawn(async move {
-                schema::migrate(&pool, &[(TableKind::Idempotency, &table)]).await
-            })
+            tokio::spawn(
+                async move { schema::migrate(&pool, &[(schema::IDEMPOTENCY, &table)]).await },
+            )
         })
         .collect();
     let mut created = 0;
@@ -177,7 +183,7 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
         created += usize::from(migrated[0].from == 0);
     }
     assert_eq!(created, 1, "exactly one run created the table");
-    schema::check(&pool, TableKind::Idempotency, &table)
+    schema::check(&pool, schema::IDEMPOTENCY, &table)
         .await
         .expect("migrated");
     let client = pool.get().await.expect("a connection");
@@ -289,7 +295,7 @@ async fn a_statement_timeout_writes_nothing_and_is_retryable() {
     // Nothing was written once the lock was gone, and the next call works.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let item = store.get("p-1").await.expect("get").expect("row");
-    assert_eq!(item.status, exactly_once::Status::Started);
+    assert_eq!(item.status, exactly_once::store::Status::Started);
     short
         .complete(&lease, None, vec![].into())
         .await

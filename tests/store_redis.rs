@@ -1,8 +1,10 @@
 //! The key state machine on a real redis-server (`infra/redis-local.sh`):
-//! the conformance suite (`tests/conformance/`), and what only Redis has
+//! the conformance suite (`exactly_once::store::conformance`), and what only Redis has
 //! (its hash fields, its own expiry, its errors).
 
-mod conformance;
+use exactly_once::store::Operator as _;
+use exactly_once::store::conformance;
+use exactly_once::store::{conformance_suite, operator_conformance_suite};
 mod support;
 
 use std::time::Duration;
@@ -12,9 +14,12 @@ use std::collections::HashMap;
 use ::redis::AsyncCommands;
 use conformance::{Backend, LONG_LOCK, acquire, request};
 use exactly_once::clock::now_ms;
-use exactly_once::store::redis::{RedisEffect, RedisSettings, RedisStore};
+use exactly_once::config::StoreConfig;
+use exactly_once::redis::{RedisEffect, RedisSettings, RedisStore};
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::Store;
+use exactly_once::store::StoreError;
 use exactly_once::store::{Effects, Increment};
-use exactly_once::{ClaimOutcome, Store, StoreConfig, StoreError};
 use support::redis::{self, LocalRedis};
 
 /// The test server; counters are hashes of the ledger table.
@@ -51,6 +56,8 @@ impl Backend for Redis {
 }
 
 conformance_suite!(Redis);
+
+operator_conformance_suite!(Redis);
 
 /// The same suite on a Redis Cluster of 3 primaries (`REDIS_CLUSTER=true`):
 /// the table and the ledger share the hash tag `{test}`.
@@ -102,11 +109,13 @@ mod cluster {
 
     conformance_suite!(RedisCluster);
 
+    operator_conformance_suite!(RedisCluster);
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_demo_function_applies_each_payment_once_on_the_cluster() {
         use exactly_once::engine::{Engine, EngineConfig};
         use exactly_once::lambda::MskFunction;
-        use exactly_once::ledger::{LedgerHandler, LedgerMode};
+        use ledger::{LedgerHandler, LedgerMode};
         use support::msk::{account, event, header_keys, invoke, payment, reported};
 
         for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {

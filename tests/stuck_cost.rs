@@ -14,7 +14,8 @@ mod support;
 
 use std::time::Duration;
 
-use exactly_once::store::dynamodb::ScanOptions;
+use exactly_once::dynamodb::ScanOptions;
+use exactly_once::store::Operator;
 use exactly_once::store::{Listed, Listing, ListingCost, NewCommit, Store};
 use futures_util::StreamExt;
 use support::ops::acquire;
@@ -101,7 +102,7 @@ async fn make_stuck<S: Store>(store: &S) {
     }
 }
 
-async fn list<S: Store>(store: &S) -> Listed {
+async fn list<S: Operator>(store: &S) -> Listed {
     store.list(LISTING).await.expect("list")
 }
 
@@ -112,7 +113,7 @@ async fn list<S: Store>(store: &S) -> Listed {
 /// is in the index; no other test of this binary writes to this store);
 /// the full read covers every item. Returns the costs: the index's before
 /// and after, and the full read's.
-async fn index_against_table<S: Store>(
+async fn index_against_table<S: Operator>(
     store: &S,
     read_all: impl AsyncFnOnce(&S) -> Listed,
 ) -> [ListingCost; 3] {

@@ -1,10 +1,12 @@
 //! template.yaml and the code must agree: the table the code writes, its TTL
 //! attribute, and the environment variables the function reads.
 
+mod support;
+
 use std::collections::BTreeSet;
 
 use exactly_once::lambda::settings;
-use exactly_once::ledger;
+
 use exactly_once::store::attr;
 use serde_norway::Value;
 
@@ -74,9 +76,9 @@ fn the_function_sets_exactly_the_variables_the_code_reads() {
     let read: BTreeSet<&str> = settings::ENV_VARS
         .iter()
         .chain(ledger::ENV_VARS)
-        .chain(exactly_once::store::postgres::connect::ENV_VARS)
-        .chain(exactly_once::store::redis::connect::ENV_VARS)
-        .chain(exactly_once::store::redis::cache::ENV_VARS)
+        .chain(exactly_once::postgres::connect::ENV_VARS)
+        .chain(exactly_once::redis::connect::ENV_VARS)
+        .chain(exactly_once::redis::cache::ENV_VARS)
         .copied()
         .collect();
     assert_eq!(variables, read);
@@ -86,7 +88,7 @@ fn the_function_sets_exactly_the_variables_the_code_reads() {
 fn the_function_is_the_msk_handler_binary() {
     let template = template();
     let function = &template["Resources"]["Function"];
-    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_msk-handler"));
+    let binary = support::binary("msk-handler");
     assert_eq!(
         function["Metadata"]["BuildProperties"]["Binary"].as_str(),
         binary.file_name().and_then(|name| name.to_str())
@@ -97,7 +99,7 @@ fn the_function_is_the_msk_handler_binary() {
     );
 }
 
-/// The README's handler snippet is the doctest of `RecordHandler` (which
+/// The README's handler snippet is the doctest of the prelude (which
 /// `cargo test` compiles), line for line: it cannot drift from the API.
 #[test]
 fn the_readme_handler_snippet_is_the_compiled_doctest() {
@@ -108,13 +110,13 @@ fn the_readme_handler_snippet_is_the_compiled_doctest() {
         .lines()
         .take_while(|line| *line != "```")
         .collect();
-    let source = include_str!("../src/engine/handler.rs");
-    let doc = &source[source.find("/// ```no_run").expect("the doctest")..];
+    let source = include_str!("../src/prelude.rs");
+    let doc = &source[source.find("//! ```no_run").expect("the doctest")..];
     let doctest: Vec<&str> = doc
         .lines()
         .skip(1)
         .map(|line| {
-            line.trim_start_matches("///")
+            line.trim_start_matches("//!")
                 .strip_prefix(' ')
                 .unwrap_or("")
         })

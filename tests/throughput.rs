@@ -4,16 +4,18 @@
 
 mod support;
 
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::{DynamoDbStore, StoreConfig};
+use exactly_once::store::requests::RequestCounter;
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 use support::capacity::{CapacityCounter, CapacityUnits};
 use support::msk::{
@@ -324,7 +326,7 @@ async fn with_the_default_poison_policy_park_the_partition_goes_on_past_a_failed
         .await
         .expect("get")
         .expect("the FAILED item");
-    assert_eq!(parked.status, exactly_once::Status::Failed);
+    assert_eq!(parked.status, exactly_once::store::Status::Failed);
 }
 
 #[tokio::test]

@@ -86,7 +86,9 @@ impl Exported {
 }
 
 /// The function with `Charge` on DynamoDB Local, spans as `tracing` says.
-async fn function(tracing: TracingExport) -> MskFunction<Charge, exactly_once::DynamoDbStore> {
+async fn function(
+    tracing: TracingExport,
+) -> MskFunction<Charge, exactly_once::dynamodb::DynamoDbStore> {
     let store = support::store(std::time::Duration::from_secs(30)).await;
     let settings = FunctionSettings {
         tracing,

@@ -4,7 +4,7 @@
 
 mod support;
 
-use exactly_once::Store;
+use exactly_once::store::Store;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -13,7 +13,10 @@ use exactly_once::engine::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::KafkaRecord;
-use exactly_once::{ClaimOutcome, ClaimRequest, Status, StoreError};
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Status;
+use exactly_once::store::StoreError;
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported};
 
 /// An `ADD balance_cents` on `account`, optionally only if `condition` holds.
@@ -106,7 +109,7 @@ impl RecordHandler<TransactWriteItem> for Debit {
 async fn debit(
     on_condition_failure: ConditionFailure,
     writes: usize,
-) -> (exactly_once::DynamoDbStore, Vec<String>, String) {
+) -> (exactly_once::dynamodb::DynamoDbStore, Vec<String>, String) {
     let store = support::store(Duration::from_secs(30)).await;
     let a = account();
     let handler = Debit {

@@ -28,16 +28,19 @@ use std::sync::Arc;
 
 use batches::Batch;
 use deadpool_postgres::Pool;
+use exactly_once::config::StoreConfig;
 use exactly_once::engine::{Engine, EngineConfig, SharedCache};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
-use exactly_once::store::postgres::DatabaseSettings;
-use exactly_once::store::postgres::schema::{self, TableKind};
-use exactly_once::store::redis::RedisConnection;
-use exactly_once::store::redis::{RedisDuplicateCache, RedisSettings};
-use exactly_once::{PostgresStore, RedisStore, Store, StoreConfig};
+use exactly_once::postgres::DatabaseSettings;
+use exactly_once::postgres::PostgresStore;
+use exactly_once::postgres::schema;
+use exactly_once::redis::RedisConnection;
+use exactly_once::redis::RedisStore;
+use exactly_once::redis::{RedisDuplicateCache, RedisSettings};
+use exactly_once::store::Operator;
 use lambda_runtime::{Context, LambdaEvent};
+use ledger::{LedgerHandler, LedgerMode};
 
 use delay::DelayProxy;
 
@@ -188,8 +191,8 @@ async fn run() {
     schema::migrate(
         &direct_pool,
         &[
-            (TableKind::Idempotency, &table),
-            (TableKind::Ledger, &ledger),
+            (schema::IDEMPOTENCY, &table),
+            (ledger::LEDGER_SCHEMA, &ledger),
         ],
     )
     .await
@@ -349,7 +352,7 @@ async fn run() {
 /// One delivery of `batch` to a new container (a new function, cold
 /// cache, the shared cache if any); its time in ms. Every record must
 /// finish.
-async fn run_batch<S: Store>(
+async fn run_batch<S: Operator>(
     store: S,
     handler: LedgerHandler,
     cache: Option<Arc<dyn SharedCache>>,

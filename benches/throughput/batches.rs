@@ -2,8 +2,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use exactly_once::engine::{Work, payload_hash};
+use exactly_once::engine::Work;
 use exactly_once::lambda::KafkaRecord;
+use exactly_once::store::payload_hash;
 use serde_json::{Value, json};
 
 /// Distinct Kafka record keys (= ledger accounts) of every generated batch.

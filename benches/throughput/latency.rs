@@ -17,7 +17,8 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use exactly_once::dynamo::RequestCounter;
+use exactly_once::dynamodb::CountRequests as _;
+use exactly_once::store::requests::RequestCounter;
 
 use crate::transactions::{InFlight, transaction_items};
 

@@ -46,7 +46,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::dynamo;
 
 /// The run's client, tables and counters.
 struct Env {
@@ -93,7 +92,7 @@ async fn run() {
             .unwrap_or_else(|_| panic!("{name} is not set: run the benchmark with infra/bench.sh"))
     };
     let env = Env {
-        base: dynamo::connect().await,
+        base: exactly_once::aws::dynamodb_client().await,
         idempotency_table: var("IDEMPOTENCY_TABLE"),
         ledger_table: var("LEDGER_TABLE"),
         run_id: format!(

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use exactly_once::dynamo::RequestCounter;
 use exactly_once::engine::Work;
 use exactly_once::lambda::KafkaRecord;
+use exactly_once::store::requests::RequestCounter;
 use serde_json::Value;
 
 use crate::Env;

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::DynamoDbStore;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
 use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
-use exactly_once::ledger::{LedgerHandler, LedgerMode};
+use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 
 use crate::Env;

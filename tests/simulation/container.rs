@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::lambda::{FunctionSettings, MskFunction};
-use exactly_once::ledger::LedgerHandler;
-use exactly_once::{DynamoDbStore, StoreConfig};
+use ledger::LedgerHandler;
 
 use super::schedule::Schedule;
 use super::slow::{SlowLedger, Slowness};

@@ -15,9 +15,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::Client;
-use exactly_once::engine::{PoisonPolicy, payload_hash};
-use exactly_once::ledger::{LedgerMode, Payment};
-use exactly_once::{DynamoDbStore, Status, Store, StoredItem};
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::engine::PoisonPolicy;
+use exactly_once::store::Status;
+use exactly_once::store::Store;
+use exactly_once::store::StoredItem;
+use exactly_once::store::payload_hash;
+use ledger::{LedgerMode, Payment};
 
 use super::mapping::At;
 use super::schedule::Schedule;

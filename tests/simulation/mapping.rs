@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use exactly_once::DynamoDbStore;
 use exactly_once::clock::now_ms;
+use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::{MskFunction, RecordReport};
 use lambda_runtime::{Context, LambdaEvent};

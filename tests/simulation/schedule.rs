@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::OrderingMode;
-use exactly_once::ledger::LedgerMode;
+use ledger::LedgerMode;
 
 use crate::support::faults::FaultPlan;
 use crate::support::msk::payment_json;

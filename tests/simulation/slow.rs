@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::KafkaRecord;
-use exactly_once::ledger::LedgerHandler;
+use ledger::LedgerHandler;
 
 pub struct SlowLedger {
     pub ledger: LedgerHandler,

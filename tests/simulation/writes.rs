@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use exactly_once::StoredItem;
+use exactly_once::store::StoredItem;
 use serde_json::Value;
 
 use crate::support::faults::{Exchange, Observer};

@@ -12,6 +12,7 @@ pub mod ops;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod runtime_api;
 pub mod sqs;
 pub mod transactions;
 
@@ -20,7 +21,40 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use exactly_once::{DynamoDbStore, StoreConfig};
+use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::DynamoDbStore;
+
+/// A binary of the workspace (`exactly-once-ops`, `msk-handler`), built
+/// first if it is not up to date: this package's tests cannot name another
+/// package's binary with `CARGO_BIN_EXE_*`.
+pub fn binary(name: &str) -> std::path::PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, std::path::PathBuf)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, path)) = built.iter().find(|(built, _)| built == name) {
+        return path.clone();
+    }
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--quiet", "--bin", name, "--message-format=json"])
+        .output()
+        .expect("run cargo build");
+    assert!(
+        output.status.success(),
+        "cargo build --bin {name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let path = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["target"]["name"] == name)
+        .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo build --bin {name} named no executable"));
+    built.push((name.to_owned(), path.clone()));
+    path
+}
 
 /// A variable `infra/test.sh` exports; a clear failure without it.
 pub fn env(name: &str) -> String {
@@ -31,7 +65,7 @@ pub fn env(name: &str) -> String {
 
 pub async fn client() -> Client {
     env("AWS_ENDPOINT_URL_DYNAMODB");
-    exactly_once::dynamo::connect().await
+    exactly_once::aws::dynamodb_client().await
 }
 
 /// A client whose endpoint nothing listens on.
@@ -114,15 +148,16 @@ pub mod msk {
     use aws_sdk_dynamodb::types::TransactWriteItem;
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
+    use exactly_once::dynamodb::DynamoDbStore;
     use exactly_once::engine::EngineConfig;
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{
         FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, OrderingMode,
     };
-    use exactly_once::ledger::{LedgerHandler, LedgerMode};
-    use exactly_once::{DynamoDbStore, Store};
+    use exactly_once::store::Operator;
     use lambda_runtime::{Context, LambdaEvent};
+    use ledger::{LedgerHandler, LedgerMode};
     use serde_json::{Value, json};
 
     /// A record: offset, idempotency-key header (if any), value bytes.
@@ -291,7 +326,7 @@ pub mod msk {
         engine: EngineConfig,
     ) -> MskFunction<LedgerHandler, DynamoDbStore> {
         let client = super::client().await;
-        let store = exactly_once::DynamoDbStore::new(
+        let store = exactly_once::dynamodb::DynamoDbStore::new(
             client.clone(),
             super::store_config(std::time::Duration::from_secs(30)),
         );
@@ -317,7 +352,7 @@ pub mod msk {
     }
 
     pub fn function_with<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-        store: exactly_once::DynamoDbStore,
+        store: exactly_once::dynamodb::DynamoDbStore,
         handler: H,
         keys: KeySpec,
     ) -> MskFunction<H, DynamoDbStore> {
@@ -328,7 +363,7 @@ pub mod msk {
         .without_metrics()
     }
 
-    pub async fn invoke<S: Store, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
+    pub async fn invoke<S: Operator, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
         function: &MskFunction<H, S>,
         event: &Value,
     ) -> KafkaBatchResponse {
@@ -342,7 +377,10 @@ pub mod msk {
     /// response reports (or the whole batch after an invocation error, e.g.
     /// DynamoDB timing out under a load of concurrent workers), until nothing
     /// is reported.
-    pub async fn invoke_until_done<S: Store, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
+    pub async fn invoke_until_done<
+        S: Operator,
+        H: RecordHandler<S::Effect, Record = KafkaRecord>,
+    >(
         function: &MskFunction<H, S>,
         event: &Value,
     ) {

@@ -3,7 +3,11 @@
 
 use std::process::Command;
 
-use exactly_once::{ClaimOutcome, ClaimRequest, Lease, Store, StoreConfig};
+use exactly_once::config::StoreConfig;
+use exactly_once::store::ClaimOutcome;
+use exactly_once::store::ClaimRequest;
+use exactly_once::store::Lease;
+use exactly_once::store::Store;
 
 /// What a run printed and its exit code.
 #[derive(Debug)]
@@ -23,7 +27,7 @@ impl Run {
 /// `exactly-once-ops args` with `IDEMPOTENCY_STORE=store` on `config`'s
 /// table and key prefix.
 pub fn ops(store: &str, config: &StoreConfig, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_exactly-once-ops"))
+    let output = Command::new(super::binary("exactly-once-ops"))
         .args(args)
         .args(["--table", &config.table_name])
         .args(["--key-prefix", &config.key_prefix])

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use exactly_once::store::postgres::schema::{self, TableKind};
-use exactly_once::store::postgres::{DatabaseSettings, PostgresStore};
+use exactly_once::postgres::schema;
+use exactly_once::postgres::{DatabaseSettings, PostgresStore};
 
 /// How long a test store waits for PostgreSQL per call.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,8 +30,8 @@ pub async fn migrate(pool: &Pool) {
     schema::migrate(
         pool,
         &[
-            (TableKind::Idempotency, &idempotency),
-            (TableKind::Ledger, &ledger),
+            (schema::IDEMPOTENCY, &idempotency),
+            (ledger::LEDGER_SCHEMA, &ledger),
         ],
     )
     .await

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use ::redis::AsyncCommands;
-use exactly_once::StoreConfig;
+use exactly_once::config::StoreConfig;
+use exactly_once::redis::{RedisSettings, RedisStore, increment_key};
 use exactly_once::store::Increment;
-use exactly_once::store::redis::{RedisSettings, RedisStore, increment_key};
 
 /// How long a test store waits for Redis per call.
 pub const TIMEOUT: Duration = Duration::from_secs(5);

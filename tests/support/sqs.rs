@@ -6,7 +6,7 @@ use serde_json::Value;
 /// A client of the local SQS.
 pub async fn client() -> aws_sdk_sqs::Client {
     super::env("AWS_ENDPOINT_URL_SQS");
-    aws_sdk_sqs::Client::new(&exactly_once::dynamo::sdk_config().await)
+    aws_sdk_sqs::Client::new(&exactly_once::aws::sdk_config().await)
 }
 
 /// A new queue: its client and URL.

@@ -1,0 +1,170 @@
+//! Configuration of the idempotency store: a plain struct, filled from the
+//! environment by the Lambda edge (see `lambda::settings`); and the helpers
+//! every reader of environment variables shares (the edge, the demo ledger).
+
+use std::time::Duration;
+
+/// How the store names, locks and retains idempotency items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The table (DynamoDB table, SQL table, Redis key namespace) holding
+    /// one item per idempotency key.
+    pub table_name: String,
+    /// Prepended to every idempotency key to form the item's `pk`
+    /// (lets several functions share one table). Empty (the default), or
+    /// letters, digits, `_`, `-`, `.`, `:` ending in ONE `#`: since no prefix
+    /// holds a `#` before its end, a `pk` names its prefix unambiguously and
+    /// two prefixes can never map two keys to one item (see
+    /// [`StoreConfig::check_prefix`]). Functions that share a table must each
+    /// set one.
+    pub key_prefix: String,
+    /// What a key too long for the store's partition key becomes.
+    pub long_keys: LongKeyPolicy,
+    /// Length of a claim's lease. A crashed worker's key becomes claimable
+    /// again after this long. Default: 30 s.
+    pub lock_timeout: Duration,
+    /// How long an item is kept (its `expires_at`, the table's TTL) after
+    /// every write. Default: 8 days, longer than MSK's default 7-day topic
+    /// retention, so a record cannot outlive the memory of having been done.
+    pub retention: Duration,
+    /// Added to this process's clock wherever the store writes or judges a
+    /// time. 0 in production; tests set it to model clock skew between
+    /// workers.
+    pub clock_offset_ms: i64,
+}
+
+impl StoreConfig {
+    /// The default lease of a claim: 30 s.
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The default retention of an item: 8 days.
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(8 * 24 * 3600);
+
+    /// A configuration with the defaults for everything but the table.
+    pub fn new(table_name: impl Into<String>) -> Self {
+        Self {
+            table_name: table_name.into(),
+            key_prefix: String::new(),
+            long_keys: LongKeyPolicy::Reject,
+            lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
+            retention: Self::DEFAULT_RETENTION,
+            clock_offset_ms: 0,
+        }
+    }
+
+    /// A new lease's end: one lock timeout from `now_ms`, not past `cap_ms`.
+    pub fn lease_end(&self, now_ms: u64, cap_ms: Option<u64>) -> u64 {
+        let full = now_ms + crate::clock::duration_ms(self.lock_timeout);
+        cap_ms.map_or(full, |cap| full.min(cap))
+    }
+
+    /// The TTL (epoch seconds) of an item written at `now_ms`.
+    pub fn expires_at_s(&self, now_ms: u64) -> u64 {
+        crate::clock::ms_to_s(now_ms) + self.retention.as_secs()
+    }
+}
+
+impl StoreConfig {
+    /// Checks a key prefix: empty, or at most 64 letters, digits, `_`, `-`,
+    /// `.` or `:` followed by one `#` (e.g. `payments#`).
+    pub fn check_prefix(prefix: &str) -> Result<(), String> {
+        if prefix.is_empty() {
+            return Ok(());
+        }
+        let body = prefix.strip_suffix('#').unwrap_or("");
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+        if body.is_empty() || body.len() > 64 || !body.chars().all(allowed) {
+            return Err(
+                "a key prefix is 1 to 64 letters, digits, '_', '-', '.' or ':' followed \
+                        by one '#' (e.g. payments#), so that no two prefixes can map two keys \
+                        to one item"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What happens to an idempotency key longer than the store's limit on a
+/// partition key (2048 bytes with its prefix on DynamoDB).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LongKeyPolicy {
+    /// The record fails permanently with a clear error (the default).
+    #[default]
+    Reject,
+    /// The key is stored as `sha256:<64 hex digits>` of its UTF-8 bytes
+    /// (after the prefix): any length fits, and equal keys still meet.
+    Hash,
+}
+
+impl LongKeyPolicy {
+    /// Parses `LONG_KEY_POLICY`: `reject` or `hash`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "reject" => Ok(Self::Reject),
+            "hash" => Ok(Self::Hash),
+            other => Err(format!(
+                "unknown long key policy {other:?}; expected reject or hash"
+            )),
+        }
+    }
+}
+
+/// A variable that is missing or holds a value the function cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {variable}: {reason}")]
+pub struct SettingsError {
+    /// The variable's name.
+    pub variable: &'static str,
+    /// What is wrong with its value.
+    pub reason: String,
+}
+
+/// A variable that must be set and not empty.
+pub fn required(
+    var: impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+) -> Result<String, SettingsError> {
+    var(variable).ok_or_else(|| SettingsError {
+        variable,
+        reason: "is required and not set".into(),
+    })
+}
+
+/// An optional variable read with `parse`, or `default` when unset.
+pub fn parsed<T>(
+    var: impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, SettingsError> {
+    match var(variable) {
+        None => Ok(default),
+        Some(text) => parse(text.trim()).map_err(|reason| SettingsError {
+            variable,
+            reason: format!("{reason}, got {text:?}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_can_never_collide() {
+        for ok in ["", "payments#", "test-1f2e.v2:a_b#"] {
+            assert_eq!(StoreConfig::check_prefix(ok), Ok(()), "{ok}");
+        }
+        // "p#" + "v2#x" and "p#v2#" + "x" would be the same item.
+        for bad in [
+            "p#v2#",
+            "payments",
+            "#",
+            "a b#",
+            "p##",
+            &format!("{}#", "x".repeat(65)),
+        ] {
+            assert!(StoreConfig::check_prefix(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Runs a batch of messages exactly once per idempotency key: claim, run the
+//! business logic, record the outcome. Knows nothing of Kafka or Lambda.
+//!
+//! A batch is a list of lanes (a Kafka partition, or one Kafka key of it, at
+//! the edge). Lanes run concurrently; inside a lane messages finish in order,
+//! and after a message that did not finish the rest of its lane is not
+//! started. The handler chooses the path ([`CommitPath`]):
+//! - locking (`lane.rs`, `record.rs`): the business logic runs one message
+//!   after another while the claims of the next few messages are already made
+//!   ("claim ahead"); claims made ahead of a message that did not finish are
+//!   released at once;
+//! - lock-free (`lock_free/`): the handler's writes commit with the
+//!   COMPLETED item in one transaction, consecutive messages together, and
+//!   the groups of lanes ready at once together (`combine.rs`), the
+//!   increments of one item merged into one update.
+//!
+//! On both paths, two commits touching a common item are never in flight at
+//! the same time (`footprint.rs`): the function never conflicts with
+//! itself.
+
+mod cache;
+mod coalesce;
+mod combine;
+mod deadline;
+mod footprint;
+mod handler;
+mod lane;
+mod lease;
+mod lock_free;
+mod outcome;
+mod precheck;
+mod record;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::Instrument as _;
+
+pub use cache::{Completed, Entry as CachedEntry, SharedCache};
+pub use deadline::{Deadline, LEASE_GRACE, StopReason};
+pub use handler::{
+    CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
+};
+pub use outcome::{Outcome, Parking, PoisonPolicy};
+
+use crate::store::Store;
+use cache::CompletedCache;
+use coalesce::InFlight;
+use combine::Combiner;
+use deadline::BatchGuard;
+use footprint::ItemLocks;
+
+/// One message ready to run.
+#[derive(Debug, Clone)]
+pub struct Work<R> {
+    /// The idempotency key (without the table's prefix).
+    pub key: String,
+    /// The message's fingerprint (hex SHA-256), stored as `payload_hash`: a
+    /// key seen again with another fingerprint is rejected.
+    pub payload_hash: String,
+    /// Where it came from, kept on the item for operators and named in the
+    /// engine's log lines (never the key or the payload).
+    pub origin: String,
+    /// The message itself, handed to the handler as it is.
+    pub record: R,
+    /// The span the handler runs in (the edge's, with where the message
+    /// came from; `Span::none()` without tracing).
+    pub span: tracing::Span,
+    /// Who runs it (on Lambda the invocation: `<request id>/<function
+    /// version>/<log stream>`): the start of every owner token written for
+    /// it, so that an item leads to its invocation's logs.
+    pub holder: Option<Arc<str>>,
+}
+
+/// A message of a batch: ready to run, or unreadable (with the reason).
+pub type Message<R> = Result<Work<R>, String>;
+
+/// How much the engine does at once, and what it remembers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// At most this many claims and pieces of work at once across a batch:
+    /// the bound on in-flight DynamoDB requests. Default 64.
+    pub max_in_flight: usize,
+    /// Messages of a lane claimed ahead of the one whose work runs.
+    /// Default 16.
+    pub claim_ahead: usize,
+    /// Keys of the warm container's cache of COMPLETED keys; 0 disables it.
+    /// Default 10,000.
+    pub completed_cache: usize,
+    /// On the lock-free path, at most this many messages share one
+    /// transaction (consecutive ones of a lane, or the groups of lanes ready
+    /// at once; 1: each alone; at most 99). Default 10: larger groups are
+    /// faster for a batch alone (the benchmark's sweep, README), but under a
+    /// heavy concurrent load their 100-action transactions outlast request
+    /// timeouts (README, Benchmarks); raise it for hot items.
+    pub max_records_per_transaction: usize,
+    /// Whether a message stored FAILED stops its lane. Default: park.
+    pub poison: PoisonPolicy,
+    /// Under park, refused messages (unreadable, keyless, key reused) are
+    /// parked too: only for an edge that forwards them whole to a
+    /// dead-letter queue (it reports the ones it cannot send). Default: no.
+    pub park_refused: bool,
+}
+
+impl EngineConfig {
+    /// Which messages that can never succeed are parked.
+    pub fn parking(&self) -> Parking {
+        Parking {
+            poison: self.poison,
+            refused: self.park_refused,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 64,
+            claim_ahead: 16,
+            completed_cache: 10_000,
+            max_records_per_transaction: 10,
+            poison: PoisonPolicy::Park,
+            park_refused: false,
+        }
+    }
+}
+
+/// How one message of a batch ended, and how long its turn took.
+#[derive(Debug)]
+pub struct RecordOutcome {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long its turn took.
+    pub elapsed: std::time::Duration,
+}
+
+/// The outcomes of a batch: each message's, under the tag the caller gave
+/// it.
+#[derive(Debug)]
+pub struct BatchResult<T> {
+    /// One outcome per message, with its tag (lane by lane).
+    pub outcomes: Vec<(T, RecordOutcome)>,
+    /// The store failed during the batch, so records were not started.
+    pub store_unavailable: bool,
+}
+
+/// A message of a batch under the caller's tag (e.g. the record's
+/// coordinates), which its outcome carries back.
+pub type Tagged<T, R> = (T, Message<R>);
+
+/// State shared by the lanes of one batch.
+struct Batch<S: Store> {
+    in_flight: InFlight,
+    /// Lock-free path: groups of several lanes in one transaction. One per
+    /// batch, so that `in_flight` keeps its idempotency keys distinct.
+    combiner: Arc<Combiner<S>>,
+    guard: BatchGuard,
+    parking: Parking,
+    /// Keys known COMPLETED before the batch started.
+    completed: HashMap<String, Completed>,
+}
+
+impl<S: Store> Drop for Batch<S> {
+    /// Nothing of a batch outlives it: an invocation dropped midway (Lambda
+    /// freezing or ending the container) must not write on its own later.
+    fn drop(&mut self) {
+        self.combiner.stop();
+    }
+}
+
+/// The idempotency engine: a store, the business logic, and a cache.
+/// Generic over the backend ([`Store`]); the handler's effects are the
+/// store's ([`RecordHandler`] for `S::Effect`).
+pub struct Engine<H, S> {
+    store: S,
+    handler: H,
+    config: EngineConfig,
+    cache: CompletedCache,
+    permits: Arc<Semaphore>,
+    /// The items of the commits in flight, across batches.
+    items: Arc<ItemLocks>,
+}
+
+impl<H, S> Engine<H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
+    /// An engine running `handler` over `store`.
+    pub fn new(store: S, handler: H, config: EngineConfig) -> Self {
+        Self {
+            cache: CompletedCache::new(config.completed_cache),
+            permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            items: Arc::default(),
+            store,
+            handler,
+            config,
+        }
+    }
+
+    /// Backs the container's cache of COMPLETED keys with a cache every
+    /// container shares (`DUPLICATE_CACHE=redis`).
+    pub fn with_shared_cache(mut self, shared: Arc<dyn SharedCache>) -> Self {
+        self.cache = self.cache.with_shared(shared);
+        self
+    }
+
+    /// The idempotency store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The business logic.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// How much it does at once, what it remembers, what it parks.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Runs every lane; returns each message's outcome under its tag, and
+    /// whether the store failed during the batch. Every message gets one:
+    /// those of a lane whose task failed (a panicking handler) come back as
+    /// not started, so the caller reports them and nothing is lost.
+    pub async fn run_batch<T>(
+        self: &Arc<Self>,
+        lanes: Vec<Vec<Tagged<T, H::Record>>>,
+        deadline: Deadline,
+    ) -> BatchResult<T> {
+        let mut tags: Vec<Vec<T>> = Vec::with_capacity(lanes.len());
+        let mut messages: Vec<Vec<Message<H::Record>>> = Vec::with_capacity(lanes.len());
+        for lane in lanes {
+            let (lane_tags, lane_messages) = lane.into_iter().unzip();
+            tags.push(lane_tags);
+            messages.push(lane_messages);
+        }
+        let lanes = messages;
+        let batch = Arc::new(Batch {
+            completed: self.known_completed(&lanes).await,
+            in_flight: InFlight::default(),
+            combiner: Combiner::new(
+                self.store.clone(),
+                Arc::clone(&self.permits),
+                Arc::clone(&self.items),
+                self.config.max_records_per_transaction.max(1),
+            ),
+            guard: BatchGuard::new(deadline),
+            parking: self.config.parking(),
+        });
+        let mut tasks = JoinSet::new();
+        for (index, lane) in lanes.into_iter().enumerate() {
+            let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
+            tasks.spawn(async move {
+                let outcomes = match engine.handler.commit_path() {
+                    CommitPath::Locking => engine.run_lane(lane, batch).await,
+                    CommitPath::LockFree => engine.run_lane_lock_free(lane, batch).await,
+                };
+                (index, outcomes)
+            });
+        }
+        let mut results: Vec<Vec<RecordOutcome>> = tags.iter().map(|_| Vec::new()).collect();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((index, outcomes)) => results[index] = outcomes,
+                Err(err) => tracing::error!(error = %err, "a lane's task failed"),
+            }
+        }
+        // A lane answers its messages in order, one outcome each.
+        let outcomes = tags
+            .into_iter()
+            .zip(results)
+            .flat_map(|(tags, outcomes)| {
+                let mut outcomes = outcomes.into_iter();
+                tags.into_iter().map(move |tag| {
+                    let outcome = outcomes.next().unwrap_or(RecordOutcome {
+                        outcome: Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+                        elapsed: std::time::Duration::ZERO,
+                    });
+                    (tag, outcome)
+                })
+            })
+            .collect();
+        // What the durable store said COMPLETED, for the other containers.
+        self.cache.share().await;
+        BatchResult {
+            outcomes,
+            store_unavailable: batch.guard.is_store_down(),
+        }
+    }
+
+    /// A message's final outcome: a verified duplicate is handed to the
+    /// handler's [`RecordHandler::on_duplicate`] with its stored result (once
+    /// per delivery, at the message's turn in its lane); any other outcome
+    /// stays as it is.
+    async fn replayed(&self, work: &Work<H::Record>, outcome: Outcome) -> Outcome {
+        let Outcome::Duplicate { result } = outcome else {
+            return outcome;
+        };
+        match self
+            .handler
+            .on_duplicate(&work.record, result.as_deref())
+            .instrument(work.span.clone())
+            .await
+        {
+            Ok(()) => Outcome::Duplicate { result },
+            Err(err) => Outcome::ReplayFailed {
+                error: err.to_string(),
+            },
+        }
+    }
+}

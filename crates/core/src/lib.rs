@@ -1,0 +1,23 @@
+//! The engine and the store trait of
+//! [`exactly-once`](https://docs.rs/exactly-once), with no AWS, SQL or Redis
+//! in it: teams depend on the facade crate `exactly-once`, which re-exports
+//! what they need of this one.
+//!
+//! - [`store`]: the key state machine every backend implements
+//!   ([`store::Store`]; [`store::Operator`] for the operator's transitions
+//!   and listings), the items and their judge, the in-memory backend, and
+//!   (feature `conformance`) the suite that holds a backend to the same
+//!   semantics as the others.
+//! - [`engine`]: runs a batch of messages through a store and the business
+//!   logic ([`engine::RecordHandler`]); knows nothing of Kafka or of any one
+//!   store.
+//! - [`config`]: how the store names, locks and keeps items, and the helpers
+//!   every reader of environment variables shares.
+
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod redact;
+pub mod store;

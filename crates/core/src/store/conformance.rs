@@ -1,0 +1,1160 @@
+//! The conformance suite of the key state machine (feature `conformance`):
+//! written once against the [`Store`] trait, instantiated per backend with
+//! [`conformance_suite!`](crate::conformance_suite) (and
+//! [`operator_conformance_suite!`](crate::operator_conformance_suite) for
+//! a store that implements [`Operator`]). This repository runs it on
+//! DynamoDB Local, PostgreSQL, Redis, a Redis Cluster and the in-memory
+//! store; a store written elsewhere runs the same tests. Every behaviour
+//! the engine relies on is here, with real concurrent callers where the
+//! issue is a race. The generated tests are `#[tokio::test]`s: the crate
+//! running them needs `tokio` (features `macros`, `rt-multi-thread`).
+//!
+//! A backend provides a [`Backend`]: stores on fresh key spaces, a view of
+//! the same items under another configuration (clock skew, to see items
+//! expire), and effects on counters (a ledger's balances).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::now_ms;
+use crate::config::StoreConfig;
+use crate::store::{
+    ClaimOutcome, ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listing,
+    NewCommit, Operator, Status, Store, StoreError,
+};
+use tokio::sync::Barrier;
+
+/// A lock that outlives every test.
+pub const LONG_LOCK: Duration = Duration::from_secs(30);
+/// A lock that ends while a test waits.
+pub const SHORT_LOCK: Duration = Duration::from_millis(300);
+
+/// What the suite needs of a backend.
+pub trait Backend: Send + Sync + 'static {
+    /// The backend's store.
+    type S: Store;
+
+    /// A store on a key space no other test uses, with lock timeout `lock`.
+    fn store(&self, lock: Duration) -> impl Future<Output = Self::S> + Send;
+
+    /// The same items as `store`, seen under `config`.
+    fn with_config(&self, store: &Self::S, config: StoreConfig) -> Self::S;
+
+    /// An effect adding `add` to `counter`, refused if the counter would
+    /// fall below `floor`.
+    fn effect(
+        &self,
+        store: &Self::S,
+        counter: &str,
+        add: i64,
+        floor: Option<i64>,
+    ) -> <Self::S as Store>::Effect;
+
+    /// The value of `counter` (0 if never written).
+    fn counter(&self, store: &Self::S, counter: &str) -> impl Future<Output = i64> + Send;
+
+    /// The table increments of the suite go to (its items keyed by a
+    /// string `account_id`).
+    fn ledger_table(&self) -> String;
+
+    /// The number `attribute` of the item `increment` touches (0 if none).
+    fn number(
+        &self,
+        store: &Self::S,
+        increment: &Increment,
+        attribute: &str,
+    ) -> impl Future<Output = i128> + Send;
+}
+
+/// Instantiates every test of the suite for `$backend` (an expression of a
+/// type implementing [`Backend`]).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:expr) => {
+        $crate::conformance_suite!(@each $backend;
+            first_claim_creates_a_started_item_at_version_1,
+            complete_marks_the_key_completed_and_a_redelivery_is_a_duplicate,
+            a_key_reused_with_another_payload_is_rejected_in_every_state,
+            a_live_lock_is_reported_in_progress,
+            an_expired_lock_is_taken_over_at_version_2,
+            of_16_concurrent_claimers_of_a_fresh_key_exactly_one_wins,
+            of_16_concurrent_takers_of_a_stale_lock_exactly_one_wins,
+            takeovers_of_a_lock_that_keeps_expiring_never_share_a_version,
+            a_takeover_from_a_stale_observation_is_refused,
+            a_worker_taken_over_can_neither_complete_fail_release_nor_extend,
+            an_expired_item_counts_as_absent_and_is_claimable_again,
+            a_released_key_is_claimable_at_once_as_the_next_version,
+            a_failed_key_stays_failed,
+            a_lease_is_extended_by_its_owner,
+            keys_beyond_the_store_limit_are_rejected_before_any_write,
+            a_late_completion_and_concurrent_takers_never_both_win,
+            a_completion_and_its_effect_happen_together_or_not_at_all,
+            a_lock_free_commit_writes_every_message_and_effect_or_nothing,
+            increments_of_one_item_merge_and_keep_every_floor,
+            a_refused_increment_refuses_the_completion,
+            lock_free_commits_and_claims_racing_on_one_key_have_one_winner,
+            a_lock_free_failure_is_written_only_for_a_new_key,
+            batch_reads_return_live_items_by_key
+        );
+    };
+    (@each $backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                $crate::store::conformance::$name(&$backend).await
+            }
+        )*
+    };
+}
+
+/// Instantiates the operator's tests of the suite (listings, operator
+/// release and retry) for `$backend`, whose store implements
+/// [`Operator`](crate::store::Operator) beside [`Store`].
+#[macro_export]
+macro_rules! operator_conformance_suite {
+    ($backend:expr) => {
+        $crate::conformance_suite!(@each $backend;
+            operator_release_and_retry_act_only_at_the_observed_version,
+            listings_find_stuck_and_failed_keys_under_the_prefix,
+            the_started_listing_follows_every_transition
+        );
+    };
+}
+
+/// A claim of `key` for a payload fingerprinted `hash`, from `payments-0@15`.
+pub fn request<'a>(key: &'a str, hash: &'a str) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        payload_hash: hash,
+        origin: Some("payments-0@15"),
+        lease_cap_ms: None,
+        holder: None,
+    }
+}
+
+/// Claims `key` and returns its lease; panics if the store does not grant it.
+pub async fn acquire<S: Store>(store: &S, key: &str, hash: &str) -> Lease {
+    match store.claim(request(key, hash)).await.expect("claim") {
+        ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("expected to hold {key}, got {other:?}"),
+    }
+}
+
+async fn wait_for_lock_expiry() {
+    tokio::time::sleep(SHORT_LOCK + Duration::from_millis(150)).await;
+}
+
+fn lost<T: std::fmt::Debug>(result: Result<T, StoreError>, version: u64) {
+    match result {
+        Err(StoreError::LockLost { version: v, .. }) if v == version => {}
+        other => panic!("expected lock lost for version {version}, got {other:?}"),
+    }
+}
+
+/// First claim creates a started item at version 1.
+pub async fn first_claim_creates_a_started_item_at_version_1<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let before = store.now_ms();
+    let lease = acquire(&store, "p-1", "h1").await;
+    assert_eq!(lease.version, 1);
+    assert_eq!(lease.pk, format!("{}p-1", store.config().key_prefix));
+
+    let item = store
+        .get("p-1")
+        .await
+        .expect("get")
+        .expect("the claim wrote an item");
+    assert_eq!((item.status, item.version), (Status::Started, 1));
+    assert_eq!(item.pk, lease.pk);
+    assert_eq!(item.owner, lease.owner);
+    assert_eq!(item.payload_hash, "h1");
+    assert_eq!(item.origin.as_deref(), Some("payments-0@15"));
+    assert_eq!(item.attempts, Some(1));
+    let lock = item.lock_expires_at_ms.expect("a lease");
+    assert_eq!(lock, lease.lock_expires_at_ms);
+    assert!(
+        lock >= before + 30_000 && lock <= store.now_ms() + 30_000,
+        "lease of 30 s: {lock}"
+    );
+    let eight_days = 8 * 24 * 3600;
+    assert!(
+        item.expires_at_s >= before / 1000 + eight_days
+            && item.expires_at_s <= store.now_ms() / 1000 + eight_days
+    );
+}
+
+/// Complete marks the key completed and a redelivery is a duplicate.
+pub async fn complete_marks_the_key_completed_and_a_redelivery_is_a_duplicate<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(LONG_LOCK).await;
+    let lease = acquire(&store, "p-1", "h1").await;
+    store
+        .complete(&lease, Some("balance 1250"), vec![].into())
+        .await
+        .expect("complete");
+
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!(item.status, Status::Completed);
+    assert_eq!(item.result.as_deref(), Some("balance 1250"));
+    assert_eq!(item.lock_expires_at_ms, None);
+
+    match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::Duplicate(stored) => assert_eq!(stored, item),
+        other => panic!("expected a duplicate, got {other:?}"),
+    }
+    // The duplicate check wrote nothing: the item is as the completion left it.
+    assert_eq!(store.get("p-1").await.expect("get"), Some(item));
+}
+
+/// A key reused with another payload is rejected in every state.
+pub async fn a_key_reused_with_another_payload_is_rejected_in_every_state<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let started = acquire(&store, "started", "h1").await;
+    let completed = acquire(&store, "completed", "h1").await;
+    store
+        .complete(&completed, None, vec![].into())
+        .await
+        .expect("complete");
+    let failed = acquire(&store, "failed", "h1").await;
+    store.fail(&failed, "bad amount").await.expect("fail");
+
+    for key in ["started", "completed", "failed"] {
+        match store.claim(request(key, "h2")).await.expect("claim") {
+            ClaimOutcome::PayloadMismatch(stored) => assert_eq!(stored.payload_hash, "h1"),
+            other => panic!("{key}: expected a payload mismatch, got {other:?}"),
+        }
+    }
+    let item = store.get("started").await.expect("get").expect("item");
+    assert_eq!((item.owner, item.version), (started.owner, 1));
+}
+
+/// A live lock is reported in progress.
+pub async fn a_live_lock_is_reported_in_progress<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let lease = acquire(&store, "p-1", "h1").await;
+    match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::InProgress(stored) => {
+            assert_eq!(stored.owner, lease.owner);
+            assert_eq!(stored.lock_expires_at_ms, Some(lease.lock_expires_at_ms));
+        }
+        other => panic!("expected in progress, got {other:?}"),
+    }
+}
+
+/// An expired lock is taken over at version 2.
+pub async fn an_expired_lock_is_taken_over_at_version_2<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let first = acquire(&store, "p-1", "h1").await;
+    wait_for_lock_expiry().await;
+
+    let second = match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert_eq!(second.version, 2);
+    assert_ne!(second.owner, first.owner);
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!(item.status, Status::Started);
+    assert_eq!(
+        (item.version, item.owner.as_str()),
+        (2, second.owner.as_str())
+    );
+    assert_eq!(item.attempts, Some(2));
+}
+
+/// Of 16 concurrent claimers of a fresh key exactly one wins.
+pub async fn of_16_concurrent_claimers_of_a_fresh_key_exactly_one_wins<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let outcomes = race(&store, "fresh", 16).await;
+    let winners = outcomes
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::Acquired(_)))
+        .count();
+    let in_progress = outcomes
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::InProgress(_)))
+        .count();
+    assert_eq!((winners, in_progress), (1, 15), "{outcomes:?}");
+}
+
+/// Of 16 concurrent takers of a stale lock exactly one wins.
+pub async fn of_16_concurrent_takers_of_a_stale_lock_exactly_one_wins<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    acquire(&store, "stale", "h1").await;
+    wait_for_lock_expiry().await;
+
+    let outcomes = race(&store, "stale", 16).await;
+    let winners: Vec<&Lease> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            ClaimOutcome::TakenOver(lease) => Some(lease),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    assert_eq!(winners[0].version, 2);
+    let losers_in_progress = outcomes
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::InProgress(_)))
+        .count();
+    assert_eq!(losers_in_progress, 15, "{outcomes:?}");
+    let item = store.get("stale").await.expect("get").expect("item");
+    assert_eq!((item.version, &item.owner), (2, &winners[0].owner));
+}
+
+/// Takers whose own leases expire at once keep taking the key from each
+/// other: the version guard must give every takeover its own version (without
+/// it, two takers that observed the same version would both "win" it).
+pub async fn takeovers_of_a_lock_that_keeps_expiring_never_share_a_version<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(Duration::from_millis(1)).await;
+    acquire(&store, "churn", "h1").await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    // Claimers that keep losing the race give up with a retryable contention.
+    let outcomes = race_results(&store, "churn", 16).await;
+    let mut versions: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Ok(ClaimOutcome::TakenOver(lease)) => Some(lease.version),
+            Ok(ClaimOutcome::InProgress(_)) | Err(StoreError::Contention { .. }) => None,
+            other => panic!("unexpected outcome {other:?}"),
+        })
+        .collect();
+    versions.sort();
+    let distinct = versions.len();
+    versions.dedup();
+    assert_eq!(
+        versions.len(),
+        distinct,
+        "two takers won one version: {outcomes:?}"
+    );
+    assert!(!versions.is_empty());
+    let item = store.get("churn").await.expect("get").expect("item");
+    assert_eq!(Some(&item.version), versions.last());
+}
+
+/// The version guard, deterministically: a taker that observed version 1
+/// acts after another taker won version 2 and released it (so the item is
+/// again STARTED with its lock ended): its takeover must be refused, or two
+/// workers would both hold version 2.
+pub async fn a_takeover_from_a_stale_observation_is_refused<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    acquire(&store, "stale", "h1").await;
+    wait_for_lock_expiry().await;
+    let observed = store.get("stale").await.expect("get").expect("item");
+    let winner = acquire(&store, "stale", "h1").await;
+    assert_eq!(winner.version, 2);
+    store.release(&winner).await.expect("release");
+
+    match store
+        .take_over(&observed, request("stale", "h1"))
+        .await
+        .expect("take over")
+    {
+        Conditional::Conflict(Some(item)) => {
+            assert_eq!((item.version, &item.owner), (2, &winner.owner))
+        }
+        other => panic!("a takeover from version 1 must be refused at version 2, got {other:?}"),
+    }
+    let item = store.get("stale").await.expect("get").expect("item");
+    assert_eq!((item.version, &item.owner), (2, &winner.owner));
+}
+
+/// `n` tasks claim `key` at the same moment.
+async fn race<S: Store>(store: &S, key: &str, n: usize) -> Vec<ClaimOutcome> {
+    race_results(store, key, n)
+        .await
+        .into_iter()
+        .map(|result| result.expect("claim"))
+        .collect()
+}
+
+async fn race_results<S: Store>(
+    store: &S,
+    key: &str,
+    n: usize,
+) -> Vec<Result<ClaimOutcome, StoreError>> {
+    let barrier = Arc::new(Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (store, barrier, key) = (store.clone(), barrier.clone(), key.to_owned());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.claim(request(&key, "h1")).await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.expect("claimer task"));
+    }
+    outcomes
+}
+
+/// A worker taken over can neither complete fail release nor extend.
+pub async fn a_worker_taken_over_can_neither_complete_fail_release_nor_extend<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(SHORT_LOCK).await;
+    let counter = format!("c-{}", uuid::Uuid::new_v4());
+    let old = acquire(&store, "p-1", "h1").await;
+    wait_for_lock_expiry().await;
+    let new = acquire(&store, "p-1", "h1").await;
+    assert_eq!(new.version, 2);
+
+    let effect = backend.effect(&store, &counter, 5, None);
+    lost(store.complete(&old, Some("late"), vec![].into()).await, 1);
+    lost(
+        store
+            .complete(&old, Some("late"), vec![effect].into())
+            .await,
+        1,
+    );
+    lost(store.fail(&old, "late").await, 1);
+    lost(store.release(&old).await, 1);
+    lost(store.extend(&old, now_ms() + 60_000).await, 1);
+
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!(item.status, Status::Started);
+    assert_eq!((item.version, &item.owner), (2, &new.owner));
+    assert_eq!(item.lock_expires_at_ms, Some(new.lock_expires_at_ms));
+    // The fenced-out completion's effect did not happen either.
+    assert_eq!(backend.counter(&store, &counter).await, 0);
+    // The new owner's writes still go through.
+    store
+        .complete(&new, None, vec![].into())
+        .await
+        .expect("the new owner completes");
+}
+
+/// An item past its TTL that the store has not deleted yet counts as absent:
+/// seen through a clock just past the retention.
+pub async fn an_expired_item_counts_as_absent_and_is_claimable_again<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let lease = acquire(&store, "old", "h1").await;
+    store
+        .complete(&lease, None, vec![].into())
+        .await
+        .expect("complete");
+    let config = store.config().clone();
+    let later = backend.with_config(
+        &store,
+        StoreConfig {
+            clock_offset_ms: (config.retention.as_millis() as i64) + 10_000,
+            ..config
+        },
+    );
+
+    assert_eq!(later.get("old").await.expect("get"), None);
+    assert!(later.batch_get(&["old"]).await.expect("batch").is_empty());
+    let again = match later.claim(request("old", "h2")).await.expect("claim") {
+        ClaimOutcome::Acquired(lease) => lease,
+        other => panic!("expected a fresh claim, got {other:?}"),
+    };
+    assert_ne!(again.owner, lease.owner);
+    let item = later.get("old").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Started, 1));
+    assert_eq!(item.payload_hash, "h2");
+}
+
+/// A released key is claimable at once as the next version.
+pub async fn a_released_key_is_claimable_at_once_as_the_next_version<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let first = acquire(&store, "p-1", "h1").await;
+    store.release(&first).await.expect("release");
+
+    match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(lease) => assert_eq!(lease.version, 2),
+        other => panic!("expected the released key to be taken over, got {other:?}"),
+    }
+}
+
+/// A failed key stays failed.
+pub async fn a_failed_key_stays_failed<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let lease = acquire(&store, "poison", "h1").await;
+    store
+        .fail(&lease, "amount_cents is not an integer")
+        .await
+        .expect("fail");
+    wait_for_lock_expiry().await;
+
+    for _ in 0..2 {
+        match store.claim(request("poison", "h1")).await.expect("claim") {
+            ClaimOutcome::PreviouslyFailed(item) => {
+                assert_eq!(
+                    item.error.as_deref(),
+                    Some("amount_cents is not an integer")
+                );
+            }
+            other => panic!("expected the failure again, got {other:?}"),
+        }
+    }
+    let item = store.get("poison").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Failed, 1));
+}
+
+/// A lease is extended by its owner.
+pub async fn a_lease_is_extended_by_its_owner<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let lease = acquire(&store, "slow", "h1").await;
+    let extended = store
+        .extend(&lease, now_ms() + 30_000)
+        .await
+        .expect("extend");
+    wait_for_lock_expiry().await;
+    match store.claim(request("slow", "h1")).await.expect("claim") {
+        ClaimOutcome::InProgress(item) => {
+            assert_eq!(item.lock_expires_at_ms, Some(extended.lock_expires_at_ms));
+        }
+        other => panic!("an extended lease must still hold, got {other:?}"),
+    }
+    store
+        .complete(&extended, None, vec![].into())
+        .await
+        .expect("complete");
+}
+
+/// Keys beyond the store limit are rejected before any write.
+pub async fn keys_beyond_the_store_limit_are_rejected_before_any_write<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let long = "k".repeat(<B::S as Store>::MAX_KEY_BYTES);
+    for key in ["", long.as_str()] {
+        match store.claim(request(key, "h1")).await {
+            Err(err @ StoreError::InvalidKey(_)) => assert!(!err.is_retryable()),
+            other => panic!("expected an invalid key error, got {other:?}"),
+        }
+    }
+}
+
+/// The old owner completes just as 8 workers try to take its expired lock
+/// over: either the completion wins (every taker then sees a duplicate) or
+/// one taker wins (the completion is refused as lock lost), never both.
+pub async fn a_late_completion_and_concurrent_takers_never_both_win<B: Backend>(backend: &B) {
+    for round in 0..5 {
+        let store = backend.store(SHORT_LOCK).await;
+        let key = format!("late-{round}");
+        let old = acquire(&store, &key, "h1").await;
+        wait_for_lock_expiry().await;
+
+        let barrier = Arc::new(Barrier::new(9));
+        let completion = {
+            let (store, barrier, old) = (store.clone(), barrier.clone(), old.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.complete(&old, None, vec![].into()).await
+            })
+        };
+        let takers: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, barrier, key) = (store.clone(), barrier.clone(), key.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(request(&key, "h1")).await
+                })
+            })
+            .collect();
+        let completed = completion.await.expect("completion task");
+        let mut taken = 0;
+        for taker in takers {
+            match taker.await.expect("taker task").expect("claim") {
+                ClaimOutcome::TakenOver(_) => taken += 1,
+                ClaimOutcome::Duplicate(_) | ClaimOutcome::InProgress(_) => {}
+                other => panic!("unexpected claim outcome {other:?}"),
+            }
+        }
+        let item = store.get(&key).await.expect("get").expect("item");
+        match completed {
+            Ok(_) => {
+                assert_eq!(taken, 0, "a COMPLETED key was taken over");
+                assert_eq!((item.status, item.version), (Status::Completed, 1));
+            }
+            Err(StoreError::LockLost { .. }) => {
+                assert_eq!(taken, 1, "exactly one taker wins");
+                assert_eq!((item.status, item.version), (Status::Started, 2));
+            }
+            Err(other) => panic!("unexpected completion error {other}"),
+        }
+    }
+}
+
+/// The locking path's transactional completion: a refused effect leaves the
+/// key STARTED and no effect at all; an accepted one commits with COMPLETED.
+pub async fn a_completion_and_its_effect_happen_together_or_not_at_all<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let (a, b) = (
+        format!("a-{}", uuid::Uuid::new_v4()),
+        format!("b-{}", uuid::Uuid::new_v4()),
+    );
+    let lease = acquire(&store, "pay", "h1").await;
+    // b would go below 0: nothing happens, a's credit neither.
+    let refused = store
+        .complete(
+            &lease,
+            Some("r"),
+            vec![
+                backend.effect(&store, &a, 100, None),
+                backend.effect(&store, &b, -5, Some(0)),
+            ]
+            .into(),
+        )
+        .await;
+    match refused {
+        Err(StoreError::EffectConditionFailed { effect: 1, .. }) => {}
+        other => panic!("expected effect 1 refused, got {other:?}"),
+    }
+    assert_eq!(
+        (
+            backend.counter(&store, &a).await,
+            backend.counter(&store, &b).await
+        ),
+        (0, 0)
+    );
+    let item = store.get("pay").await.expect("get").expect("item");
+    assert_eq!((item.status, item.version), (Status::Started, 1));
+
+    // Too many effects for one transaction: refused before any write.
+    let many = (0..=<B::S as Store>::MAX_EFFECTS)
+        .map(|i| backend.effect(&store, &format!("{a}-{i}"), 1, None))
+        .collect::<Vec<_>>();
+    match store.complete(&lease, None, many.into()).await {
+        Err(err @ StoreError::TooManyWrites { .. }) => assert!(!err.is_retryable()),
+        other => panic!("expected too many writes, got {other:?}"),
+    }
+
+    store
+        .complete(
+            &lease,
+            Some("r"),
+            vec![
+                backend.effect(&store, &a, 100, None),
+                backend.effect(&store, &b, 5, Some(0)),
+            ]
+            .into(),
+        )
+        .await
+        .expect("complete with the effect");
+    assert_eq!(
+        (
+            backend.counter(&store, &a).await,
+            backend.counter(&store, &b).await
+        ),
+        (100, 5)
+    );
+    let item = store.get("pay").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.result.as_deref()),
+        (Status::Completed, Some("r"))
+    );
+}
+
+fn new_commit<E>(key: &str, hash: &str, effects: Vec<E>) -> NewCommit<E> {
+    NewCommit {
+        key: key.to_owned(),
+        payload_hash: hash.to_owned(),
+        origin: Some(format!("payments-0@{key}")),
+        owner: uuid::Uuid::new_v4().to_string(),
+        result: Some(format!("applied {key}")),
+        effects: effects.into(),
+    }
+}
+
+/// A message adding `by` to the balance of `account` (floor 0) and 1 to
+/// its payment count, as the demo ledger does.
+fn payment<B: Backend>(backend: &B, account: &str, by: i64) -> Increment {
+    Increment::new(backend.ledger_table(), "account_id", account)
+        .add_at_least("balance_cents", by, 0)
+        .add("payment_count", 1)
+}
+
+fn incrementing<E>(key: &str, increment: Increment) -> NewCommit<E> {
+    NewCommit {
+        effects: Effects {
+            writes: Vec::new(),
+            increments: vec![increment],
+        },
+        ..new_commit(key, "h1", Vec::new())
+    }
+}
+
+/// Lock-free: the increments of one item from several messages commit as
+/// ONE merged update, accepted exactly when the messages, one after
+/// another, would all be; a refusal writes nothing and tells the numbers
+/// it found (from which the engine finds the message that overdraws).
+pub async fn increments_of_one_item_merge_and_keep_every_floor<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let account = format!("hot-{}", uuid::Uuid::new_v4());
+    let pay = |by| payment(backend, &account, by);
+    let committed = |outcome: CommitOutcome| {
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { .. }),
+            "{outcome:?}"
+        )
+    };
+    committed(
+        store
+            .commit_new(vec![incrementing("i-0", pay(5))])
+            .await
+            .expect("commit"),
+    );
+    // 5 +10 -20 +100: the sum (95) is fine, but the second step (-5) is
+    // not. Nothing is written.
+    let outcome = store
+        .commit_new(vec![
+            incrementing("i-1", pay(10)),
+            incrementing("i-2", pay(-20)),
+            incrementing("i-3", pay(100)),
+        ])
+        .await
+        .expect("commit");
+    let found = HashMap::from([
+        ("balance_cents".to_owned(), 5),
+        ("payment_count".to_owned(), 1),
+    ]);
+    match outcome {
+        CommitOutcome::IncrementRefused { item, current } => {
+            assert_eq!(item, pay(0).item());
+            assert_eq!(current, Some(found));
+        }
+        other => panic!("expected the merged increment refused, got {other:?}"),
+    }
+    assert_eq!(store.get("i-1").await.expect("get"), None);
+    assert_eq!(backend.number(&store, &pay(0), "balance_cents").await, 5);
+    // 5 +10 -15 +100: every step stays at 0 or above: one update.
+    committed(
+        store
+            .commit_new(vec![
+                incrementing("i-1", pay(10)),
+                incrementing("i-2", pay(-15)),
+                incrementing("i-3", pay(100)),
+            ])
+            .await
+            .expect("commit"),
+    );
+    assert_eq!(backend.number(&store, &pay(0), "balance_cents").await, 100);
+    assert_eq!(backend.number(&store, &pay(0), "payment_count").await, 4);
+    for key in ["i-1", "i-2", "i-3"] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!(item.status, Status::Completed);
+    }
+}
+
+/// Locking path: a completion whose increment a floor refuses writes
+/// nothing and names the increment (after the writes).
+pub async fn a_refused_increment_refuses_the_completion<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let (account, counter) = (
+        format!("acc-{}", uuid::Uuid::new_v4()),
+        format!("c-{}", uuid::Uuid::new_v4()),
+    );
+    let lease = acquire(&store, "pay", "h1").await;
+    let effects = |by| Effects {
+        writes: vec![backend.effect(&store, &counter, 1, None)],
+        increments: vec![payment(backend, &account, by)],
+    };
+    match store.complete(&lease, None, effects(-1)).await {
+        Err(StoreError::EffectConditionFailed { effect: 1, .. }) => {}
+        other => panic!("expected the increment refused, got {other:?}"),
+    }
+    assert_eq!(backend.counter(&store, &counter).await, 0);
+    store
+        .complete(&lease, Some("ok"), effects(7))
+        .await
+        .expect("complete");
+    let item = payment(backend, &account, 0);
+    assert_eq!(backend.number(&store, &item, "balance_cents").await, 7);
+    assert_eq!(backend.counter(&store, &counter).await, 1);
+}
+
+/// Lock-free: several messages and their effects in one commit, or nothing,
+/// and the commit says which message stopped it.
+pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(LONG_LOCK).await;
+    let (a, b) = (
+        format!("a-{}", uuid::Uuid::new_v4()),
+        format!("b-{}", uuid::Uuid::new_v4()),
+    );
+    acquire(&store, "taken", "h1").await;
+
+    // The second message's key is not new: nothing of the commit happens.
+    let outcome = store
+        .commit_new(vec![
+            new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
+            new_commit("taken", "h1", vec![backend.effect(&store, &b, 10, None)]),
+        ])
+        .await
+        .expect("commit");
+    match outcome {
+        CommitOutcome::KeyTaken { index: 1, item } => {
+            let item = item.expect("the item found");
+            assert_eq!((item.status, item.version), (Status::Started, 1));
+        }
+        other => panic!("expected the second key taken, got {other:?}"),
+    }
+    // The second message's effect is refused: nothing happens either.
+    let outcome = store
+        .commit_new(vec![
+            new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
+            new_commit("m-2", "h1", vec![backend.effect(&store, &b, -1, Some(0))]),
+        ])
+        .await
+        .expect("commit");
+    match outcome {
+        CommitOutcome::EffectRefused {
+            index: 1,
+            effect: 0,
+            ..
+        } => {}
+        other => panic!("expected the second effect refused, got {other:?}"),
+    }
+    assert_eq!(store.get("m-1").await.expect("get"), None);
+    assert_eq!(store.get("m-2").await.expect("get"), None);
+    assert_eq!(backend.counter(&store, &a).await, 0);
+
+    let outcome = store
+        .commit_new(vec![
+            new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
+            new_commit("m-2", "h2", vec![backend.effect(&store, &b, 3, Some(0))]),
+        ])
+        .await
+        .expect("commit");
+    let CommitOutcome::Committed { expires_at_s } = outcome else {
+        panic!("expected a commit, got {outcome:?}");
+    };
+    for (key, hash) in [("m-1", "h1"), ("m-2", "h2")] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!(
+            (item.status, item.version, item.payload_hash.as_str()),
+            (Status::Completed, 1, hash)
+        );
+        assert_eq!(item.expires_at_s, expires_at_s);
+        assert_eq!(item.result, Some(format!("applied {key}")));
+    }
+    assert_eq!(
+        (
+            backend.counter(&store, &a).await,
+            backend.counter(&store, &b).await
+        ),
+        (10, 3)
+    );
+    // Committed once: the same message again is refused with the item.
+    let again = store
+        .commit_new(vec![new_commit(
+            "m-1",
+            "h1",
+            vec![backend.effect(&store, &a, 10, None)],
+        )])
+        .await
+        .expect("commit");
+    assert!(
+        matches!(again, CommitOutcome::KeyTaken { index: 0, item: Some(ref item) } if item.status == Status::Completed),
+        "{again:?}"
+    );
+    assert_eq!(backend.counter(&store, &a).await, 10);
+}
+
+/// 4 lock-free committers and 4 claimers of one new key at the same moment:
+/// exactly one of the 8 wins; the effect happened iff a commit won.
+pub async fn lock_free_commits_and_claims_racing_on_one_key_have_one_winner<B: Backend>(
+    backend: &B,
+) {
+    for round in 0..5 {
+        let store = backend.store(LONG_LOCK).await;
+        let counter = format!("c-{}", uuid::Uuid::new_v4());
+        let key = format!("race-{round}");
+        let barrier = Arc::new(Barrier::new(8));
+        let mut commits = Vec::new();
+        let mut claims = Vec::new();
+        for _ in 0..4 {
+            let effect = backend.effect(&store, &counter, 7, None);
+            let (committer, barrier_c, key_c) = (store.clone(), barrier.clone(), key.clone());
+            commits.push(tokio::spawn(async move {
+                barrier_c.wait().await;
+                let commit = new_commit(&key_c, "h1", vec![effect]);
+                committer.commit_new(vec![commit]).await
+            }));
+            let (claimer, barrier_c, key_c) = (store.clone(), barrier.clone(), key.clone());
+            claims.push(tokio::spawn(async move {
+                barrier_c.wait().await;
+                claimer.claim(request(&key_c, "h1")).await
+            }));
+        }
+        let mut committed = 0;
+        for commit in commits {
+            match commit.await.expect("task").expect("commit") {
+                CommitOutcome::Committed { .. } => committed += 1,
+                CommitOutcome::KeyTaken { index: 0, .. } => {}
+                other => panic!("unexpected commit outcome {other:?}"),
+            }
+        }
+        let mut acquired = 0;
+        for claim in claims {
+            match claim.await.expect("task").expect("claim") {
+                ClaimOutcome::Acquired(_) => acquired += 1,
+                ClaimOutcome::Duplicate(_) | ClaimOutcome::InProgress(_) => {}
+                other => panic!("unexpected claim outcome {other:?}"),
+            }
+        }
+        assert_eq!(committed + acquired, 1, "one winner of 8");
+        let item = store.get(&key).await.expect("get").expect("item");
+        let expected = match committed {
+            1 => (Status::Completed, 7),
+            _ => (Status::Started, 0),
+        };
+        assert_eq!(
+            (item.status, backend.counter(&store, &counter).await),
+            expected
+        );
+    }
+}
+
+/// A lock free failure is written only for a new key.
+pub async fn a_lock_free_failure_is_written_only_for_a_new_key<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let written = store
+        .fail_new(request("poison", "h1"), "o-1", "not a payment")
+        .await
+        .expect("fail new");
+    assert_eq!(written, Conditional::Written(()));
+    let item = store.get("poison").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.version, item.owner.as_str()),
+        (Status::Failed, 1, "o-1")
+    );
+    assert_eq!(item.error.as_deref(), Some("not a payment"));
+
+    match store
+        .fail_new(request("poison", "h1"), "o-2", "again")
+        .await
+        .expect("fail new")
+    {
+        Conditional::Conflict(Some(found)) => assert_eq!(*found, item),
+        other => panic!("expected the item found, got {other:?}"),
+    }
+    match store.claim(request("poison", "h1")).await.expect("claim") {
+        ClaimOutcome::PreviouslyFailed(found) => assert_eq!(found, item),
+        other => panic!("expected previously failed, got {other:?}"),
+    }
+}
+
+/// Operator release and retry act only at the observed version.
+pub async fn operator_release_and_retry_act_only_at_the_observed_version<B: Backend>(backend: &B)
+where
+    B::S: Operator,
+{
+    let store = backend.store(LONG_LOCK).await;
+    // Release: only the STARTED item at the version seen.
+    let lease = acquire(&store, "stuck", "h1").await;
+    match store.release_version("stuck", 2).await {
+        Err(StoreError::NotInState {
+            version: 2, found, ..
+        }) => {
+            assert_eq!(found, "STARTED at version 1")
+        }
+        other => panic!("expected not in state, got {other:?}"),
+    }
+    store.release_version("stuck", 1).await.expect("release");
+    let item = store.get("stuck").await.expect("get").expect("item");
+    assert_eq!(
+        (item.owner.as_str(), item.lock_expires_at_ms),
+        (lease.owner.as_str(), Some(0))
+    );
+    match store.claim(request("stuck", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(next) => assert_eq!(next.version, 2),
+        other => panic!("expected a takeover at version 2, got {other:?}"),
+    }
+    match store.release_version("absent", 1).await {
+        Err(StoreError::NotInState { found, .. }) => assert_eq!(found, "absent"),
+        other => panic!("expected not in state, got {other:?}"),
+    }
+
+    // Retry: only the FAILED item at the version seen; its error is kept.
+    let poison = acquire(&store, "poison", "h1").await;
+    store.fail(&poison, "bad amount").await.expect("fail");
+    assert!(matches!(
+        store.retry_failed("poison", 2).await,
+        Err(StoreError::NotInState { .. })
+    ));
+    assert!(matches!(
+        store.retry_failed("stuck", 2).await,
+        Err(StoreError::NotInState { .. })
+    ));
+    store.retry_failed("poison", 1).await.expect("retry");
+    let item = store.get("poison").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.version, item.error.as_deref()),
+        (Status::Started, 1, None)
+    );
+    assert_eq!(item.last_error.as_deref(), Some("bad amount"));
+    match store.claim(request("poison", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(next) => assert_eq!(next.version, 2),
+        other => panic!("expected a takeover at version 2, got {other:?}"),
+    }
+}
+
+/// Batch reads return live items by key.
+pub async fn batch_reads_return_live_items_by_key<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let done = acquire(&store, "done", "h1").await;
+    store
+        .complete(&done, Some("ok"), vec![].into())
+        .await
+        .expect("complete");
+    acquire(&store, "running", "h2").await;
+    let too_long = "k".repeat(<B::S as Store>::MAX_KEY_BYTES);
+    let found = store
+        .batch_get(&["done", "running", "absent", "", &too_long])
+        .await
+        .expect("batch get");
+    let mut keys: Vec<&str> = found.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["done", "running"]);
+    assert_eq!(found["done"].result.as_deref(), Some("ok"));
+    assert_eq!(found["running"].status, Status::Started);
+}
+
+/// Listings find stuck and failed keys under the prefix.
+pub async fn listings_find_stuck_and_failed_keys_under_the_prefix<B: Backend>(backend: &B)
+where
+    B::S: Operator,
+{
+    let store = backend.store(LONG_LOCK).await;
+    let _live = acquire(&store, "live", "h1").await;
+    let released = acquire(&store, "released", "h1").await;
+    store.release(&released).await.expect("release");
+    let failed = acquire(&store, "failed", "h1").await;
+    store.fail(&failed, "bad").await.expect("fail");
+    let done = acquire(&store, "done", "h1").await;
+    store
+        .complete(&done, None, vec![].into())
+        .await
+        .expect("complete");
+    // Another function's keys (another prefix) are never listed.
+    let other = backend.store(LONG_LOCK).await;
+    let theirs = acquire(&other, "released", "h1").await;
+    other.release(&theirs).await.expect("release");
+
+    let names = |listed: crate::store::Listed| {
+        let mut keys: Vec<String> = listed
+            .items
+            .iter()
+            .map(|item| {
+                item.pk
+                    .trim_start_matches(&store.config().key_prefix)
+                    .to_owned()
+            })
+            .collect();
+        keys.sort();
+        keys
+    };
+    let stuck = store
+        .list(Listing::Stuck {
+            older_than: Duration::from_secs(3600),
+        })
+        .await
+        .expect("list");
+    assert_eq!(names(stuck), ["released"]);
+    // Old enough: a live lock is listed too.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let old = store
+        .list(Listing::Stuck {
+            older_than: Duration::from_millis(10),
+        })
+        .await
+        .expect("list");
+    assert_eq!(names(old), ["live", "released"]);
+    let failed = store.list(Listing::Failed).await.expect("list");
+    assert_eq!(names(failed), ["failed"]);
+}
+
+/// Every STARTED key under the store's prefix (`older_than` zero: all of
+/// them), as the scheduled stuck-key check lists them: through each
+/// backend's index of STARTED items (a sparse GSI, a partial index, a
+/// sorted set), which every transition must keep exact.
+async fn all_started<S: Operator>(store: &S) -> Vec<String> {
+    // Created strictly before the listing's now.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let listed = store
+        .list(Listing::Stuck {
+            older_than: Duration::ZERO,
+        })
+        .await
+        .expect("list");
+    let prefix = &store.config().key_prefix;
+    let mut keys: Vec<String> = listed
+        .items
+        .iter()
+        .map(|item| item.pk.trim_start_matches(prefix.as_str()).to_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The started listing follows every transition.
+pub async fn the_started_listing_follows_every_transition<B: Backend>(backend: &B)
+where
+    B::S: Operator,
+{
+    let store = backend.store(LONG_LOCK).await;
+    let completed = acquire(&store, "completed", "h1").await;
+    let failed = acquire(&store, "failed", "h1").await;
+    let released = acquire(&store, "released", "h1").await;
+    let extended = acquire(&store, "extended", "h1").await;
+    assert_eq!(
+        all_started(&store).await,
+        ["completed", "extended", "failed", "released"],
+        "claims are listed"
+    );
+    let done = store.complete(&completed, None, vec![].into());
+    done.await.expect("complete");
+    store.fail(&failed, "bad").await.expect("fail");
+    store.release(&released).await.expect("release");
+    let until = now_ms() + 60_000;
+    store.extend(&extended, until).await.expect("extend");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended", "released"],
+        "completed and failed keys leave; released and extended ones stay"
+    );
+    let taken = match store.claim(request("released", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert_eq!(all_started(&store).await, ["extended", "released"]);
+    let done = store.complete(&taken, Some("ok"), vec![].into());
+    done.await.expect("complete");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended"],
+        "taken over, then done"
+    );
+    store.retry_failed("failed", 1).await.expect("retry");
+    assert_eq!(
+        all_started(&store).await,
+        ["extended", "failed"],
+        "an operator's retry makes a FAILED key STARTED again"
+    );
+    // The lock-free path writes COMPLETED and FAILED items directly.
+    let committed = store
+        .commit_new(vec![new_commit::<<B::S as Store>::Effect>(
+            "direct",
+            "h1",
+            vec![],
+        )])
+        .await
+        .expect("commit");
+    assert!(
+        matches!(committed, CommitOutcome::Committed { .. }),
+        "{committed:?}"
+    );
+    let poison = store.fail_new(request("poison", "h1"), "o-1", "not a payment");
+    assert_eq!(poison.await.expect("fail new"), Conditional::Written(()));
+    assert_eq!(all_started(&store).await, ["extended", "failed"]);
+}

@@ -1,0 +1,244 @@
+//! The idempotency item: one per key, the same in every backend. Its
+//! attribute names are a public contract that operators query and
+//! `template.yaml` (and each backend's schema) declares.
+
+/// Attribute names of the idempotency item.
+pub mod attr {
+    /// Partition key: key prefix + idempotency key.
+    pub const PK: &str = "pk";
+    /// `STARTED`, `COMPLETED` or `FAILED`.
+    pub const STATUS: &str = "status";
+    /// Fencing number: 1 on claim, +1 on every takeover.
+    pub const VERSION: &str = "version";
+    /// Token unique to each claim; every later write is conditioned on it.
+    pub const OWNER: &str = "owner";
+    /// Hex SHA-256 of the payload that claimed the key.
+    pub const PAYLOAD_HASH: &str = "payload_hash";
+    /// Lease end, epoch milliseconds; meaningful while STARTED.
+    pub const LOCK_EXPIRES_AT: &str = "lock_expires_at";
+    /// The table's TTL attribute, epoch seconds. Written on every item.
+    pub const EXPIRES_AT: &str = "expires_at";
+    /// Epoch milliseconds of the first claim.
+    pub const CREATED_AT: &str = "created_at";
+    /// Epoch milliseconds of the last write.
+    pub const UPDATED_AT: &str = "updated_at";
+    /// Number of claims and takeovers so far.
+    pub const ATTEMPTS: &str = "attempts";
+    /// Where the first claimer's message came from (e.g. `payments-0@15`).
+    pub const ORIGIN: &str = "origin";
+    /// Bounded result text of a COMPLETED item.
+    pub const RESULT: &str = "result";
+    /// Bounded error text of a FAILED item.
+    pub const ERROR: &str = "error";
+    /// The error of a FAILED item an operator let run again.
+    pub const LAST_ERROR: &str = "last_error";
+    /// DynamoDB only: the shard (0-15) of a STARTED item in the sparse index
+    /// `started`; set by the claim and the take-over, removed by completion
+    /// and failure, so the index holds STARTED items only.
+    pub const STARTED_SHARD: &str = "started_shard";
+}
+
+/// The lifecycle state of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Claimed: the work may be running under a lease.
+    Started,
+    /// Done: redeliveries are duplicates.
+    Completed,
+    /// Failed for good: redeliveries are refused.
+    Failed,
+}
+
+impl Status {
+    /// The stored text (`STARTED`, `COMPLETED`, `FAILED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "STARTED",
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    /// The status a stored text names.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "STARTED" => Some(Self::Started),
+            "COMPLETED" => Some(Self::Completed),
+            "FAILED" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// What a found item means for a new message of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Past its TTL: counts as absent (stores delete lazily).
+    Expired,
+    /// The key was used with another payload: the work never runs.
+    OtherPayload,
+    /// Done for this payload: a duplicate.
+    Completed,
+    /// Failed permanently for this payload: refused again.
+    Failed,
+    /// STARTED under a live lease: in progress elsewhere.
+    Locked,
+    /// STARTED with its lease ended: may be taken over.
+    Abandoned,
+}
+
+/// An idempotency item as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredItem {
+    /// Partition key: prefix + idempotency key.
+    pub pk: String,
+    /// The key's state.
+    pub status: Status,
+    /// Fencing number.
+    pub version: u64,
+    /// The current claim's token.
+    pub owner: String,
+    /// The fingerprint the key was claimed with.
+    pub payload_hash: String,
+    /// Lease end, epoch ms, while STARTED.
+    pub lock_expires_at_ms: Option<u64>,
+    /// TTL, epoch seconds.
+    pub expires_at_s: u64,
+    /// Epoch ms of the first claim.
+    pub created_at_ms: Option<u64>,
+    /// Epoch ms of the last write.
+    pub updated_at_ms: Option<u64>,
+    /// Claims and takeovers so far.
+    pub attempts: Option<u64>,
+    /// Where the first claimer's message came from.
+    pub origin: Option<String>,
+    /// The handler's result (COMPLETED).
+    pub result: Option<String>,
+    /// The error (FAILED).
+    pub error: Option<String>,
+    /// The error of a FAILED item an operator let run again.
+    pub last_error: Option<String>,
+}
+
+impl StoredItem {
+    /// Past its TTL: the store may not have deleted it yet, but it counts
+    /// as absent. Mirrors the claim condition `expires_at < :now_s`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_s < crate::clock::ms_to_s(now_ms)
+    }
+
+    /// A STARTED item whose lease ran out. Mirrors the takeover condition
+    /// `lock_expires_at < :now_ms`.
+    pub fn lock_expired(&self, now_ms: u64) -> bool {
+        self.lock_expires_at_ms.unwrap_or(0) < now_ms
+    }
+
+    /// What this item means for a message with `payload_hash` at `now_ms`:
+    /// the one place where a found item is judged (claims, lock-free commits).
+    pub fn standing(&self, payload_hash: &str, now_ms: u64) -> Standing {
+        if self.is_expired(now_ms) {
+            Standing::Expired
+        } else if self.payload_hash != payload_hash {
+            Standing::OtherPayload
+        } else {
+            match self.status {
+                Status::Completed => Standing::Completed,
+                Status::Failed => Standing::Failed,
+                Status::Started if self.lock_expired(now_ms) => Standing::Abandoned,
+                Status::Started => Standing::Locked,
+            }
+        }
+    }
+}
+
+/// A new item as every backend writes it (version 1, one attempt): what a
+/// claim, a lock-free commit and a lock-free failure create.
+pub struct NewItem<'a> {
+    /// The partition key (prefix + idempotency key).
+    pub pk: &'a str,
+    /// STARTED (a claim), COMPLETED or FAILED (lock-free).
+    pub status: Status,
+    /// The owner token of the write.
+    pub owner: &'a str,
+    /// The payload's fingerprint.
+    pub payload_hash: &'a str,
+    /// A claim's lease end (epoch ms); `None` for a finished item.
+    pub lock_expires_at_ms: Option<u64>,
+    /// The TTL (epoch seconds).
+    pub expires_at_s: u64,
+    /// When it is written (epoch ms): its `created_at` and `updated_at`.
+    pub now_ms: u64,
+    /// Where the message came from.
+    pub origin: Option<&'a str>,
+    /// A COMPLETED item's result.
+    pub result: Option<&'a str>,
+    /// A FAILED item's error.
+    pub error: Option<&'a str>,
+}
+
+impl<'a> NewItem<'a> {
+    /// A claim's STARTED item, held by `lease` from `now_ms`.
+    pub fn started(
+        lease: &'a super::Lease,
+        request: super::ClaimRequest<'a>,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk: &lease.pk,
+            status: Status::Started,
+            owner: &lease.owner,
+            payload_hash: request.payload_hash,
+            lock_expires_at_ms: Some(lease.lock_expires_at_ms),
+            expires_at_s,
+            now_ms,
+            origin: request.origin,
+            result: None,
+            error: None,
+        }
+    }
+
+    /// A lock-free commit's COMPLETED item for `commit`, at `pk`.
+    pub fn completed<E>(
+        pk: &'a str,
+        commit: &'a super::NewCommit<E>,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk,
+            status: Status::Completed,
+            owner: &commit.owner,
+            payload_hash: &commit.payload_hash,
+            lock_expires_at_ms: None,
+            expires_at_s,
+            now_ms,
+            origin: commit.origin.as_deref(),
+            result: commit.result.as_deref(),
+            error: None,
+        }
+    }
+
+    /// A lock-free failure's FAILED item, at `pk`.
+    pub fn failed(
+        pk: &'a str,
+        request: super::ClaimRequest<'a>,
+        owner: &'a str,
+        error: &'a str,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            pk,
+            status: Status::Failed,
+            owner,
+            payload_hash: request.payload_hash,
+            lock_expires_at_ms: None,
+            expires_at_s,
+            now_ms,
+            origin: request.origin,
+            result: None,
+            error: Some(error),
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! The idempotency store: the key state machine every backend implements.
+//!
+//! [`Store`] is the narrow interface the engine and the operator CLI use:
+//! each transition is ONE conditional write in the backend, fenced as the
+//! diagram says. A backend is a module of its own (`dynamodb/`, `postgres/`,
+//! `memory.rs`), its state machine read top to bottom in one file per path;
+//! what a found item means is judged in one place for all of them
+//! ([`StoredItem::standing`]). The conformance suite (`tests/conformance/`)
+//! holds every backend to the same semantics.
+//!
+//! ```text
+//! absent | expired ──claim──▶ STARTED v1
+//! STARTED, lock expired ──take over──▶ STARTED v+1 (new owner)
+//! STARTED ──complete──▶ COMPLETED          ┐ (optionally in one transaction
+//!                                          │  with the work's own effects)
+//! STARTED ──fail──▶ FAILED                 │ fenced: status STARTED
+//! STARTED ──release──▶ STARTED, lock ended │ AND version AND owner
+//! STARTED ──extend──▶ STARTED, lock later  ┘
+//! absent | expired ──commit new──▶ COMPLETED v1, with the effects (lock-free)
+//! absent | expired ──fail new──▶ FAILED v1 (lock-free)
+//! STARTED v ──operator release──▶ STARTED v, lock ended  ┐ fenced: status
+//! FAILED v ──operator retry──▶ STARTED v, lock ended     ┘ AND version
+//! ```
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+pub mod increment;
+mod item;
+pub mod memory;
+pub mod requests;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use increment::{Add, Increment};
+pub use item::NewItem;
+pub use item::{Standing, Status, StoredItem, attr};
+
+use sha2::{Digest, Sha256};
+
+use crate::clock::duration_ms;
+use crate::config::{LongKeyPolicy, StoreConfig};
+
+/// Hex SHA-256 of some bytes: the form of an item's `payload_hash` (the
+/// payload's fingerprint), and of a long key under [`LongKeyPolicy::Hash`].
+pub fn payload_hash(payload: &[u8]) -> String {
+    hex::encode(Sha256::digest(payload))
+}
+
+/// Error texts (and origins) are cut to this many bytes before they are
+/// stored.
+pub const MAX_TEXT_BYTES: usize = 1024;
+/// The largest result a COMPLETED item keeps (64 KiB, well within
+/// DynamoDB's 400 KB item). Results are stored whole, never cut: the engine
+/// fails a message whose result is larger.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// A claim that keeps racing (item expiring, takeovers by others) gives up
+/// after this many looks at the stored item and reports contention.
+const MAX_CLAIM_ROUNDS: usize = 4;
+
+/// What a claimer knows about the message whose key it claims.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The idempotency key, without the table's key prefix.
+    pub key: &'a str,
+    /// The payload's fingerprint.
+    pub payload_hash: &'a str,
+    /// Where the message came from, kept on the item for operators.
+    pub origin: Option<&'a str>,
+    /// The latest the lease may end (epoch ms), e.g. just after the
+    /// invocation's deadline; `None`: a full lock timeout.
+    pub lease_cap_ms: Option<u64>,
+    /// Who claims: on Lambda the invocation, as `<request id>/<function
+    /// version>/<log stream>` (see [`new_owner`]). It starts the owner
+    /// token, so that a STARTED item leads to its invocation's logs.
+    pub holder: Option<&'a str>,
+}
+
+/// The right to do a key's work, held until completion, failure or release.
+/// Every write made with it is fenced on `version` + `owner`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The item's partition key (prefix + idempotency key).
+    pub pk: String,
+    /// Fencing number: grows with every takeover.
+    pub version: u64,
+    /// This claim's unique token.
+    pub owner: String,
+    /// Lease end, epoch milliseconds.
+    pub lock_expires_at_ms: u64,
+}
+
+impl Lease {
+    /// A new claim's lease on `pk` at `version`: a new owner (its holder
+    /// first), for one lock timeout from `now_ms` (not past the request's
+    /// cap).
+    pub fn claimed(
+        pk: String,
+        version: u64,
+        config: &StoreConfig,
+        now_ms: u64,
+        request: &ClaimRequest<'_>,
+    ) -> Self {
+        Self {
+            pk,
+            version,
+            owner: new_owner(request.holder),
+            lock_expires_at_ms: config.lease_end(now_ms, request.lease_cap_ms),
+        }
+    }
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The key was free (absent, expired): this worker holds it at version 1.
+    Acquired(Lease),
+    /// The key's previous owner abandoned it (lease ran out or released):
+    /// this worker holds it at the next version; the old owner is fenced out.
+    TakenOver(Lease),
+    /// The key was already completed for this same payload: skip the work.
+    Duplicate(StoredItem),
+    /// The key was used before with another payload: never run the work.
+    PayloadMismatch(StoredItem),
+    /// The key failed permanently before: never run the work again.
+    PreviouslyFailed(StoredItem),
+    /// Another worker holds a live lease on the key: try again later.
+    InProgress(StoredItem),
+}
+
+/// A conditional write that creates or takes an item: written, or the
+/// item that made its condition fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional<T> {
+    /// The condition held; the write happened.
+    Written(T),
+    /// The condition failed; the item as it was (`None` if there was none).
+    Conflict(Option<Box<StoredItem>>),
+}
+
+/// One message for [`Store::commit_new`].
+#[derive(Debug, Clone)]
+pub struct NewCommit<E> {
+    /// The idempotency key, without the table's key prefix.
+    pub key: String,
+    /// The payload's fingerprint.
+    pub payload_hash: String,
+    /// Where the message came from.
+    pub origin: Option<String>,
+    /// Unique to this attempt (the handler's fencing token).
+    pub owner: String,
+    /// Kept whole on the COMPLETED item (within [`MAX_RESULT_BYTES`]).
+    pub result: Option<String>,
+    /// The work's effect.
+    pub effects: Effects<E>,
+}
+
+/// A work's effect, committed in ONE transaction with its completion:
+/// opaque writes, and increments (which the store merges per item across
+/// the messages of a transaction, see [`increment`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effects<E> {
+    /// Writes in the store's own terms (DynamoDB: `TransactWriteItem`).
+    pub writes: Vec<E>,
+    /// Commutative increments.
+    pub increments: Vec<Increment>,
+}
+
+impl<E> Default for Effects<E> {
+    fn default() -> Self {
+        Self {
+            writes: Vec::new(),
+            increments: Vec::new(),
+        }
+    }
+}
+
+/// Writes only.
+impl<E> From<Vec<E>> for Effects<E> {
+    fn from(writes: Vec<E>) -> Self {
+        Self {
+            writes,
+            increments: Vec::new(),
+        }
+    }
+}
+
+impl<E> Effects<E> {
+    /// Nothing to write beside the completion.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.increments.is_empty()
+    }
+}
+
+/// The increments of `commits`, merged per item in message order, and the
+/// number of effect actions of the whole transaction (writes + merged
+/// increments); [`StoreError::TooManyWrites`] beyond `limit`, and
+/// [`StoreError::Rejected`] if a merged sum leaves `i64`.
+pub fn transaction_effects<'a, E: 'a>(
+    effects: impl IntoIterator<Item = &'a Effects<E>> + Clone,
+    limit: usize,
+) -> Result<Vec<Increment>, StoreError> {
+    let increments = increment::merged(effects.clone().into_iter().flat_map(|e| &e.increments))
+        .ok_or(StoreError::Rejected {
+            operation: "commit",
+            message: "a merged increment leaves the range of a 64-bit integer".into(),
+        })?;
+    let writes: usize = effects.into_iter().map(|e| e.writes.len()).sum();
+    let count = writes + increments.len();
+    if count > limit {
+        return Err(StoreError::TooManyWrites { count, limit });
+    }
+    Ok(increments)
+}
+
+impl<E> NewCommit<E> {
+    /// What its new item is written with (no lease: it is created finished).
+    pub fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: &self.key,
+            payload_hash: &self.payload_hash,
+            origin: self.origin.as_deref(),
+            lease_cap_ms: None,
+            holder: None,
+        }
+    }
+}
+
+/// What a lock-free commit did: everything written, or nothing and why.
+#[derive(Debug)]
+pub enum CommitOutcome {
+    /// Every message's COMPLETED item and effects are written.
+    Committed {
+        /// The items' `expires_at` (epoch seconds).
+        expires_at_s: u64,
+    },
+    /// The key of message `index` is not new; the item found (None if the
+    /// store returned none).
+    KeyTaken {
+        /// Which message (0-based).
+        index: usize,
+        /// The item found.
+        item: Option<Box<StoredItem>>,
+    },
+    /// The merged increment of `item` would take a number below its floor
+    /// (nothing was written). `current`: the item's numbers as the store
+    /// found them (missing: 0), when it tells, so that the caller can see
+    /// which message, applied alone after the ones before it, is refused.
+    IncrementRefused {
+        /// The item ([`Increment::item`]).
+        item: String,
+        /// Its numbers at the refusal, by attribute.
+        current: Option<HashMap<String, i128>>,
+    },
+    /// A condition of write `effect` of message `index` failed.
+    EffectRefused {
+        /// Which message (0-based).
+        index: usize,
+        /// Which of its effects (0-based).
+        effect: usize,
+        /// The store's reason.
+        message: String,
+    },
+}
+
+/// Which keys an operator lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// STARTED keys whose lock ended, or created before `now - older_than`.
+    Stuck {
+        /// STARTED keys created longer ago are listed too.
+        older_than: Duration,
+    },
+    /// FAILED keys: the durable record of every poison record.
+    Failed,
+}
+
+impl Listing {
+    /// Whether `item` (not past its TTL) belongs to this listing at `now_ms`.
+    pub fn matches(&self, item: &StoredItem, now_ms: u64) -> bool {
+        match (self, item.status) {
+            (Listing::Stuck { older_than }, Status::Started) => {
+                item.lock_expired(now_ms)
+                    || item
+                        .created_at_ms
+                        .is_some_and(|at| at < now_ms.saturating_sub(duration_ms(*older_than)))
+            }
+            (Listing::Failed, Status::Failed) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What a listing cost the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListingCost {
+    /// Requests (pages) sent.
+    pub requests: u64,
+    /// Items the store read to answer (before any filter): what is billed.
+    pub read: u64,
+    /// Read capacity units consumed, where the store counts them.
+    pub capacity_units: f64,
+}
+
+/// The keys of a listing and what it cost.
+#[derive(Debug, Clone, Default)]
+pub struct Listed {
+    /// The items listed (under the store's key prefix).
+    pub items: Vec<StoredItem>,
+    /// What it cost.
+    pub cost: ListingCost,
+}
+
+/// A backend of the key state machine. Each transition is ONE conditional
+/// write whose condition keeps the invariant the diagram of this module
+/// shows; every write after a claim is fenced on `version` + `owner`.
+/// Errors say what happened and whether a later delivery may succeed
+/// ([`StoreError::is_retryable`]).
+///
+/// To add a backend: implement the required methods, each as one atomic
+/// conditional write (a conditional `UPDATE ... WHERE`, a Lua script, a
+/// conditional request), and instantiate the conformance suite for it
+/// (`tests/conformance/`). The claim loop and the judging of found items
+/// are shared.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// A business write committed in the same transaction as a completion
+    /// (DynamoDB: a `TransactWriteItem`; a SQL backend: a statement).
+    type Effect: Clone + Send + Sync + 'static;
+
+    /// The backend's name in messages (`DynamoDB`).
+    const NAME: &'static str;
+    /// At most this many effects fit in one transaction beside one item.
+    const MAX_EFFECTS: usize;
+    /// The longest partition key the store accepts, in bytes.
+    const MAX_KEY_BYTES: usize;
+
+    /// Its configuration.
+    fn config(&self) -> &StoreConfig;
+
+    /// The item an effect writes, when the store can tell, named as
+    /// [`Increment::item`] names an incremented item (`table/key="value"`):
+    /// effects on distinct items may share a transaction, and two commits
+    /// touching one item are never in flight together. `None`: the effect
+    /// commits alone, with nothing else in flight.
+    fn touched(effect: &Self::Effect) -> Option<String>;
+
+    /// Claim: create the STARTED item at version 1 for `pk`, only if the
+    /// key is absent or past its TTL; else the item found.
+    fn create_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
+
+    /// Take over: become the owner of `observed` (STARTED, lock ended) at
+    /// version + 1 (the lease as `request` asks), only if it is still at
+    /// that version, STARTED and abandoned; else the item found.
+    fn take_over(
+        &self,
+        observed: &StoredItem,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
+
+    /// Complete (fenced): the work is done, together with `effects` in ONE
+    /// transaction when there are any (a refused write or increment:
+    /// [`StoreError::EffectConditionFailed`], its index counting the writes
+    /// first, then the increments merged per item). Returns the item's new
+    /// `expires_at` (epoch seconds).
+    fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Effects<Self::Effect>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Fail permanently (fenced): redeliveries are refused.
+    fn fail(
+        &self,
+        lease: &Lease,
+        error: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Release after a retryable error (fenced): the lock ends now, so the
+    /// next claim takes the key over at once as version + 1.
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Extend (fenced heartbeat): the lease ends at `until_ms`.
+    fn extend(
+        &self,
+        lease: &Lease,
+        until_ms: u64,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+
+    /// Lock-free commit: each message's COMPLETED item at version 1 (only
+    /// if its key is absent or past its TTL) and its effects, all in ONE
+    /// transaction; the increments of one item merged into one update
+    /// ([`Increment::then`]). The caller makes sure that the writes touch
+    /// distinct items, and no item that is incremented.
+    fn commit_new(
+        &self,
+        commits: Vec<NewCommit<Self::Effect>>,
+    ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
+
+    /// Lock-free failure: the FAILED item at version 1, only if the key is
+    /// absent or past its TTL; else the item found.
+    fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<Conditional<()>, StoreError>> + Send;
+
+    /// The item of `key`, read consistently; `None` when absent or past its
+    /// TTL.
+    fn get(&self, key: &str)
+    -> impl Future<Output = Result<Option<StoredItem>, StoreError>> + Send;
+
+    /// The items of `keys` (invalid keys skipped; expired ones absent), by
+    /// key. A hint, which may be stale: only a COMPLETED item may be trusted.
+    fn batch_get(
+        &self,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<HashMap<String, StoredItem>, StoreError>> + Send;
+
+    /// Epoch milliseconds as this store sees them (the process's clock plus
+    /// [`StoreConfig::clock_offset_ms`]).
+    fn now_ms(&self) -> u64 {
+        crate::clock::now_ms().saturating_add_signed(self.config().clock_offset_ms)
+    }
+
+    /// The partition key for an idempotency key, within the store's limit:
+    /// a longer key is refused, or hashed under [`LongKeyPolicy::Hash`].
+    fn pk(&self, key: &str) -> Result<String, StoreError> {
+        let config = self.config();
+        if key.is_empty() {
+            return Err(StoreError::InvalidKey("the key is empty".into()));
+        }
+        let prefix = &config.key_prefix;
+        let bytes = prefix.len() + key.len();
+        if bytes <= Self::MAX_KEY_BYTES {
+            return Ok(format!("{prefix}{key}"));
+        }
+        match config.long_keys {
+            LongKeyPolicy::Hash => Ok(format!("{prefix}sha256:{}", payload_hash(key.as_bytes()))),
+            LongKeyPolicy::Reject => Err(StoreError::InvalidKey(format!(
+                "the key is {bytes} bytes with its prefix; {} allows at most {} \
+                 (LONG_KEY_POLICY=hash stores a SHA-256 of it instead)",
+                Self::NAME,
+                Self::MAX_KEY_BYTES
+            ))),
+        }
+    }
+
+    /// Claims `request.key`, or says why the work must not run now: ONE
+    /// conditional create, and on conflict the found item judged by
+    /// [`StoredItem::standing`] (an abandoned one taken over, version-guarded).
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        async move {
+            let pk = self.pk(request.key)?;
+            let mut observed = match self.create_started(&pk, request).await? {
+                Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+                Conditional::Conflict(item) => item,
+            };
+            for _ in 0..MAX_CLAIM_ROUNDS {
+                let Some(item) = observed else {
+                    observed = match self.create_started(&pk, request).await? {
+                        Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
+                        Conditional::Conflict(item) => item,
+                    };
+                    continue;
+                };
+                let item = *item;
+                match item.standing(request.payload_hash, self.now_ms()) {
+                    // Past its TTL: absent, even if the store still has it.
+                    Standing::Expired => observed = None,
+                    Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
+                    Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
+                    Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
+                    Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
+                    Standing::Abandoned => match self.take_over(&item, request).await? {
+                        Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
+                        Conditional::Conflict(item) => observed = item,
+                    },
+                }
+            }
+            Err(StoreError::Contention { key: pk })
+        }
+    }
+}
+
+/// What only an operator needs of a store, beside the engine's [`Store`]:
+/// the fenced operator transitions and the listings (`exactly-once-ops`,
+/// and the function's scheduled stuck-key check). A store that serves the
+/// engine alone need not implement it.
+pub trait Operator: Store {
+    /// Operator release: the STARTED item at `version` becomes claimable at
+    /// once; [`StoreError::NotInState`] otherwise.
+    fn release_version(
+        &self,
+        key: &str,
+        version: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Operator retry: the FAILED item at `version` becomes STARTED with its
+    /// lock ended (`error` moves to `last_error`); [`StoreError::NotInState`]
+    /// otherwise.
+    fn retry_failed(
+        &self,
+        key: &str,
+        version: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The live items under the key prefix that `listing` names.
+    fn list(&self, listing: Listing) -> impl Future<Output = Result<Listed, StoreError>> + Send;
+}
+
+/// Cuts `text` to at most [`MAX_TEXT_BYTES`], on a character boundary.
+pub fn bounded(text: &str) -> &str {
+    let mut end = text.len().min(MAX_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A new owner token, unique to each claim or lock-free attempt: a UUID,
+/// after its holder when known (`<request id>/<function version>/<log
+/// stream>/<uuid>` on Lambda).
+pub fn new_owner(holder: Option<&str>) -> String {
+    let unique = uuid::Uuid::new_v4();
+    match holder {
+        Some(holder) => format!("{holder}/{unique}"),
+        None => unique.to_string(),
+    }
+}

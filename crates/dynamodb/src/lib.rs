@@ -1,0 +1,199 @@
+//! The DynamoDB backend: one item per key in the idempotency table, each
+//! transition ONE conditional write (`PutItem`, `UpdateItem`, or
+//! `TransactWriteItems` with the effect). One file per path, each read top
+//! to bottom with its conditions: `locking.rs`, `lock_free.rs`,
+//! `operator.rs`; reads in `read.rs`, the listing scan in `listing.rs`.
+
+#![warn(missing_docs)]
+
+mod codec;
+mod increment;
+mod listing;
+mod lock_free;
+mod locking;
+mod operator;
+mod read;
+mod requests;
+mod transact;
+mod write;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+/// The AWS SDK for DynamoDB this crate is built with: its `Client` and
+/// `types::TransactWriteItem` (the effects a DynamoDB handler returns) at the
+/// version the store expects.
+pub use aws_sdk_dynamodb;
+pub use aws_sdk_dynamodb::Client;
+pub use aws_sdk_dynamodb::types::TransactWriteItem;
+pub use codec::RawItem;
+pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions};
+pub use requests::CountRequests;
+
+use exactly_once_core::config::StoreConfig;
+use exactly_once_core::store::{
+    ClaimRequest, CommitOutcome, Conditional, Effects, Lease, Listed, Listing, NewCommit, Operator,
+    Store, StoreError, StoredItem,
+};
+
+/// DynamoDB's limit of 100 actions per transaction, less the completion.
+pub const MAX_EFFECT_WRITES: usize = 99;
+/// DynamoDB's limit on a partition key value, in bytes.
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// The idempotency table in DynamoDB, seen through the transitions of its
+/// keys.
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    config: StoreConfig,
+    scan: ScanOptions,
+}
+
+impl DynamoDbStore {
+    /// The store on `client` as `config` says.
+    pub fn new(client: Client, config: StoreConfig) -> Self {
+        Self {
+            client,
+            config,
+            scan: ScanOptions::default(),
+        }
+    }
+
+    /// Its DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The same store, its listings scanning as `scan` says.
+    pub fn with_scan(self, scan: ScanOptions) -> Self {
+        Self { scan, ..self }
+    }
+}
+
+impl Store for DynamoDbStore {
+    type Effect = TransactWriteItem;
+    const NAME: &'static str = "DynamoDB";
+    const MAX_EFFECTS: usize = MAX_EFFECT_WRITES;
+    const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn touched(effect: &TransactWriteItem) -> Option<String> {
+        write::touched_item(effect)
+    }
+
+    async fn create_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.put_started(pk, request).await
+    }
+
+    async fn take_over(
+        &self,
+        observed: &StoredItem,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.take_over_item(observed, request).await
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Effects<TransactWriteItem>,
+    ) -> Result<u64, StoreError> {
+        match effects.is_empty() {
+            true => self.complete_alone(lease, result).await,
+            false => self.complete_with(lease, result, effects).await,
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        self.fail_item(lease, error).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.release_item(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
+        self.extend_item(lease, until_ms).await
+    }
+
+    async fn commit_new(
+        &self,
+        commits: Vec<NewCommit<TransactWriteItem>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        self.commit_items(commits).await
+    }
+
+    async fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Conditional<()>, StoreError> {
+        self.put_failed(request, owner, error).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        self.get_item(key).await
+    }
+
+    async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
+        self.batch_get_items(keys).await
+    }
+}
+
+/// The operator's transitions and listings (`exactly-once-ops`).
+impl Operator for DynamoDbStore {
+    async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_release(key, version).await
+    }
+
+    async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_retry(key, version).await
+    }
+
+    async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
+        self.list_items(listing).await
+    }
+}
+
+/// Classifies an SDK error that is not a conditional-check failure.
+pub(crate) fn sdk_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let message = DisplayErrorContext(&err).to_string();
+    match &err {
+        SdkError::ServiceError(service) if !is_transient_code(service.err().code()) => {
+            StoreError::Rejected { operation, message }
+        }
+        _ => StoreError::Unavailable { operation, message },
+    }
+}
+
+/// DynamoDB error codes that go away by themselves.
+fn is_transient_code(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ThrottlingException"
+                | "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "InternalServerError"
+                | "ServiceUnavailable"
+                | "TransactionConflictException"
+                | "TransactionInProgressException"
+                | "LimitExceededException"
+        )
+    )
+}

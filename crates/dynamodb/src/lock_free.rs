@@ -1,0 +1,140 @@
+//! The lock-free path on DynamoDB, for work whose whole effect is DynamoDB
+//! writes: no
+//! claim and no lock. The effect and the COMPLETED item commit in ONE
+//! transaction that succeeds only if the key is new ([`NEW_KEY`]); a
+//! concurrent duplicate loses that condition and is, by construction, a
+//! duplicate.
+//!
+//! [`NEW_KEY`]: super::write::NEW_KEY
+
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
+
+use super::codec::{RawItem, n, s};
+use super::increment::{increment_action, numbers_found};
+use super::transact::{condition_failed, transaction_error};
+use super::write::{NEW_KEY, names_in, new_item, parse_old};
+use super::{DynamoDbStore, MAX_EFFECT_WRITES};
+use exactly_once_core::clock::ms_to_s;
+use exactly_once_core::store::{
+    ClaimRequest, CommitOutcome, Conditional, NewCommit, Status, Store, StoreError, bounded,
+    transaction_effects,
+};
+
+impl DynamoDbStore {
+    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
+    /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
+    /// returned on failure) and its writes, all in ONE transaction. Several
+    /// messages commit together only if all can (the caller makes sure their
+    /// writes touch distinct items); at most 100 actions in all.
+    /// Returns the items' `expires_at`, or why nothing was written.
+    pub(super) async fn commit_items(
+        &self,
+        commits: Vec<NewCommit<TransactWriteItem>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        // At most 100 actions: the items, the writes, the merged increments.
+        let room = (MAX_EFFECT_WRITES + 1).saturating_sub(commits.len());
+        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        // What each action is, in order: each message's item and writes,
+        // then the increments merged per item.
+        let mut actions: Vec<Action> = Vec::new();
+        let mut items = Vec::new();
+        for (index, commit) in commits.into_iter().enumerate() {
+            let request = commit.request();
+            let pk = self.pk(request.key)?;
+            let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
+            item.insert("expires_at".to_owned(), n(expires_at_s));
+            if let Some(result) = &commit.result {
+                item.insert("result".to_owned(), s(result));
+            }
+            items.push(self.put_new(item, now)?);
+            actions.push(Action::Item(index));
+            actions.extend((0..commit.effects.writes.len()).map(|w| Action::Write(index, w)));
+            items.extend(commit.effects.writes);
+        }
+        for (merged, increment) in increments.iter().enumerate() {
+            items.push(increment_action(increment)?);
+            actions.push(Action::Increment(merged));
+        }
+        let (reasons, err) = match self.transact(items).await {
+            Ok(()) => return Ok(CommitOutcome::Committed { expires_at_s }),
+            Err(failure) => failure,
+        };
+        // The first action refused, in order: a message's item before its
+        // writes, the merged increments last.
+        let Some((action, reason)) = actions
+            .iter()
+            .zip(&reasons)
+            .find(|(_, reason)| condition_failed(reason))
+        else {
+            return Err(transaction_error(
+                "commit (TransactWriteItems)",
+                &reasons,
+                err,
+            ));
+        };
+        Ok(match *action {
+            Action::Item(index) => CommitOutcome::KeyTaken {
+                index,
+                item: parse_old(reason.item())?,
+            },
+            Action::Write(index, effect) => CommitOutcome::EffectRefused {
+                index,
+                effect,
+                message: reason.message().unwrap_or_default().to_owned(),
+            },
+            Action::Increment(merged) => CommitOutcome::IncrementRefused {
+                item: increments[merged].item(),
+                current: numbers_found(&increments[merged], reason),
+            },
+        })
+    }
+
+    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
+    /// lock-free path, so that its redeliveries are refused without running
+    /// the work; else the item found (the key is not new).
+    pub(super) async fn put_failed(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Conditional<()>, StoreError> {
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let mut item = new_item(&pk, Status::Failed, owner, request, now);
+        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
+        item.insert("error".to_owned(), s(bounded(error)));
+        // Invariant: one live item per key (see NEW_KEY).
+        self.put_if_new(item, now, (), "fail new (PutItem)").await
+    }
+
+    /// The transaction action creating `item` under [`NEW_KEY`].
+    fn put_new(&self, item: RawItem, now: u64) -> Result<TransactWriteItem, StoreError> {
+        // Invariant: one live item per key (see NEW_KEY).
+        let put = Put::builder()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression(NEW_KEY)
+            .set_expression_attribute_names(Some(names_in(&[NEW_KEY])))
+            .expression_attribute_values(":now_s", n(ms_to_s(now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "commit (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
+
+/// What an action of a lock-free commit is.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    /// Message `index`'s COMPLETED item.
+    Item(usize),
+    /// Write `.1` of message `.0`.
+    Write(usize, usize),
+    /// Merged increment `index`.
+    Increment(usize),
+}

@@ -1,0 +1,276 @@
+//! The locking path on DynamoDB, top to bottom: claim, take over, then
+//! complete (alone or with the effect), fail, release or extend. Every
+//! transition is ONE conditional write; its condition sits next to it with
+//! the invariant it keeps. The claim's condition ([`NEW_KEY`]) and the
+//! helpers both paths share are in `write.rs`; the claim loop that judges a
+//! found item is the store trait's ([`exactly_once_core::store::Store::claim`]).
+//!
+//! [`NEW_KEY`]: super::write::NEW_KEY
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
+
+use super::codec::{n, s, status_value};
+use super::increment::increment_action;
+use super::listing::started_shard;
+use super::transact::{TransactError, condition_failed, transaction_error};
+use super::write::{conditional, names_in, new_item};
+use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
+use exactly_once_core::store::{
+    ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
+    increment, transaction_effects,
+};
+
+/// The condition of every write after the claim.
+/// Invariant: only the current owner of a STARTED item writes to it; a worker
+/// whose lock was taken over (new version, new owner) is fenced out.
+const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
+
+impl DynamoDbStore {
+    /// Claim: create the STARTED item at version 1.
+    pub(super) async fn put_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        let now = self.now_ms();
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
+        let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
+        item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
+        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
+        // In the index of STARTED items until completed or failed.
+        item.insert("started_shard".to_owned(), n(started_shard(pk)));
+        // Invariant: one live item per key (see NEW_KEY).
+        self.put_if_new(item, now, lease, "claim (PutItem)").await
+    }
+
+    /// Take over: become the owner of an abandoned STARTED item, version + 1.
+    pub(super) async fn take_over_item(
+        &self,
+        observed: &StoredItem,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        let now = self.now_ms();
+        let next = observed.version + 1;
+        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
+        let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+                      #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
+                      ADD #attempts :one";
+        // Invariant: of all takers that saw this version, exactly one wins, and
+        // only while the lock is still abandoned (not renewed, not finished).
+        let condition =
+            "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms";
+        let values = HashMap::from([
+            (":owner".to_owned(), s(&lease.owner)),
+            (":next".to_owned(), n(lease.version)),
+            (":lock".to_owned(), n(lease.lock_expires_at_ms)),
+            (":exp".to_owned(), n(self.config.expires_at_s(now))),
+            (":now_ms".to_owned(), n(now)),
+            (":one".to_owned(), n(1)),
+            (":observed".to_owned(), n(observed.version)),
+            (":started".to_owned(), status_value(Status::Started)),
+            (":shard".to_owned(), n(started_shard(&observed.pk))),
+        ]);
+        let result = self
+            .update_item(&observed.pk, update, condition, values)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        conditional(result, lease, "take over (UpdateItem)", |err| match err {
+            UpdateItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
+            _ => None,
+        })
+    }
+
+    /// Complete: the work is done; redeliveries become duplicates until the
+    /// retention ends. `result` is stored whole (the engine keeps it within
+    /// [`exactly_once_core::store::MAX_RESULT_BYTES`]). Returns the item's new
+    /// `expires_at` (epoch seconds).
+    pub(super) async fn complete_alone(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let (update, values, expires_at_s) = self.completion(result);
+        self.fenced_update(lease, "complete (UpdateItem)", update, values)
+            .await?;
+        Ok(expires_at_s)
+    }
+
+    /// Complete together with the work's own DynamoDB writes, in ONE
+    /// transaction: either the effect and COMPLETED both happen, or neither.
+    /// The completion is the transaction's first action, fenced like
+    /// [`Self::complete_alone`]; at most [`MAX_EFFECT_WRITES`] writes fit
+    /// beside it.
+    pub(super) async fn complete_with(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Effects<TransactWriteItem>,
+    ) -> Result<u64, StoreError> {
+        let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
+        let (update, values, expires_at_s) = self.completion(result);
+        let completion = Update::builder()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&lease.pk))
+            .update_expression(update)
+            .condition_expression(FENCE)
+            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
+            .set_expression_attribute_values(Some(fenced_values(lease, values)))
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "complete (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        let mut actions = vec![TransactWriteItem::builder().update(completion).build()];
+        let writes = effects.writes.len();
+        actions.extend(effects.writes);
+        for increment in &increments {
+            actions.push(increment_action(increment)?);
+        }
+        match self.transact(actions).await {
+            Ok(()) => Ok(expires_at_s),
+            Err((reasons, err)) => Err(failed_transaction(lease, writes, &reasons, err)),
+        }
+    }
+
+    /// The update that marks an item COMPLETED, its values and its expiry.
+    fn completion(
+        &self,
+        result: Option<&str>,
+    ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        let mut values = vec![
+            (":completed", status_value(Status::Completed)),
+            (":exp", n(expires_at_s)),
+            (":now_ms", n(now)),
+        ];
+        let update = match result {
+            Some(text) => {
+                values.push((":result", s(text)));
+                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms, \
+                 #result = :result REMOVE #lock_expires_at, #started_shard"
+            }
+            None => {
+                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms \
+                 REMOVE #lock_expires_at, #started_shard"
+            }
+        };
+        (update, values, expires_at_s)
+    }
+
+    /// Fail permanently: redeliveries are refused without running the work.
+    pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        let now = self.now_ms();
+        let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
+                      #updated_at = :now_ms REMOVE #lock_expires_at, #started_shard";
+        let values = vec![
+            (":failed", status_value(Status::Failed)),
+            (":error", s(bounded(error))),
+            (":exp", n(self.config.expires_at_s(now))),
+            (":now_ms", n(now)),
+        ];
+        self.fenced_update(lease, "fail (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Release after a retryable error: the lock ends now, so the next claim
+    /// takes the key over at once (as version + 1, keeping the history).
+    pub(super) async fn release_item(&self, lease: &Lease) -> Result<(), StoreError> {
+        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+        let values = vec![(":zero", n(0)), (":now_ms", n(self.now_ms()))];
+        self.fenced_update(lease, "release (UpdateItem)", update, values)
+            .await
+    }
+
+    /// Extend (heartbeat): push the lease's end to `until_ms`.
+    pub(super) async fn extend_item(
+        &self,
+        lease: &Lease,
+        until_ms: u64,
+    ) -> Result<Lease, StoreError> {
+        let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
+        let values = vec![(":until", n(until_ms)), (":now_ms", n(self.now_ms()))];
+        self.fenced_update(lease, "extend (UpdateItem)", update, values)
+            .await?;
+        Ok(Lease {
+            lock_expires_at_ms: until_ms,
+            ..lease.clone()
+        })
+    }
+
+    /// A write guarded by [`FENCE`]; a failed guard means the lock was lost.
+    async fn fenced_update(
+        &self,
+        lease: &Lease,
+        operation: &'static str,
+        update: &str,
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .update_item(&lease.pk, update, FENCE, fenced_values(lease, values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(StoreError::LockLost {
+                        key: lease.pk.clone(),
+                        version: lease.version,
+                    })
+                }
+                _ => Err(sdk_error(operation, err)),
+            },
+        }
+    }
+}
+
+/// `values` plus the ones [`FENCE`] reads from the lease.
+fn fenced_values(
+    lease: &Lease,
+    values: Vec<(&str, AttributeValue)>,
+) -> HashMap<String, AttributeValue> {
+    let mut values: HashMap<String, AttributeValue> = values
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    values.insert(":started".into(), status_value(Status::Started));
+    values.insert(":version".into(), n(lease.version));
+    values.insert(":owner".into(), s(&lease.owner));
+    values
+}
+
+/// Why a completion transaction failed: our fence (action 0) failed, a
+/// condition of the work's own writes failed, or DynamoDB itself failed.
+fn failed_transaction(
+    lease: &Lease,
+    writes: usize,
+    reasons: &[CancellationReason],
+    err: TransactError,
+) -> StoreError {
+    if reasons.first().is_some_and(condition_failed) {
+        return StoreError::LockLost {
+            key: lease.pk.clone(),
+            version: lease.version,
+        };
+    }
+    // The completion, its writes, then the increments.
+    if let Some(index) = reasons.iter().position(condition_failed) {
+        let message = match index > writes {
+            true => increment::BELOW_FLOOR,
+            false => reasons[index].message().unwrap_or_default(),
+        };
+        return StoreError::EffectConditionFailed {
+            effect: index - 1,
+            message: message.to_owned(),
+        };
+    }
+    transaction_error("complete (TransactWriteItems)", reasons, err)
+}

@@ -1,0 +1,80 @@
+//! Parked records, forwarded whole to a dead-letter queue
+//! (`DEAD_LETTER_QUEUE_URL`, an SQS queue): the event source mapping's own
+//! on-failure destination keeps only a record's coordinates, and a parked
+//! record is never sent there at all. Each message holds the record exactly
+//! as Lambda delivered it (base64 key and value, headers), why it was parked
+//! and the event's source, so that it can be inspected and fed through the
+//! function again. Sent at least once: a parked record delivered again is
+//! sent again.
+
+#[cfg(feature = "sqs")]
+mod sqs;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::{Value, json};
+
+use crate::decode::Coordinates;
+#[cfg(feature = "sqs")]
+pub use sqs::DeadLetterQueue;
+
+/// One parked record to forward.
+#[derive(Debug, Clone)]
+pub struct Parked {
+    /// Where the record sits.
+    pub at: Coordinates,
+    /// The outcome's name (`failed`, `previously-failed`).
+    pub outcome: &'static str,
+    /// The stored error (never payload content from this crate).
+    pub error: Option<String>,
+}
+
+/// The parked records a destination could not take, with why.
+pub type Unsent = Vec<(Coordinates, String)>;
+
+/// A destination's answer, once it has tried every record.
+pub type Forwarding<'a> = Pin<Box<dyn Future<Output = Unsent> + Send + 'a>>;
+
+/// Where parked records are forwarded, whole: an SQS queue
+/// ([`DeadLetterQueue`], feature `sqs`), or a destination of your own.
+pub trait DeadLetters: Send + Sync + 'static {
+    /// Sends every parked record of `event` (the invocation's payload, as
+    /// Lambda sent it); returns the ones that could not be sent, with why:
+    /// the function reports them, so that nothing is lost. Each message is
+    /// [`message`]'s.
+    fn forward<'a>(&'a self, event: &'a Value, parked: Vec<Parked>) -> Forwarding<'a>;
+}
+
+/// The message of one parked record: why it was parked, where it sits, the
+/// event's source, and the record as Lambda sent it (`None` if `event` does
+/// not hold it).
+pub fn message(event: &Value, parked: &Parked) -> Option<String> {
+    let records = event
+        .get("records")?
+        .get(&parked.at.partition)?
+        .as_array()?;
+    let record = records
+        .iter()
+        .find(|r| r.get("offset").and_then(Value::as_i64) == Some(parked.at.offset))?;
+    Some(
+        json!({
+            "reason": parked.outcome,
+            "error": parked.error,
+            "partition": parked.at.partition,
+            "offset": parked.at.offset,
+            "eventSource": event.get("eventSource"),
+            "eventSourceArn": event.get("eventSourceArn"),
+            "bootstrapServers": event.get("bootstrapServers"),
+            "record": record,
+        })
+        .to_string(),
+    )
+}
+
+/// A shared destination.
+impl<T: DeadLetters + ?Sized> DeadLetters for std::sync::Arc<T> {
+    fn forward<'a>(&'a self, event: &'a Value, parked: Vec<Parked>) -> Forwarding<'a> {
+        (**self).forward(event, parked)
+    }
+}

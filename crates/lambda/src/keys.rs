@@ -1,0 +1,199 @@
+//! Where a record's idempotency key comes from.
+
+use serde_json::Value;
+
+use super::decode::Coordinates;
+use super::record::KafkaRecord;
+use exactly_once_core::redact::{json_error, json_type};
+
+/// A record's value parsed as JSON, when something needs it (parsed once per
+/// record for keys and fingerprint alike).
+pub type ParsedValue = Option<Result<Value, serde_json::Error>>;
+
+/// One source of (part of) the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The value of the configured header (`IDEMPOTENCY_KEY_HEADER`).
+    Header,
+    /// A string or number in the JSON payload, by JSON pointer (`/payment_id`).
+    JsonPointer(String),
+    /// The Kafka record key.
+    RecordKey,
+}
+
+/// What to do with a record whose key is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKeyPolicy {
+    /// A permanent failure of that record (the default).
+    Reject,
+    /// Key on the record's coordinates: dedupes Lambda's redeliveries only.
+    RecordCoordinates,
+    /// Key on the payload's SHA-256: equal payloads count as one.
+    PayloadHash,
+}
+
+impl MissingKeyPolicy {
+    /// Parses `MISSING_KEY_POLICY`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "reject" => Ok(Self::Reject),
+            "record-coordinates" => Ok(Self::RecordCoordinates),
+            "payload-hash" => Ok(Self::PayloadHash),
+            other => Err(format!(
+                "unknown policy {other:?}; expected reject, record-coordinates or payload-hash"
+            )),
+        }
+    }
+}
+
+/// How keys are derived: one part, or several joined into a composite key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    parts: Vec<KeyPart>,
+    header: String,
+    missing: MissingKeyPolicy,
+}
+
+impl KeySpec {
+    /// Parses `IDEMPOTENCY_KEY_SOURCE`: comma-separated parts, each `header`,
+    /// `record-key` or `json:<JSON pointer>`.
+    pub fn parse(source: &str, header: String, missing: MissingKeyPolicy) -> Result<Self, String> {
+        let parts = source
+            .split(',')
+            .map(|part| match part.trim() {
+                "header" => Ok(KeyPart::Header),
+                "record-key" => Ok(KeyPart::RecordKey),
+                other => match other.strip_prefix("json:") {
+                    Some(pointer) if pointer.starts_with('/') => {
+                        Ok(KeyPart::JsonPointer(pointer.to_owned()))
+                    }
+                    Some(pointer) => Err(format!(
+                        "JSON pointer {pointer:?} must start with '/', e.g. json:/payment_id"
+                    )),
+                    None => Err(format!(
+                        "unknown key source {other:?}; expected header, record-key or json:/pointer"
+                    )),
+                },
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            parts,
+            header,
+            missing,
+        })
+    }
+
+    /// The parts, in order.
+    pub fn parts(&self) -> &[KeyPart] {
+        &self.parts
+    }
+
+    /// What happens to a record whose key is missing.
+    pub fn missing(&self) -> MissingKeyPolicy {
+        self.missing
+    }
+
+    /// Whether a part reads the value as JSON.
+    pub fn reads_json(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, KeyPart::JsonPointer(_)))
+    }
+
+    /// The record's idempotency key, or why it has none usable.
+    pub fn key_for(
+        &self,
+        record: &KafkaRecord,
+        json: &ParsedValue,
+        at: &Coordinates,
+        payload_hash: &str,
+    ) -> Result<String, String> {
+        // Every part is read first: a part that cannot be read fails the
+        // record whatever the order of the parts and the missing-key policy.
+        let mut values = Vec::with_capacity(self.parts.len());
+        let mut missing = None;
+        for part in &self.parts {
+            match self.part(part, record, json)? {
+                Some(value) => values.push(value),
+                None => missing = missing.or(Some(part)),
+            }
+        }
+        if let Some(part) = missing {
+            return self.when_missing(part, at, payload_hash);
+        }
+        Ok(match values.as_slice() {
+            [single] => single.clone(),
+            // Escaped so that different parts can never join into one key.
+            _ => values
+                .iter()
+                .map(|v| v.replace('\\', "\\\\").replace('|', "\\|"))
+                .collect::<Vec<_>>()
+                .join("|"),
+        })
+    }
+
+    fn part(
+        &self,
+        part: &KeyPart,
+        record: &KafkaRecord,
+        json: &ParsedValue,
+    ) -> Result<Option<String>, String> {
+        let text = |bytes: &[u8], what: &str| {
+            String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not valid UTF-8"))
+        };
+        let value = match part {
+            KeyPart::Header => match record.header(&self.header) {
+                Some(bytes) => Some(text(bytes, &format!("header {:?}", self.header))?),
+                None => None,
+            },
+            KeyPart::RecordKey => match &record.key {
+                Some(bytes) => Some(text(bytes, "the record key")?),
+                None => None,
+            },
+            KeyPart::JsonPointer(pointer) => {
+                let json = match json {
+                    Some(Ok(json)) => json,
+                    Some(Err(err)) => {
+                        return Err(format!(
+                            "payload is not JSON, cannot read {pointer}: {}",
+                            json_error(err)
+                        ));
+                    }
+                    None => return Err(format!("payload not parsed, cannot read {pointer}")),
+                };
+                match json.pointer(pointer) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Number(n)) => Some(n.to_string()),
+                    Some(other) => {
+                        return Err(format!(
+                            "{pointer} is not a string or number (it is {})",
+                            json_type(other)
+                        ));
+                    }
+                }
+            }
+        };
+        Ok(value.filter(|v| !v.is_empty()))
+    }
+
+    fn when_missing(
+        &self,
+        part: &KeyPart,
+        at: &Coordinates,
+        payload_hash: &str,
+    ) -> Result<String, String> {
+        match self.missing {
+            MissingKeyPolicy::Reject => Err(format!(
+                "no idempotency key: {} is missing or empty (MISSING_KEY_POLICY=reject)",
+                match part {
+                    KeyPart::Header => format!("header {:?}", self.header),
+                    KeyPart::RecordKey => "the record key".into(),
+                    KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
+                }
+            )),
+            MissingKeyPolicy::RecordCoordinates => Ok(format!("record:{at}")),
+            MissingKeyPolicy::PayloadHash => Ok(format!("sha256:{payload_hash}")),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The PostgreSQL backend: one row per key in the idempotency table, each
+//! transition ONE SQL statement whose `WHERE` is its condition; the work's
+//! own SQL commits in the same transaction as its completion. One file per
+//! path, each read top to bottom with its statements as constants beside
+//! their transitions: `locking.rs`, `lock_free.rs`, `operator.rs`; the
+//! row-creating statement, the statements of a table (rendered once per
+//! store) and the row codec in `rows.rs`; the pipelined transaction in
+//! `transaction.rs`; `SqlEffect` in `effect.rs`; increments in
+//! `increment.rs`; the schema and its migrations in `schema.rs`; the
+//! connection (settings, pool, TLS, secret, IAM token) in `connect/`.
+//!
+//! An expired row counts as absent on every read and is replaced by the
+//! next claim: PostgreSQL has no TTL, `exactly-once-ops purge-expired`
+//! deletes expired rows.
+
+#![warn(missing_docs)]
+
+pub mod connect;
+mod effect;
+mod increment;
+mod lock_free;
+mod locking;
+mod operator;
+mod rows;
+pub mod schema;
+mod transaction;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Object, PoolError};
+use tokio_postgres::error::SqlState;
+
+pub use connect::{DatabaseSettings, SslMode};
+/// The connection pool a store runs on (`deadpool-postgres`).
+pub use deadpool_postgres::Pool;
+pub use effect::{SqlEffect, SqlValue};
+/// The PostgreSQL client this crate is built with.
+pub use tokio_postgres;
+
+use exactly_once_core::config::StoreConfig;
+use exactly_once_core::store::requests::RequestCounter;
+use exactly_once_core::store::{
+    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
+    NewCommit, Operator, Store, StoreError, StoredItem,
+};
+use rows::Statements;
+use transaction::{Answer, Statement};
+
+/// At most this many effects (statements and merged increments) share a
+/// transaction with one completion: PostgreSQL has no limit of its own; the
+/// engine sizes groups with it, as with DynamoDB.
+pub const MAX_EFFECTS: usize = 99;
+/// The longest `pk`, in bytes: as on DynamoDB, and well within a B-tree
+/// index entry (2704 bytes).
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// The idempotency table in PostgreSQL, seen through the transitions of its
+/// keys.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    config: StoreConfig,
+    sql: Arc<Statements>,
+    timeout: Duration,
+    requests: RequestCounter,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("config", &self.config)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// The store on `pool` as `config` says; every call gives up (and
+    /// reports the record) after `timeout`. The table name must be a SQL
+    /// identifier (`name` or `schema.name`).
+    pub fn new(pool: Pool, config: StoreConfig, timeout: Duration) -> Result<Self, StoreError> {
+        let sql = Statements::for_table(&config.table_name)?;
+        Ok(Self {
+            pool,
+            config,
+            sql: Arc::new(sql),
+            timeout,
+            requests: RequestCounter::default(),
+        })
+    }
+
+    /// Counts and times every call (one per transition or read) in
+    /// `counter`, for the invocation's metrics.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
+        self.requests = counter;
+        self
+    }
+
+    /// Its connection pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The same store under another configuration (same pool and table).
+    pub fn with_config(&self, config: StoreConfig) -> Self {
+        Self {
+            config,
+            ..self.clone()
+        }
+    }
+
+    /// Runs `work` on a pooled connection within the store's timeout. A
+    /// connection whose call failed retryably or ran out of time is closed,
+    /// never pooled again: it may hold an unfinished transaction or request.
+    async fn with_client<T>(
+        &self,
+        operation: &'static str,
+        work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let _timed = self.requests.timer(operation);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let client = tokio::time::timeout_at(deadline, self.pool.get())
+            .await
+            .map_err(|_| self.timed_out(operation))?
+            .map_err(|err| pool_error(operation, err))?;
+        match tokio::time::timeout_at(deadline, work(&client)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => {
+                if err.is_retryable() {
+                    drop(Object::take(client));
+                }
+                Err(err)
+            }
+            Err(_) => {
+                drop(Object::take(client));
+                Err(self.timed_out(operation))
+            }
+        }
+    }
+
+    /// `statement` on its own (autocommit), within the store's timeout.
+    async fn run(
+        &self,
+        operation: &'static str,
+        statement: &Statement<'_>,
+    ) -> Result<Answer, StoreError> {
+        self.with_client(operation, async |client| {
+            statement
+                .query(client)
+                .await
+                .map_err(|err| pg_error(operation, err))
+        })
+        .await
+    }
+
+    fn timed_out(&self, operation: &'static str) -> StoreError {
+        StoreError::Unavailable {
+            operation,
+            message: format!("no answer within {} ms", self.timeout.as_millis()),
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    type Effect = SqlEffect;
+    const NAME: &'static str = "PostgreSQL";
+    const MAX_EFFECTS: usize = MAX_EFFECTS;
+    const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn touched(effect: &SqlEffect) -> Option<String> {
+        effect.item().map(str::to_owned)
+    }
+
+    async fn create_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.insert_started(pk, request).await
+    }
+
+    async fn take_over(
+        &self,
+        observed: &StoredItem,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.take_over_row(observed, request).await
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Effects<SqlEffect>,
+    ) -> Result<u64, StoreError> {
+        match effects.is_empty() {
+            true => self.complete_alone(lease, result).await,
+            false => self.complete_with(lease, result, effects).await,
+        }
+    }
+
+    async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        self.fail_row(lease, error).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.release_row(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
+        self.extend_row(lease, until_ms).await
+    }
+
+    async fn commit_new(
+        &self,
+        commits: Vec<NewCommit<SqlEffect>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        self.commit_rows(commits).await
+    }
+
+    async fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Conditional<()>, StoreError> {
+        self.insert_failed(request, owner, error).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        self.get_row(key).await
+    }
+
+    async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
+        self.get_rows(keys).await
+    }
+}
+
+/// The operator's transitions and listings (`exactly-once-ops`).
+impl Operator for PostgresStore {
+    async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_release(key, version).await
+    }
+
+    async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_retry(key, version).await
+    }
+
+    async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
+        self.list_rows(listing).await
+    }
+}
+
+impl PostgresStore {
+    /// Applies `increment` on its own, committed at once (no completion
+    /// beside it): what the demo ledger's `direct` mode does on PostgreSQL.
+    /// A floor that would be crossed: [`StoreError::EffectConditionFailed`].
+    pub async fn apply(&self, increment: &Increment) -> Result<(), StoreError> {
+        self.apply_increment(increment).await
+    }
+}
+
+/// Classifies a PostgreSQL error: what goes away by itself (connection
+/// lost, server restarting, statement timeout, serialization failure,
+/// deadlock, too many connections) is [`StoreError::Unavailable`];
+/// anything else the server refused is [`StoreError::Rejected`]. The text
+/// is the server's message without its detail, which may quote values.
+pub(crate) fn pg_error(operation: &'static str, err: tokio_postgres::Error) -> StoreError {
+    let message = error_text(&err);
+    match err.code() {
+        Some(code) if !is_transient(code) => StoreError::Rejected { operation, message },
+        _ => StoreError::Unavailable { operation, message },
+    }
+}
+
+/// The server's severity, code and message (never its detail), or the
+/// client's own error.
+fn error_text(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+        None => err.to_string(),
+    }
+}
+
+/// SQLSTATEs that go away by themselves.
+fn is_transient(code: &SqlState) -> bool {
+    let code = code.code();
+    // 08: connection exception; 53: insufficient resources; 57: operator
+    // intervention (shutdown, statement timeout); 40: rollback (serialization
+    // failure, deadlock); 55P03: lock not available.
+    ["08", "53", "57", "40"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || code == "55P03"
+}
+
+/// A pool that could not give a connection in time: unavailable.
+fn pool_error(operation: &'static str, err: PoolError) -> StoreError {
+    match err {
+        PoolError::Backend(err) => pg_error(operation, err),
+        other => StoreError::Unavailable {
+            operation,
+            message: format!("no database connection: {other}"),
+        },
+    }
+}

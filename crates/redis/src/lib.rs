@@ -1,0 +1,410 @@
+//! The Redis (and Valkey) backend: one hash per key at
+//! `<IDEMPOTENCY_TABLE>:<pk>` with the DynamoDB item's fields, each
+//! transition ONE Lua script whose first lines are its condition (Redis
+//! runs a script atomically); the work's own writes and increments run in
+//! the script of its completion. The scripts are loaded once and called by
+//! SHA (`EVALSHA`, loaded again after a server restart). One file per path,
+//! each read top to bottom with its scripts beside their transitions:
+//! `locking.rs`, `lock_free.rs`, `operator.rs`; the Lua they share in
+//! `lua.rs`; `RedisEffect` and the effects' script input in `effect.rs`;
+//! the hash codec in `codec.rs`; the settings in `connect.rs` and the
+//! connection (one server, or a cluster) in `connection.rs`; the shared
+//! duplicate cache in `cache.rs`.
+//!
+//! Redis deletes an item itself (`PEXPIREAT` just after `expires_at`), and
+//! every read also judges one past its TTL absent. In cluster mode a
+//! function's keys share one hash slot (a `{tag}` in its names), since a
+//! lock-free commit's script touches several keys. Durability is Redis's:
+//! an acknowledged write survives a primary's failure only with AOF
+//! `appendfsync always`, MemoryDB's log, or (`REDIS_WAIT_REPLICAS`) once
+//! replicas hold it; see the README.
+
+#![warn(missing_docs)]
+
+pub mod cache;
+mod codec;
+pub mod connect;
+mod connection;
+mod effect;
+mod lock_free;
+mod locking;
+mod lua;
+mod operator;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RetryMethod, Script, ScriptInvocation, Value};
+
+pub use cache::RedisDuplicateCache;
+pub use connect::RedisSettings;
+pub use connection::RedisConnection;
+pub use effect::{RedisEffect, increment_key};
+/// The Redis client this crate is built with.
+pub use redis;
+
+use exactly_once_core::config::StoreConfig;
+use exactly_once_core::store::requests::RequestCounter;
+use exactly_once_core::store::{
+    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
+    NewCommit, Operator, Store, StoreError, StoredItem,
+};
+
+/// At most this many effects (writes and merged increments) share a
+/// script with one completion: Redis has no limit of its own; the engine
+/// sizes groups with it, as with the other stores.
+pub const MAX_EFFECTS: usize = 99;
+/// The longest `pk`, in bytes: as on DynamoDB, so that a key is hashed
+/// (`LONG_KEY_POLICY=hash`) the same way on every store.
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// The transitions' scripts, each hashed once per store.
+struct Scripts {
+    create: Script,
+    take_over: Script,
+    fenced: Script,
+    commit_new: Script,
+    operator: Script,
+    prune: Script,
+}
+
+/// The idempotency items in Redis, seen through the transitions of their
+/// keys.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: RedisConnection,
+    config: StoreConfig,
+    scripts: Arc<Scripts>,
+    timeout: Duration,
+    wait_replicas: u32,
+    requests: RequestCounter,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("config", &self.config)
+            .field("timeout", &self.timeout)
+            .field("wait_replicas", &self.wait_replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a transition's script answered: done, or refused and why (a tag
+/// and what goes with it, e.g. `found` and the item's fields).
+enum Answer {
+    Written,
+    Refused(String, Vec<Value>),
+}
+
+impl RedisStore {
+    /// The store on `connection` as `config` says; every call gives up (and
+    /// reports the record) after `settings.timeout`.
+    pub fn new(connection: RedisConnection, config: StoreConfig, settings: &RedisSettings) -> Self {
+        Self {
+            connection,
+            config,
+            scripts: Arc::new(Scripts {
+                create: Script::new(locking::CREATE),
+                take_over: Script::new(locking::TAKE_OVER),
+                fenced: Script::new(locking::FENCED),
+                commit_new: Script::new(lock_free::COMMIT_NEW),
+                operator: Script::new(operator::OPERATOR),
+                prune: Script::new(operator::PRUNE),
+            }),
+            timeout: settings.timeout,
+            wait_replicas: settings.wait_replicas,
+            requests: RequestCounter::default(),
+        }
+    }
+
+    /// Counts and times every call (a transition's script with its `WAIT`,
+    /// or a read) in `counter`, for the invocation's metrics.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
+        self.requests = counter;
+        self
+    }
+
+    /// The same store under another configuration (same connection).
+    pub fn with_config(&self, config: StoreConfig) -> Self {
+        Self {
+            config,
+            ..self.clone()
+        }
+    }
+
+    /// Checks that `names` (tables whose hashes a handler's effects write)
+    /// can share a script with this store's items: in cluster mode they
+    /// must share the idempotency table's hash tag (e.g.
+    /// `{payments}idempotency` and `{payments}ledger`); standalone, any
+    /// names.
+    pub fn check_names(&self, names: &[&str]) -> Result<(), String> {
+        match &self.connection {
+            RedisConnection::Cluster { .. } => {
+                let mut all = vec![self.config.table_name.as_str()];
+                all.extend_from_slice(names);
+                connect::one_slot(&all)
+            }
+            RedisConnection::Single(_) => Ok(()),
+        }
+    }
+
+    /// Its connection (for tests and tools reading the effects).
+    pub fn connection(&self) -> RedisConnection {
+        self.connection.clone()
+    }
+
+    /// The Redis key of `pk`'s item.
+    fn item_key(&self, pk: &str) -> String {
+        format!("{}:{pk}", self.config.table_name)
+    }
+
+    /// The sorted set of the table's STARTED items (members: their Redis
+    /// keys; scores: their `created_at`): the table's own name, which no
+    /// item's key (`NAME:pk`) can be, in the same cluster slot as they.
+    fn started_set(&self) -> String {
+        self.config.table_name.clone()
+    }
+
+    /// Runs a transition's script within the store's timeout; a write
+    /// waits for `REDIS_WAIT_REPLICAS` replicas when asked to.
+    async fn run(
+        &self,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Answer, StoreError> {
+        let _timed = self.requests.timer(operation);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut connection = self.connection.clone();
+        let value: Value =
+            tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection))
+                .await
+                .map_err(|_| self.timed_out(operation))?
+                .map_err(|err| redis_error(operation, err))?;
+        match value {
+            Value::Int(1) => {
+                self.replicated(operation, &mut connection, deadline)
+                    .await?;
+                Ok(Answer::Written)
+            }
+            Value::Array(mut values) if !values.is_empty() => {
+                let tag = text(&values.remove(0));
+                Ok(Answer::Refused(tag, values))
+            }
+            other => Err(StoreError::Rejected {
+                operation,
+                message: format!("unexpected answer from the script: {other:?}"),
+            }),
+        }
+    }
+
+    /// `WAIT` for `REDIS_WAIT_REPLICAS` replicas to hold this connection's
+    /// writes; fewer before `deadline`: unavailable (the write may be lost
+    /// with the primary, so the record is reported).
+    async fn replicated(
+        &self,
+        operation: &'static str,
+        connection: &mut RedisConnection,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), StoreError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        // The server's own timeout ends first (it checks it about every
+        // 100 ms), so that the answer says how many replicas acknowledged.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let server_wait = left
+            .saturating_sub(Duration::from_millis(250))
+            .max(Duration::from_millis(10));
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.wait_replicas)
+            .arg(server_wait.as_millis() as u64);
+        // The primary the write went to: the one of the table's slot.
+        let node = self.item_key("");
+        let answer = tokio::time::timeout(left, connection.on_node_of(&node, &wait))
+            .await
+            .map_err(|_| self.timed_out(operation))?
+            .map_err(|err| redis_error(operation, err))?;
+        let acknowledged: u32 =
+            redis::from_redis_value(answer).map_err(|err| redis_error(operation, err.into()))?;
+        if acknowledged < self.wait_replicas {
+            return Err(StoreError::Unavailable {
+                operation,
+                message: format!(
+                    "written on the primary, but {acknowledged} of {} replicas acknowledged it in time",
+                    self.wait_replicas
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A plain command (a read) within the store's timeout.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        command: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let _timed = self.requests.timer(operation);
+        let mut connection = self.connection.clone();
+        tokio::time::timeout(self.timeout, command.query_async(&mut connection))
+            .await
+            .map_err(|_| self.timed_out(operation))?
+            .map_err(|err| redis_error(operation, err))
+    }
+
+    fn timed_out(&self, operation: &'static str) -> StoreError {
+        StoreError::Unavailable {
+            operation,
+            message: format!("no answer within {} ms", self.timeout.as_millis()),
+        }
+    }
+}
+
+impl Store for RedisStore {
+    type Effect = RedisEffect;
+    const NAME: &'static str = "Redis";
+    const MAX_EFFECTS: usize = MAX_EFFECTS;
+    const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn touched(effect: &RedisEffect) -> Option<String> {
+        Some(effect.key().to_owned())
+    }
+
+    async fn create_started(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.claim_new(pk, request).await
+    }
+
+    async fn take_over(
+        &self,
+        observed: &StoredItem,
+        request: ClaimRequest<'_>,
+    ) -> Result<Conditional<Lease>, StoreError> {
+        self.take_over_item(observed, request).await
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        effects: Effects<RedisEffect>,
+    ) -> Result<u64, StoreError> {
+        self.complete_item(lease, result, effects).await
+    }
+
+    async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        self.fail_item(lease, error).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.extend_item(lease, 0).await.map(|_| ())
+    }
+
+    async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
+        self.extend_item(lease, until_ms).await
+    }
+
+    async fn commit_new(
+        &self,
+        commits: Vec<NewCommit<RedisEffect>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        self.commit_items(commits).await
+    }
+
+    async fn fail_new(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Conditional<()>, StoreError> {
+        self.fail_new_item(request, owner, error).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
+        self.get_item(key).await
+    }
+
+    async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
+        self.get_items(keys).await
+    }
+}
+
+/// The operator's transitions and listings (`exactly-once-ops`).
+impl Operator for RedisStore {
+    async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_write(key, version, exactly_once_core::store::Status::Started)
+            .await
+    }
+
+    async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
+        self.operator_write(key, version, exactly_once_core::store::Status::Failed)
+            .await
+    }
+
+    async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
+        self.list_items(listing).await
+    }
+}
+
+impl RedisStore {
+    /// Applies `increment` on its own (no completion beside it): what the
+    /// demo ledger's `direct` mode does on Redis. A floor that would be
+    /// crossed: [`StoreError::EffectConditionFailed`].
+    pub async fn apply(&self, increment: &Increment) -> Result<(), StoreError> {
+        self.apply_increment(increment).await
+    }
+}
+
+/// Classifies a Redis error: what goes away by itself (connection lost or
+/// refused, timeout, `LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, a
+/// failover's `READONLY`) is [`StoreError::Unavailable`]; what the server
+/// refuses for the request itself (a script error, `WRONGTYPE`, a failed
+/// AUTH) is [`StoreError::Rejected`].
+pub(crate) fn redis_error(operation: &'static str, err: redis::RedisError) -> StoreError {
+    let message = err.to_string();
+    let transient = err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || (err.kind() != redis::ErrorKind::AuthenticationFailed
+            && !matches!(err.retry_method(), RetryMethod::NoRetry));
+    match transient {
+        true => StoreError::Unavailable { operation, message },
+        false => StoreError::Rejected { operation, message },
+    }
+}
+
+/// A bulk or simple string's text ("" for anything else).
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Int(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A flat `HGETALL` answer as field → value.
+fn fields(value: Option<&Value>) -> HashMap<String, String> {
+    let Some(Value::Array(values)) = value else {
+        return HashMap::new();
+    };
+    values
+        .chunks_exact(2)
+        .map(|pair| (text(&pair[0]), text(&pair[1])))
+        .collect()
+}
+
+/// The item an answer's `found` carries (`None`: there was none).
+fn found_item(values: &[Value]) -> Result<Option<Box<StoredItem>>, StoreError> {
+    Ok(codec::item_of(fields(values.first()))?.map(Box::new))
+}

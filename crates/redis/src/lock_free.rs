@@ -1,0 +1,168 @@
+//! The lock-free path on Redis: each message's COMPLETED item at version 1
+//! and the work's effects in ONE script, which writes only if every key is
+//! new; a poison record's FAILED item, created the same way as a claim's.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use super::codec::{deleted_at_ms, new_fields};
+use super::effect::Change;
+use super::locking::index;
+use super::lua::{effects_lua, live_lua};
+use super::{Answer, RedisEffect, RedisStore, fields, found_item, text};
+use exactly_once_core::clock::ms_to_s;
+use exactly_once_core::store::{
+    ClaimRequest, CommitOutcome, Conditional, Increment, NewCommit, NewItem, Store, StoreError,
+    increment, transaction_effects,
+};
+
+/// Commit new: `KEYS[1..n]` the items, then the effects' keys; `ARGV[1]`
+/// now (s), `ARGV[2]` when Redis deletes the items (ms), `ARGV[3]` JSON:
+/// each item's fields, and the effects. Answers 1, `{'taken', i, item}`,
+/// or the effect refused.
+pub(super) const COMMIT_NEW: &str = concat!(
+    live_lua!(),
+    effects_lua!(),
+    r#"
+local commit = cjson.decode(ARGV[3])
+local n = #commit.items
+for i = 1, n do
+  -- Invariant: one live item per key; the effects happen only together
+  -- with every key's first (COMPLETED) item.
+  if live(KEYS[i], tonumber(ARGV[1])) then
+    return {'taken', i - 1, redis.call('HGETALL', KEYS[i])}
+  end
+end
+local refusal = refused(commit, n)
+if refusal then return refusal end
+apply(commit, n)
+for i, item in ipairs(commit.items) do
+  redis.call('DEL', KEYS[i])
+  redis.call('HSET', KEYS[i], unpack(item))
+  redis.call('PEXPIREAT', KEYS[i], ARGV[2])
+end
+return 1
+"#
+);
+
+impl RedisStore {
+    /// Lock-free commit of `commits` (see [`exactly_once_core::store::Store::commit_new`]).
+    pub(super) async fn commit_items(
+        &self,
+        commits: Vec<NewCommit<RedisEffect>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
+        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        let mut keys = Vec::with_capacity(commits.len());
+        let mut items = Vec::with_capacity(commits.len());
+        // Which message and which of its effects each write is.
+        let mut positions = Vec::new();
+        for (index, commit) in commits.iter().enumerate() {
+            let pk = self.pk(&commit.key)?;
+            items.push(new_fields(&NewItem::completed(
+                &pk,
+                commit,
+                expires_at_s,
+                now,
+            )));
+            keys.push(self.item_key(&pk));
+            positions.extend((0..commit.effects.writes.len()).map(|effect| (index, effect)));
+        }
+        let change = Change::of(commits.iter().flat_map(|c| &c.effects.writes), &increments);
+        let answer = self
+            .commit_script(now, expires_at_s, keys, items, change)
+            .await?;
+        Ok(match answer {
+            Answer::Written => CommitOutcome::Committed { expires_at_s },
+            Answer::Refused(tag, values) => match tag.as_str() {
+                "taken" => CommitOutcome::KeyTaken {
+                    index: index(&values),
+                    item: found_item(values.get(1..).unwrap_or_default())?,
+                },
+                "effect" => {
+                    let (index, effect) =
+                        positions.get(index(&values)).copied().unwrap_or_default();
+                    CommitOutcome::EffectRefused {
+                        index,
+                        effect,
+                        message: values.get(1).map(text).unwrap_or_default(),
+                    }
+                }
+                _ => {
+                    let refused = increments.get(index(&values));
+                    CommitOutcome::IncrementRefused {
+                        item: refused.map(Increment::item).unwrap_or_default(),
+                        current: Some(numbers(fields(values.get(2)))),
+                    }
+                }
+            },
+        })
+    }
+
+    /// Runs [`COMMIT_NEW`].
+    async fn commit_script(
+        &self,
+        now_ms: u64,
+        expires_at_s: u64,
+        keys: Vec<String>,
+        items: Vec<Vec<String>>,
+        change: Change,
+    ) -> Result<Answer, StoreError> {
+        let lua = json!({
+            "items": items,
+            "writes": change.writes,
+            "increments": change.increments,
+        });
+        let mut invocation = self.scripts.commit_new.key(keys);
+        invocation
+            .key(change.keys)
+            .arg(ms_to_s(now_ms))
+            .arg(deleted_at_ms(expires_at_s))
+            .arg(lua.to_string());
+        self.run("commit", &invocation).await
+    }
+
+    /// Lock-free failure: the FAILED item at version 1, only if the key is
+    /// absent or past its TTL; else the item found.
+    pub(super) async fn fail_new_item(
+        &self,
+        request: ClaimRequest<'_>,
+        owner: &str,
+        error: &str,
+    ) -> Result<Conditional<()>, StoreError> {
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        let item = NewItem::failed(&pk, request, owner, error, expires_at_s, now);
+        self.create("fail new", item).await
+    }
+
+    /// `increment` on its own: [`COMMIT_NEW`] with no item.
+    pub(super) async fn apply_increment(&self, increment: &Increment) -> Result<(), StoreError> {
+        let now = self.now_ms();
+        let increments = [increment.clone()];
+        let change = Change::of([], &increments);
+        match self
+            .commit_script(now, 0, Vec::new(), Vec::new(), change)
+            .await?
+        {
+            Answer::Written => Ok(()),
+            Answer::Refused(..) => Err(StoreError::EffectConditionFailed {
+                effect: 0,
+                message: increment::BELOW_FLOOR.into(),
+            }),
+        }
+    }
+}
+
+/// The numbers of an incremented hash (fields that are not numbers left
+/// out).
+fn numbers(fields: HashMap<String, String>) -> HashMap<String, i128> {
+    fields
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value.parse().ok()?)))
+        .collect()
+}

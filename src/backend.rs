@@ -1,0 +1,200 @@
+//! The idempotency store `IDEMPOTENCY_STORE` names, connected as the
+//! environment configures it: built in this one place for the function
+//! ([`run`](crate::run)), the operator tool and the tests.
+
+use std::time::Duration;
+
+use exactly_once_core::config::StoreConfig;
+use exactly_once_core::store::requests::RequestCounter;
+use exactly_once_lambda::StoreKind;
+
+use crate::StartError;
+
+/// A store connected by [`Backend::connect`]: one variant per store of the
+/// build. [`run_with`](crate::run_with) hands it to the handler's builder,
+/// which may need the store's own client (a handler writing a table of its
+/// own beside the idempotency table).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Backend {
+    /// DynamoDB (`IDEMPOTENCY_STORE=dynamodb`, the default).
+    #[cfg(feature = "dynamodb")]
+    DynamoDb(exactly_once_dynamodb::DynamoDbStore),
+    /// PostgreSQL (`IDEMPOTENCY_STORE=postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(exactly_once_postgres::PostgresStore),
+    /// Redis (`IDEMPOTENCY_STORE=redis`).
+    #[cfg(feature = "redis")]
+    Redis(exactly_once_redis::RedisStore),
+}
+
+/// How long one store call may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Patience {
+    /// A function's: about 2 s, so that a store that hangs reports its
+    /// record instead of eating the invocation (the store's own variables
+    /// may set it: `DATABASE_STATEMENT_TIMEOUT_MS`, `REDIS_TIMEOUT_MS`).
+    #[default]
+    Function,
+    /// An operator's: a listing page or a purge may take up to a minute.
+    Operator,
+}
+
+impl Backend {
+    /// The store `kind` names, for the items `config` describes, reached
+    /// as the environment says (the AWS environment for DynamoDB;
+    /// `DATABASE_*` for PostgreSQL, whose idempotency table's schema is
+    /// checked; `REDIS_*` for Redis). A store this build leaves out is
+    /// [`StartError::FeatureOff`].
+    pub async fn connect(
+        kind: StoreKind,
+        config: StoreConfig,
+        patience: Patience,
+    ) -> Result<Self, StartError> {
+        match kind {
+            #[cfg(feature = "dynamodb")]
+            StoreKind::DynamoDb => {
+                let client = crate::aws::dynamodb_client().await;
+                let client = match patience {
+                    Patience::Function => client,
+                    Patience::Operator => operator_client(client),
+                };
+                Ok(Self::DynamoDb(exactly_once_dynamodb::DynamoDbStore::new(
+                    client, config,
+                )))
+            }
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => {
+                let store = |reason: String| StartError::Store {
+                    store: "PostgreSQL",
+                    reason,
+                };
+                let mut database = exactly_once_postgres::DatabaseSettings::from_lookup(env_var)?;
+                if patience == Patience::Operator {
+                    database.statement_timeout = Duration::from_secs(60);
+                }
+                // The AWS environment only for a secret or an IAM token.
+                let aws = match database.secret_arn.is_some() || database.iam_auth {
+                    true => Some(crate::aws::sdk_config().await),
+                    false => None,
+                };
+                let pool = database
+                    .pool(aws.as_ref())
+                    .await
+                    .map_err(|err| store(err.to_string()))?;
+                if patience == Patience::Function {
+                    use exactly_once_postgres::schema;
+                    check_schema(&pool, schema::IDEMPOTENCY, &config.table_name).await?;
+                }
+                let timeout = database.call_timeout();
+                exactly_once_postgres::PostgresStore::new(pool, config, timeout)
+                    .map(Self::Postgres)
+                    .map_err(|err| store(err.to_string()))
+            }
+            #[cfg(feature = "redis")]
+            StoreKind::Redis => {
+                let store = |reason: String| StartError::Store {
+                    store: "Redis",
+                    reason,
+                };
+                let mut redis = exactly_once_redis::RedisSettings::from_lookup(env_var)?;
+                if patience == Patience::Operator {
+                    redis.timeout = Duration::from_secs(20);
+                }
+                // Cluster mode: the keys of one function in one slot.
+                redis.check_names(&[&config.table_name]).map_err(store)?;
+                let connection = redis.connect().map_err(store)?;
+                Ok(Self::Redis(exactly_once_redis::RedisStore::new(
+                    connection, config, &redis,
+                )))
+            }
+            #[allow(unreachable_patterns)]
+            other => Err(StartError::FeatureOff {
+                variable: "IDEMPOTENCY_STORE",
+                value: other.name().to_owned(),
+                feature: other.name(),
+            }),
+        }
+    }
+
+    /// The same store, its requests counted and timed in `counter` (the
+    /// invocation's `StoreRequests` and `StoreLatency` metrics).
+    pub fn count_requests(self, counter: &RequestCounter) -> Self {
+        match self {
+            #[cfg(feature = "dynamodb")]
+            Self::DynamoDb(store) => {
+                use exactly_once_core::store::Store as _;
+                use exactly_once_dynamodb::CountRequests as _;
+                let client = counter.attach(store.client());
+                Self::DynamoDb(exactly_once_dynamodb::DynamoDbStore::new(
+                    client,
+                    store.config().clone(),
+                ))
+            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(store) => Self::Postgres(store.with_request_counter(counter.clone())),
+            #[cfg(feature = "redis")]
+            Self::Redis(store) => Self::Redis(store.with_request_counter(counter.clone())),
+        }
+    }
+
+    /// Which store it is.
+    pub fn kind(&self) -> StoreKind {
+        match self {
+            #[cfg(feature = "dynamodb")]
+            Self::DynamoDb(_) => StoreKind::DynamoDb,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => StoreKind::Postgres,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => StoreKind::Redis,
+        }
+    }
+}
+
+/// A variable of the process environment.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Checks `table` against `schema`: a table behind (or ahead of) this build
+/// stops the function at start; a database down now only warns, since
+/// every record then fails closed (reported) until it is back.
+#[cfg(feature = "postgres")]
+pub async fn check_schema(
+    pool: &exactly_once_postgres::Pool,
+    schema: exactly_once_postgres::schema::TableSchema,
+    table: &str,
+) -> Result<(), StartError> {
+    use exactly_once_postgres::schema::{self, SchemaError};
+    match schema::check(pool, schema, table).await {
+        Ok(()) => Ok(()),
+        Err(SchemaError::Unreachable(reason)) => {
+            tracing::warn!(%reason, table, "PostgreSQL unreachable at start; schema not checked");
+            Ok(())
+        }
+        Err(wrong) => Err(StartError::Store {
+            store: "PostgreSQL",
+            reason: wrong.to_string(),
+        }),
+    }
+}
+
+/// `client` with an operator's patience: a Scan page may take longer than
+/// the 2 s the function allows a request.
+#[cfg(feature = "dynamodb")]
+fn operator_client(client: exactly_once_dynamodb::Client) -> exactly_once_dynamodb::Client {
+    use exactly_once_dynamodb::aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(20))
+        .operation_timeout(Duration::from_secs(60))
+        .build();
+    exactly_once_dynamodb::Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .timeout_config(timeouts)
+            .build(),
+    )
+}

@@ -1,0 +1,221 @@
+//! The composition root: the function as the environment configures it,
+//! served until the Lambda runtime stops.
+
+use std::sync::Arc;
+
+use exactly_once_core::config::SettingsError;
+use exactly_once_core::engine::{Engine, RecordHandler, SharedCache};
+use exactly_once_core::store::Operator;
+use exactly_once_core::store::requests::RequestCounter;
+use exactly_once_lambda::dead_letter::DeadLetters;
+use exactly_once_lambda::telemetry::{self, Traces, TracingExport};
+use exactly_once_lambda::{KafkaRecord, MskFunction, Settings, StoreKind};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde_json::Value;
+
+use crate::backend::{Backend, Patience};
+use crate::error::BoxError;
+use crate::{Serve, StartError};
+
+/// Serves `handler` as the MSK function until the Lambda runtime stops:
+/// every variable of the README's configuration read and checked at start
+/// (a wrong one stops the function with a [`StartError`] that names it).
+///
+/// - the store `IDEMPOTENCY_STORE` names (`dynamodb`, the default;
+///   `postgres`; `redis`), connected as its variables say, its requests
+///   counted into each invocation's metrics; on PostgreSQL the idempotency
+///   table's schema is checked;
+/// - `DUPLICATE_CACHE=redis`: Redis's cache of COMPLETED keys, shared by
+///   every container, in front of DynamoDB or PostgreSQL;
+/// - `DEAD_LETTER_QUEUE_URL`: parked records forwarded whole to SQS;
+/// - `TRACING_EXPORT=otlp`: spans exported over OTLP/HTTP;
+/// - the engine's and the edge's settings (keys, fingerprints, ordering,
+///   concurrency, the poison policy, ...).
+///
+/// A part whose cargo feature is off is a start-up error naming the
+/// feature. `handler` is generic over the store's effect and runs on every
+/// store, or is tied to one store ([`crate::dynamodb::only`]) and stops the
+/// function at start on another.
+///
+/// ```no_run
+/// use exactly_once::prelude::*;
+///
+/// struct Audit;
+///
+/// impl<E: Send + Sync + 'static> RecordHandler<E> for Audit {
+///     type Record = KafkaRecord;
+///
+///     fn commit_path(&self) -> CommitPath {
+///         CommitPath::Locking
+///     }
+///
+///     async fn handle(&self, _: &FencingToken, record: &KafkaRecord) -> Result<Completion<E>, HandlerError> {
+///         Ok(Completion::done(format!("{} bytes", record.value.len())))
+///     }
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), StartError> {
+///     exactly_once::run(Audit).await
+/// }
+/// ```
+pub async fn run<H: Serve>(handler: H) -> Result<(), StartError> {
+    run_with(async |_: &Backend| Ok::<_, BoxError>(handler)).await
+}
+
+/// [`run`], with the handler built once the store is connected: `build`
+/// gets the [`Backend`] (its client, its pool), for a handler that writes
+/// tables of its own beside the idempotency table (the demo ledger's
+/// direct mode). An error of `build` stops the function at start.
+pub async fn run_with<F, H, E>(build: F) -> Result<(), StartError>
+where
+    F: AsyncFnOnce(&Backend) -> Result<H, E>,
+    H: Serve,
+    E: Into<BoxError>,
+{
+    let traces = init_tracing()?;
+    let settings = Settings::from_env()?;
+    let requests = RequestCounter::default();
+    let backend = Backend::connect(
+        settings.store_kind,
+        settings.store.clone(),
+        Patience::Function,
+    )
+    .await?
+    .count_requests(&requests);
+    let parts = Parts {
+        shared_cache: shared_cache(&settings)?,
+        dead_letters: dead_letters(&settings).await?,
+        requests,
+        traces,
+        settings,
+    };
+    let handler = build(&backend)
+        .await
+        .map_err(|err| StartError::Handler(err.into()))?;
+    match backend {
+        #[cfg(feature = "dynamodb")]
+        Backend::DynamoDb(store) => serve(store, handler.on_dynamodb()?, parts).await,
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(store) => serve(store, handler.on_postgres()?, parts).await,
+        #[cfg(feature = "redis")]
+        Backend::Redis(store) => serve(store, handler.on_redis()?, parts).await,
+    }
+}
+
+/// What the function is made of, beside its store and handler.
+struct Parts {
+    settings: Settings,
+    requests: RequestCounter,
+    shared_cache: Option<Arc<dyn SharedCache>>,
+    dead_letters: Option<Arc<dyn DeadLetters>>,
+    traces: Option<Traces>,
+}
+
+/// Serves the function of `store` and `handler` until the runtime stops.
+async fn serve<S, H>(store: S, handler: H, parts: Parts) -> Result<(), StartError>
+where
+    S: Operator,
+    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+{
+    let mut engine = Engine::new(store, handler, parts.settings.engine);
+    if let Some(cache) = parts.shared_cache {
+        engine = engine.with_shared_cache(cache);
+    }
+    let mut function =
+        MskFunction::new(engine, parts.settings.function).with_request_counter(parts.requests);
+    if let Some(queue) = parts.dead_letters {
+        function = function.with_dead_letter_queue(queue);
+    }
+    let function = Arc::new(function);
+    let handler = service_fn(move |event: LambdaEvent<Value>| {
+        let function = Arc::clone(&function);
+        async move { function.handle(event).await }
+    });
+    let served = match parts.traces {
+        None => lambda_runtime::run(handler).await,
+        #[cfg(feature = "opentelemetry")]
+        Some(provider) => {
+            use lambda_runtime::layers::{OpenTelemetryFaasTrigger, OpenTelemetryLayer};
+            let flush = move || {
+                if let Err(err) = provider.force_flush() {
+                    tracing::warn!(error = %err, "spans not exported");
+                }
+            };
+            let traced =
+                OpenTelemetryLayer::new(flush).with_trigger(OpenTelemetryFaasTrigger::PubSub);
+            lambda_runtime::Runtime::new(handler)
+                .layer(traced)
+                .run()
+                .await
+        }
+        #[cfg(not(feature = "opentelemetry"))]
+        Some(never) => match never {},
+    };
+    served.map_err(StartError::Runtime)
+}
+
+/// Lambda's log lines, and with `TRACING_EXPORT=otlp` the span exporter.
+fn init_tracing() -> Result<Option<Traces>, StartError> {
+    let export = TracingExport::from_env().map_err(|reason| SettingsError {
+        variable: "TRACING_EXPORT",
+        reason,
+    })?;
+    if cfg!(not(feature = "opentelemetry")) && export == TracingExport::Otlp {
+        return Err(StartError::FeatureOff {
+            variable: "TRACING_EXPORT",
+            value: "otlp".to_owned(),
+            feature: "opentelemetry",
+        });
+    }
+    telemetry::init(export).map_err(StartError::Telemetry)
+}
+
+/// The cache of COMPLETED keys every container shares
+/// (`DUPLICATE_CACHE=redis`), in front of DynamoDB or PostgreSQL.
+fn shared_cache(settings: &Settings) -> Result<Option<Arc<dyn SharedCache>>, StartError> {
+    let env = |name: &str| std::env::var(name).ok();
+    #[cfg(feature = "redis")]
+    let cache = exactly_once_redis::RedisDuplicateCache::from_lookup(&settings.store, env)?
+        .map(|cache| Arc::new(cache) as Arc<dyn SharedCache>);
+    #[cfg(not(feature = "redis"))]
+    let cache: Option<Arc<dyn SharedCache>> = match env("DUPLICATE_CACHE").as_deref() {
+        Some("redis") => {
+            return Err(StartError::FeatureOff {
+                variable: "DUPLICATE_CACHE",
+                value: "redis".to_owned(),
+                feature: "redis",
+            });
+        }
+        _ => None,
+    };
+    if cache.is_some() && settings.store_kind == StoreKind::Redis {
+        return Err(SettingsError {
+            variable: "DUPLICATE_CACHE",
+            reason: "the cache sits in front of DynamoDB or PostgreSQL; with \
+                     IDEMPOTENCY_STORE=redis the store itself answers duplicates"
+                .to_owned(),
+        }
+        .into());
+    }
+    Ok(cache)
+}
+
+/// The SQS queue parked records go to (`DEAD_LETTER_QUEUE_URL`).
+async fn dead_letters(settings: &Settings) -> Result<Option<Arc<dyn DeadLetters>>, StartError> {
+    let Some(url) = &settings.function.dead_letter_queue_url else {
+        return Ok(None);
+    };
+    #[cfg(feature = "sqs")]
+    {
+        let client = aws_sdk_sqs::Client::new(&crate::aws::sdk_config().await);
+        let queue = exactly_once_lambda::dead_letter::DeadLetterQueue::new(client, url);
+        Ok(Some(Arc::new(queue)))
+    }
+    #[cfg(not(feature = "sqs"))]
+    Err(StartError::FeatureOff {
+        variable: "DEAD_LETTER_QUEUE_URL",
+        value: url.clone(),
+        feature: "sqs",
+    })
+}
