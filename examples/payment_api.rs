@@ -7,7 +7,6 @@
 //! `http://127.0.0.1:8080`) and the settings of README: Configuration.
 
 use bytes::Bytes;
-use exactly_once::config::required;
 use exactly_once::prelude::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -69,7 +68,7 @@ impl<E: Send + Sync + 'static> RecordHandler<E> for PaymentApi {
 
 #[tokio::main]
 async fn main() -> Result<(), StartError> {
-    let url = required(|name| std::env::var(name).ok(), "PAYMENTS_API_URL")?;
+    let url = required_var("PAYMENTS_API_URL")?;
     let http = Client::builder(TokioExecutor::new()).build_http();
     // No writes for the store to commit: runs on every store.
     exactly_once::run(PaymentApi { http, url }).await

@@ -15,7 +15,6 @@
 //! (or `schema-source-protobuf.json`, `schema-framed-avro.json`).
 
 use exactly_once::BoxError;
-use exactly_once::config::required;
 use exactly_once::prelude::*;
 use exactly_once::schema::avro::{AvroDecoder, apache_avro};
 use exactly_once::schema::protobuf::{self, MessageIndex};
@@ -128,7 +127,7 @@ async fn main() -> Result<(), exactly_once::BoxError> {
         Ok("JSON") => RecordFormat::Json,
         _ => RecordFormat::Source,
     };
-    let ledger_table = required(|name| std::env::var(name).ok(), "LEDGER_TABLE")?;
+    let ledger_table = required_var("LEDGER_TABLE")?;
     exactly_once::run(SchemaPayments::new(format, ledger_table)?).await?;
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! Needs a `STOCK_TABLE` (hash key `sku`, number `available`) beside the
 //! settings of README: Configuration.
 
-use exactly_once::config::required;
 use exactly_once::dynamodb::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use exactly_once::prelude::*;
 
@@ -62,7 +61,7 @@ impl RecordHandler<TransactWriteItem> for Stock {
 
 #[tokio::main]
 async fn main() -> Result<(), StartError> {
-    let table = required(|name| std::env::var(name).ok(), "STOCK_TABLE")?;
+    let table = required_var("STOCK_TABLE")?;
     // Its effects are DynamoDB writes: DynamoDB alone (IDEMPOTENCY_STORE).
     exactly_once::run(exactly_once::dynamodb::only(Stock { table })).await
 }

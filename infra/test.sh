@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's one test command (CI runs it through .ci/run).
 # Installs the tools, starts DynamoDB Local with the template's tables, a
-# PostgreSQL cluster and a redis-server, then runs rustfmt, clippy, the tests
-# (the PostgreSQL and Redis ones among them: tests/store_postgres.rs,
-# store_redis.rs, ledger_stores.rs, postgres_faults.rs, redis_faults.rs) and
-# the template validation.
+# PostgreSQL cluster and a redis-server, then runs rustfmt, clippy, the docs,
+# the feature checks, the tests of every crate (the PostgreSQL and Redis ones
+# among them: tests/store_postgres.rs, store_redis.rs, ledger_stores.rs,
+# postgres_faults.rs, redis_faults.rs), the README's quick start built
+# outside the repository, the link check and the template validation.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,8 +21,17 @@ cargo fmt --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc --workspace --no-deps (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+
 step "cargo features (infra/check-features.sh)"
 infra/check-features.sh
+
+# The library crates as crates.io would get them (the shipped function and
+# the operator tool are not published).
+step "cargo package --workspace"
+cargo package --workspace --no-verify --offline --allow-dirty --quiet \
+  --exclude msk-handler --exclude exactly-once-ops
 
 step "cargo test --workspace"
 cargo test --workspace
@@ -45,6 +55,15 @@ step "kill storms on Redis"
 TEST_STORE=redis cargo test --test kill -- lock_free_mode transactional_mode direct_mode
 step "kill storms on a Redis Cluster"
 TEST_STORE=redis-cluster cargo test --test kill -- lock_free_mode transactional_mode
+
+step "the README's quick start, outside the repository (infra/quickstart.sh)"
+infra/quickstart.sh
+
+step "a new function from templates/msk-function (infra/template-check.sh)"
+infra/template-check.sh
+
+step "links of the README and docs/ (infra/check-links.py)"
+python3 infra/check-links.py
 
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh

@@ -120,7 +120,7 @@ pub use opentelemetry_sdk;
 /// [`store::Operator`] (listings and the operator's transitions), the
 /// items and their judge, the in-memory store, and (feature
 /// `conformance`) the suite that holds a store to the same semantics as
-/// the others ([`conformance_suite!`], [`operator_conformance_suite!`]).
+/// the others (`conformance_suite!`, `operator_conformance_suite!`).
 pub mod store {
     pub use exactly_once_core::store::*;
     #[cfg(feature = "conformance")]

@@ -1,12 +1,10 @@
 //! What a handler writer needs, in one `use exactly_once::prelude::*;`:
 //! the handler trait and what it is handed and returns, and `run`.
 //!
-//! A handler calling a payment API (the README's example):
+//! A handler calling a payment API (docs/handlers.md shows it too):
 //!
 //! ```no_run
-//! use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
-//! use exactly_once::lambda::KafkaRecord;
-//! use exactly_once::redact::json_error;
+//! use exactly_once::prelude::*;
 //! # #[derive(serde::Deserialize)] struct Payment { id: String }
 //! # struct PaymentApi;
 //! # impl PaymentApi {
@@ -15,8 +13,8 @@
 //!
 //! struct Payments { api: PaymentApi }
 //!
-//! // No writes for the store to commit: runs on every backend.
-//! impl<E: Send + 'static> RecordHandler<E> for Payments {
+//! // No writes for the store to commit: runs on every store.
+//! impl<E: Send + Sync + 'static> RecordHandler<E> for Payments {
 //!     type Record = KafkaRecord; // the whole record: key, headers, coordinates, value
 //!
 //!     fn commit_path(&self) -> CommitPath {
@@ -47,6 +45,7 @@
 pub use crate::StartError;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use crate::{run, run_with};
+pub use exactly_once_core::config::required_var;
 pub use exactly_once_core::engine::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };

@@ -18,7 +18,7 @@ use crate::error::BoxError;
 use crate::{Serve, StartError};
 
 /// Serves `handler` as the MSK function until the Lambda runtime stops:
-/// every variable of the README's configuration read and checked at start
+/// every variable of docs/configuration.md read and checked at start
 /// (a wrong one stops the function with a [`StartError`] that names it).
 ///
 /// - the store `IDEMPOTENCY_STORE` names (`dynamodb`, the default;
@@ -73,7 +73,8 @@ where
     H: Serve,
     E: Into<BoxError>,
 {
-    let traces = init_tracing()?;
+    let env = |name: &str| std::env::var(name).ok();
+    let traces = telemetry::init(tracing_export(env)?).map_err(StartError::Telemetry)?;
     let settings = Settings::from_env()?;
     let requests = RequestCounter::default();
     let backend = Backend::connect(
@@ -84,7 +85,7 @@ where
     .await?
     .count_requests(&requests);
     let parts = Parts {
-        shared_cache: shared_cache(&settings)?,
+        shared_cache: shared_cache(&settings, env)?,
         dead_letters: dead_letters(&settings).await?,
         requests,
         traces,
@@ -155,26 +156,29 @@ where
     served.map_err(StartError::Runtime)
 }
 
-/// Lambda's log lines, and with `TRACING_EXPORT=otlp` the span exporter.
-fn init_tracing() -> Result<Option<Traces>, StartError> {
-    let export = TracingExport::from_env().map_err(|reason| SettingsError {
+/// Where spans go (`TRACING_EXPORT`), if this build can send them there.
+fn tracing_export(env: impl Fn(&str) -> Option<String>) -> Result<TracingExport, StartError> {
+    let text = env("TRACING_EXPORT").unwrap_or_default();
+    let export = TracingExport::parse(&text).map_err(|reason| SettingsError {
         variable: "TRACING_EXPORT",
         reason,
     })?;
     if cfg!(not(feature = "opentelemetry")) && export == TracingExport::Otlp {
         return Err(StartError::FeatureOff {
             variable: "TRACING_EXPORT",
-            value: "otlp".to_owned(),
+            value: text,
             feature: "opentelemetry",
         });
     }
-    telemetry::init(export).map_err(StartError::Telemetry)
+    Ok(export)
 }
 
 /// The cache of COMPLETED keys every container shares
 /// (`DUPLICATE_CACHE=redis`), in front of DynamoDB or PostgreSQL.
-fn shared_cache(settings: &Settings) -> Result<Option<Arc<dyn SharedCache>>, StartError> {
-    let env = |name: &str| std::env::var(name).ok();
+fn shared_cache(
+    settings: &Settings,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Arc<dyn SharedCache>>, StartError> {
     #[cfg(feature = "redis")]
     let cache = exactly_once_redis::RedisDuplicateCache::from_lookup(&settings.store, env)?
         .map(|cache| Arc::new(cache) as Arc<dyn SharedCache>);
@@ -218,4 +222,18 @@ async fn dead_letters(settings: &Settings) -> Result<Option<Arc<dyn DeadLetters>
         value: url.clone(),
         feature: "sqs",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_tracing_export_names_the_variable() {
+        let env = |name: &str| (name == "TRACING_EXPORT").then(|| "xray".to_owned());
+        match tracing_export(env) {
+            Err(StartError::Settings(err)) => assert_eq!(err.variable, "TRACING_EXPORT"),
+            other => panic!("expected a settings error, got {other:?}"),
+        }
+    }
 }

@@ -11,7 +11,7 @@ mod example;
 
 use std::io::Write as _;
 
-use exactly_once::lambda::decode::decode_event;
+use exactly_once::lambda::decode_event;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::schema::protobuf::{self, MessageIndex};
 use exactly_once::schema::{DataFormat, Framing, SchemaError, SchemaRef, WireError, unframe};

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use exactly_once::lambda::settings;
+use exactly_once::lambda as settings;
 
 use exactly_once::store::attr;
 use serde_norway::Value;
@@ -99,12 +99,13 @@ fn the_function_is_the_msk_handler_binary() {
     );
 }
 
-/// The README's handler snippet is the doctest of the prelude (which
-/// `cargo test` compiles), line for line: it cannot drift from the API.
+/// The handler snippet of docs/handlers.md is the doctest of the prelude
+/// (which `cargo test` compiles), line for line: it cannot drift from the
+/// API. (The README's quick start is built and run by infra/quickstart.sh.)
 #[test]
 fn the_readme_handler_snippet_is_the_compiled_doctest() {
-    let readme = include_str!("../README.md");
-    let section = &readme[readme.find("## Writing a handler").expect("the section")..];
+    let handlers = include_str!("../docs/handlers.md");
+    let section = &handlers[handlers.find("## Writing a handler").expect("the section")..];
     let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
     let snippet: Vec<&str> = section[start..]
         .lines()
@@ -155,12 +156,7 @@ fn the_default_timeout_outlasts_a_lease_and_the_safety_margin() {
 fn every_alarm_and_dashboard_metric_is_one_the_function_writes() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
     let text = std::fs::read_to_string(path).expect("read template.yaml");
-    let mut written = exactly_once::lambda::report::metric_names();
-    written.extend(
-        exactly_once::lambda::stuck_check::METRIC_NAMES
-            .iter()
-            .map(|name| name.to_string()),
-    );
+    let written = exactly_once::lambda::metric_names();
     let lines: Vec<&str> = text.lines().collect();
     // Alarms: `Namespace: MskExactlyOnce` then `MetricName: X`.
     let mut named: Vec<String> = lines
@@ -192,14 +188,16 @@ fn every_alarm_and_dashboard_metric_is_one_the_function_writes() {
     }
 }
 
-/// The README's runbook has a row for every alarm of the template, by its
-/// logical id (what the alarm's name and notification carry).
+/// The runbook (docs/operations.md) has a row for every alarm of the
+/// template, by its logical id (what the alarm's name and notification
+/// carry).
 #[test]
 fn the_runbook_covers_every_alarm() {
     let template = template();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
-    let runbook = readme
+    let operations =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .expect("read docs/operations.md");
+    let runbook = operations
         .split("### Runbook")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())

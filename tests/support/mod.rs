@@ -28,22 +28,36 @@ use exactly_once::dynamodb::DynamoDbStore;
 /// first if it is not up to date: this package's tests cannot name another
 /// package's binary with `CARGO_BIN_EXE_*`.
 pub fn binary(name: &str) -> std::path::PathBuf {
+    built("--bin", name)
+}
+
+/// An example of this package (`examples/<name>.rs`), built first if it is
+/// not up to date, with every feature.
+pub fn example(name: &str) -> std::path::PathBuf {
+    built("--example", name)
+}
+
+/// The executable of `cargo build <kind> <name>`, built once per test
+/// process.
+fn built(kind: &str, name: &str) -> std::path::PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, std::path::PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
+    let target = format!("{kind} {name}");
     let mut built = BUILT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((_, path)) = built.iter().find(|(built, _)| built == name) {
+    if let Some((_, path)) = built.iter().find(|(built, _)| *built == target) {
         return path.clone();
     }
     let output = std::process::Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--bin", name, "--message-format=json"])
+        .args(["build", "--quiet", kind, name, "--all-features"])
+        .arg("--message-format=json")
         .output()
         .expect("run cargo build");
     assert!(
         output.status.success(),
-        "cargo build --bin {name}: {}",
+        "cargo build {target}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let path = String::from_utf8_lossy(&output.stdout)
@@ -51,8 +65,8 @@ pub fn binary(name: &str) -> std::path::PathBuf {
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|message| message["target"]["name"] == name)
         .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
-        .unwrap_or_else(|| panic!("cargo build --bin {name} named no executable"));
-    built.push((name.to_owned(), path.clone()));
+        .unwrap_or_else(|| panic!("cargo build {target} named no executable"));
+    built.push((target, path.clone()));
     path
 }
 

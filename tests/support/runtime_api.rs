@@ -206,6 +206,7 @@ fn status(code: StatusCode) -> Response<Full<Bytes>> {
 pub struct Function {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Function {
@@ -230,6 +231,7 @@ impl Function {
         }
         let mut child = command.spawn().expect("start the function");
         let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
         for stream in [
             child
                 .stdout
@@ -244,14 +246,18 @@ impl Function {
         .flatten()
         {
             let lines = Arc::clone(&lines);
-            tokio::spawn(async move {
+            readers.push(tokio::spawn(async move {
                 let mut reader = BufReader::new(stream).lines();
                 while let Ok(Some(line)) = reader.next_line().await {
                     lines.lock().unwrap().push(line);
                 }
-            });
+            }));
         }
-        Self { child, lines }
+        Self {
+            child,
+            lines,
+            readers,
+        }
     }
 
     /// Every line it wrote so far (stdout and stderr).
@@ -259,13 +265,18 @@ impl Function {
         self.lines.lock().unwrap().clone()
     }
 
-    /// Waits (at most `within`) for it to exit; its exit code.
+    /// Waits (at most `within`) for it to exit, and for every line it
+    /// wrote; its exit code.
     pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        tokio::time::timeout(within, self.child.wait())
+        let code = tokio::time::timeout(within, self.child.wait())
             .await
             .ok()
             .and_then(|status| status.ok())
-            .and_then(|status| status.code())
+            .and_then(|status| status.code());
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(within, reader).await;
+        }
+        code
     }
 }
 

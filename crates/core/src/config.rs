@@ -130,6 +130,15 @@ pub fn required(
     })
 }
 
+/// A variable of the process environment that must be set and not empty
+/// (the table of a handler's own, say): its value, or an error naming it.
+pub fn required_var(variable: &'static str) -> Result<String, SettingsError> {
+    required(
+        |name| std::env::var(name).ok().filter(|value| !value.is_empty()),
+        variable,
+    )
+}
+
 /// An optional variable read with `parse`, or `default` when unset.
 pub fn parsed<T>(
     var: impl Fn(&str) -> Option<String>,

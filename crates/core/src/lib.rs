@@ -14,7 +14,7 @@
 //! - [`config`]: how the store names, locks and keeps items, and the helpers
 //!   every reader of environment variables shares.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod clock;
 pub mod config;

@@ -4,7 +4,7 @@
 //! to bottom with its conditions: `locking.rs`, `lock_free.rs`,
 //! `operator.rs`; reads in `read.rs`, the listing scan in `listing.rs`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod codec;
 mod increment;

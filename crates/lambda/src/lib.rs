@@ -1,19 +1,19 @@
 //! The Lambda edge for Amazon MSK and self-managed Kafka: decode the event,
 //! derive keys, run the engine, answer with a partial batch response.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod dead_letter;
-pub mod decode;
+mod decode;
 mod encode;
-pub mod fingerprint;
+mod fingerprint;
 pub mod keys;
-pub mod record;
-pub mod report;
-pub mod response;
+mod record;
+mod report;
+mod response;
 pub mod schema;
-pub mod settings;
-pub mod stuck_check;
+mod settings;
+mod stuck_check;
 pub mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,8 +24,7 @@ use serde_json::Value;
 use tracing::{Instrument as _, Span, field};
 
 use dead_letter::{DeadLetters, Parked};
-use decode::Decoded;
-pub use decode::{Coordinates, EventError};
+pub use decode::{Coordinates, Decoded, EventError, decode_event};
 pub use encode::encode_event;
 use exactly_once_core::clock::now_ms;
 use exactly_once_core::engine::{
@@ -35,11 +34,11 @@ use exactly_once_core::store::requests::{RequestCounter, RequestStats};
 use exactly_once_core::store::{Listing, Operator, Store, StoreError};
 pub use fingerprint::Fingerprint;
 pub use record::{KafkaRecord, SchemaMetadata};
-pub use report::KeyLogging;
 use report::{InvocationReport, StoreRequests};
-pub use response::KafkaBatchResponse;
-pub use settings::{FunctionSettings, Settings, StoreKind};
-use stuck_check::StartedKeys;
+pub use report::{KeyLogging, METRICS_NAMESPACE, key_hash, metric_names};
+pub use response::{BatchItemFailure, ItemIdentifier, KafkaBatchResponse};
+pub use settings::{DEFAULT_SAFETY_MARGIN, ENV_VARS, FunctionSettings, Settings, StoreKind};
+pub use stuck_check::StartedKeys;
 use telemetry::TracingExport;
 
 /// Why an invocation failed as a whole (Lambda then retries the batch).

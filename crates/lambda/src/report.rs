@@ -228,8 +228,9 @@ impl Default for InvocationReport {
     }
 }
 
-/// Every metric an invocation's documents may hold (the outcomes'
-/// counts included), by name: what alarms and dashboards may refer to.
+/// Every metric the function writes, by name: an invocation's documents
+/// (the outcomes' counts included) and the scheduled stuck-key check's.
+/// What alarms and dashboards may refer to.
 pub fn metric_names() -> Vec<String> {
     let fixed = [
         "Records",
@@ -244,6 +245,7 @@ pub fn metric_names() -> Vec<String> {
         .map(|name| (*name).to_owned())
         .chain(ALL_OUTCOMES.iter().map(|name| camel(name)))
         .chain(stores.iter().map(|name| (*name).to_owned()))
+        .chain(super::stuck_check::METRIC_NAMES.map(str::to_owned))
         .collect()
 }
 

@@ -7,6 +7,8 @@
 //! balance_cents BIGINT, payment_count BIGINT`, or on Redis one hash per
 //! account, `<table>:<account_id>`, with those two numbers as fields).
 
+#![deny(missing_docs)]
+
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;

@@ -2,10 +2,12 @@
 //! move a key on by hand with the fenced operator transitions of the store;
 //! on PostgreSQL, also create or upgrade the schema and purge expired rows.
 //!
-//! The binary (`src/bin/exactly-once-ops.rs`) only parses [`Cli`] and calls
+//! The binary (`src/main.rs`) only parses [`Cli`] and calls
 //! [`run`]. Exit codes: 0 done / found; 1 the key is absent (inspect) or a
 //! fenced write was refused (release, retry-failed); 2 usage or
 //! configuration error; 3 the store failed.
+
+#![deny(missing_docs)]
 
 pub mod inspect;
 pub mod redrive;
@@ -175,7 +177,7 @@ pub enum Command {
     ///
     /// At most --batch rows per statement (rows being written are skipped),
     /// until fewer are left or --max-batches ran. Schedule it (cron, pg_cron,
-    /// an EventBridge rule): see the README.
+    /// an EventBridge rule): see docs/stores.md.
     PurgeExpired {
         /// Rows per DELETE.
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]

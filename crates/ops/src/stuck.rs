@@ -2,7 +2,7 @@
 //! released) and nobody took over, or that were created longer ago than a
 //! given age; FAILED keys (poison records, parked under
 //! `POISON_POLICY=park`), with their error. The store finds them
-//! ([`crate::store::Store::list`]); this module only shows them.
+//! ([`exactly_once::store::Operator::list`]); this module only shows them.
 
 use exactly_once::clock::{duration_ms, ms_to_s};
 use exactly_once::dynamodb::{STARTED_SHARDS, ScanOptions};
@@ -22,7 +22,7 @@ pub struct Query {
     pub listing: Listing,
     /// How DynamoDB was read (index or Scan, segments).
     pub scan: ScanOptions,
-    /// The store's name ([`crate::store::Store::NAME`]): how it found them.
+    /// The store's name ([`exactly_once::store::Store::NAME`]): how it found them.
     pub store: &'static str,
 }
 

@@ -13,7 +13,7 @@
 //! next claim: PostgreSQL has no TTL, `exactly-once-ops purge-expired`
 //! deletes expired rows.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod connect;
 mod effect;

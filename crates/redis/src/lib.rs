@@ -17,9 +17,9 @@
 //! lock-free commit's script touches several keys. Durability is Redis's:
 //! an acknowledged write survives a primary's failure only with AOF
 //! `appendfsync always`, MemoryDB's log, or (`REDIS_WAIT_REPLICAS`) once
-//! replicas hold it; see the README.
+//! replicas hold it; see docs/stores.md.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod cache;
 mod codec;

@@ -41,12 +41,6 @@ impl TracingExport {
             )),
         }
     }
-
-    /// From the environment (before [`init`], which [`super::Settings`]'
-    /// errors are logged through).
-    pub fn from_env() -> Result<Self, String> {
-        Self::parse(std::env::var("TRACING_EXPORT").as_deref().unwrap_or(""))
-    }
 }
 
 /// A tracer provider whose spans are flushed after each invocation

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The README's quick start, as a newcomer uses it: the ```toml and ```rust
+# blocks under "## Your own handler", copied into a new crate outside the
+# repository (`exactly-once` pointed at this checkout by path), built, and
+# run on DynamoDB Local through a Lambda Runtime API stand-in:
+#   1. two deliveries of events/two-partitions.json: both answered
+#      {"batchItemFailures":[]}, each payment added to its balance once;
+#   2. the same DynamoDB-only binary started with the variable of each part
+#      its build leaves out: a start-up error naming the feature.
+# Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
+# `source infra/local-stack.sh; local_stack T L`).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$root/.cache/venv/bin:$PATH"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "quickstart: the README's blocks into a new crate ($work/payments)"
+python3 - "$root/README.md" "$work/payments" "$root" <<'PY'
+import pathlib, re, sys
+readme, crate, root = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+text = pathlib.Path(readme).read_text()
+section = text.split("\n## Your own handler\n", 1)[1].split("\n## ", 1)[0]
+def block(lang):
+    found = re.search(r"^```" + lang + r"\n(.*?)^```$", section, re.S | re.M)
+    if not found:
+        sys.exit(f"quickstart: no ```{lang} block under 'Your own handler'")
+    return found.group(1)
+toml, rust = block("toml"), block("rust")
+line = re.search(r'^exactly-once = .*$', toml, re.M)
+if not line:
+    sys.exit("quickstart: the toml block has no `exactly-once = ...` line")
+toml = toml.replace(line.group(0), f'exactly-once = {{ path = "{root}" }}')
+(crate / "src").mkdir(parents=True)
+(crate / "Cargo.toml").write_text(
+    '[package]\nname = "payments"\nversion = "0.1.0"\nedition = "2024"\n\n' + toml)
+(crate / "src" / "main.rs").write_text(rust)
+PY
+# The checkout's lock: the versions the project is tested with, and its
+# compiled dependencies shared through its target directory.
+cp "$root/Cargo.lock" "$work/payments/"
+export CARGO_TARGET_DIR="$root/target"
+(cd "$work/payments" && cargo build --quiet)
+binary="$root/target/debug/payments"
+
+echo "quickstart: what it compiles"
+tree="$(cd "$work/payments" && cargo tree -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
+for name in tokio-postgres redis opentelemetry apache-avro prost aws-sdk-s3 aws-sdk-sqs \
+  aws-sdk-lambda aws-sdk-secretsmanager clap; do
+  if grep -E "^${name}([ -]|_)" <<<"$tree" >/dev/null; then
+    echo "quickstart: the default build compiles $name" >&2
+    exit 1
+  fi
+done
+echo "quickstart: $(wc -l <<<"$tree") packages, no other store's"
+
+echo "quickstart: two deliveries of events/two-partitions.json on DynamoDB Local"
+stamp="$(date +%s%N)"
+ledger="quickstart-ledger-$stamp"
+"$root/infra/local_tables.py" --table "LedgerTable=$ledger" >&2
+# The function's own log lines go to a file, shown if it fails.
+if ! answers="$(IDEMPOTENCY_TABLE="$IDEMPOTENCY_TABLE" LEDGER_TABLE="$ledger" \
+  IDEMPOTENCY_KEY_PREFIX="quickstart-$stamp#" \
+  python3 "$root/infra/runtime_api.py" --bootstrap "$binary" --function-name payments \
+    --event "$root/events/two-partitions.json" --event "$root/events/two-partitions.json" \
+  2>"$work/function.log")"; then
+  cat "$work/function.log" >&2
+  echo "quickstart: the function did not answer both events: $answers" >&2
+  exit 1
+fi
+echo "$answers"
+"$root/.cache/venv/bin/python" - "$answers" "$ledger" "$root/events/two-partitions.json" <<'PY'
+import base64, collections, json, sys
+import boto3
+answers, ledger, event = sys.argv[1], sys.argv[2], sys.argv[3]
+for line in answers.splitlines():
+    assert json.loads(line).get("response") == {"batchItemFailures": []}, line
+expected = collections.Counter()
+for records in json.load(open(event))["records"].values():
+    for record in records:
+        payment = json.loads(base64.b64decode(record["value"]))
+        expected[payment["account_id"]] += payment["amount_cents"]
+table = boto3.resource("dynamodb").Table(ledger)
+for account, cents in expected.items():
+    item = table.get_item(Key={"account_id": account}, ConsistentRead=True).get("Item", {})
+    found = int(item.get("balance_cents", 0))
+    assert found == cents, f"{account}: balance {found}, expected {cents} (once)"
+print(f"quickstart: {len(expected)} balances moved once over two deliveries")
+PY
+
+echo "quickstart: each part the default build leaves out is a start-up error naming its feature"
+check_off() { # variable value feature
+  local output status=0
+  output="$(env IDEMPOTENCY_TABLE=idempotency LEDGER_TABLE=ledger "$1=$2" \
+    AWS_LAMBDA_RUNTIME_API=127.0.0.1:9 "$binary" 2>&1)" || status=$?
+  if [[ $status == 0 || "$output" != *"$1=$2 needs the \`$3\` feature of exactly-once"* ]]; then
+    echo "quickstart: $1=$2 did not stop it naming the $3 feature (exit $status): $output" >&2
+    exit 1
+  fi
+  echo "quickstart: $1=$2: exit $status, names \`$3\`"
+}
+check_off IDEMPOTENCY_STORE postgres postgres
+check_off IDEMPOTENCY_STORE redis redis
+check_off DUPLICATE_CACHE redis redis
+check_off DEAD_LETTER_QUEUE_URL https://sqs.us-east-1.amazonaws.com/1/parked sqs
+check_off TRACING_EXPORT otlp opentelemetry
+echo "quickstart: OK"
