@@ -46,5 +46,5 @@ sam validate --template-file "$project/template.yaml"
 
 echo "template: cargo test on DynamoDB Local"
 cp "$root/Cargo.lock" "$project/"
-(cd "$project" && CARGO_TARGET_DIR="$root/target" cargo test --quiet)
+(cd "$project" && cargo fmt --check && CARGO_TARGET_DIR="$root/target" cargo test --quiet)
 echo "template: OK, from sam init to a green test in $(($(date +%s) - started)) s"
