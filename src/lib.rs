@@ -9,35 +9,57 @@
 //!
 //! ```toml
 //! [dependencies]
+//! # Not on crates.io yet: point it at a checkout, { path = "../msk-exactly-once" }.
 //! exactly-once = "0.1"
-//! tokio = { version = "1", features = ["macros"] }
+//! serde = { version = "1", features = ["derive"] }
 //! serde_json = "1"
+//! tokio = { version = "1", features = ["macros"] }
 //! ```
 //!
 //! ```no_run
 //! use exactly_once::prelude::*;
 //!
-//! /// Counts the bytes of each record, once per idempotency key.
-//! struct Audit;
+//! /// A payment as the producers write it.
+//! #[derive(serde::Deserialize)]
+//! struct Payment {
+//!     payment_id: String,
+//!     account_id: String,
+//!     amount_cents: i64,
+//! }
 //!
-//! // Generic over the store's effect: runs on every store.
-//! impl<E: Send + Sync + 'static> RecordHandler<E> for Audit {
+//! /// Adds each payment to its account's balance, once per idempotency key.
+//! struct Ledger {
+//!     table: String,
+//! }
+//!
+//! // Generic over the store's effect: runs on DynamoDB, PostgreSQL and Redis.
+//! impl<E: Send + Sync + 'static> RecordHandler<E> for Ledger {
 //!     type Record = KafkaRecord;
 //!
 //!     fn commit_path(&self) -> CommitPath {
-//!         CommitPath::Locking // claim the key, run, complete (fenced)
+//!         // No side effect of its own: the increment below commits in ONE
+//!         // transaction with the key's COMPLETED item (no claim, no lock).
+//!         CommitPath::LockFree
 //!     }
 //!
-//!     async fn handle(&self, token: &FencingToken, record: &KafkaRecord) -> Result<Completion<E>, HandlerError> {
-//!         let payment: serde_json::Value = serde_json::from_slice(&record.value)
-//!             .map_err(|e| HandlerError::Permanent(format!("not JSON: {}", json_error(&e))))?;
-//!         Ok(Completion::done(format!("{} for {}", payment["amount_cents"], token.idempotency_key())))
+//!     async fn handle(
+//!         &self,
+//!         _: &FencingToken,
+//!         record: &KafkaRecord,
+//!     ) -> Result<Completion<E>, HandlerError> {
+//!         let payment: Payment = serde_json::from_slice(&record.value)
+//!             // Permanent: stored FAILED, never retried; names no value.
+//!             .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
+//!         let credit = Increment::new(&self.table, "account_id", &payment.account_id)
+//!             .add("balance_cents", payment.amount_cents);
+//!         Ok(Completion::done(format!("paid {}", payment.payment_id)).increment(credit))
 //!     }
 //! }
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), StartError> {
-//!     exactly_once::run(Audit).await
+//!     let table = required_var("LEDGER_TABLE")?;
+//!     exactly_once::run(Ledger { table }).await
 //! }
 //! ```
 //!

@@ -127,6 +127,41 @@ fn the_readme_handler_snippet_is_the_compiled_doctest() {
     assert_eq!(snippet, doctest);
 }
 
+/// The crate docs (`cargo doc`, docs.rs) open with the README's quick
+/// start, block for block: what a newcomer reads in either place builds
+/// (the README's is built outside the repository by infra/quickstart.sh,
+/// the docs' is a doctest).
+#[test]
+fn the_crate_docs_open_with_the_readme_quick_start() {
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("\n## Your own handler\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's quick start");
+    let docs: String = include_str!("../src/lib.rs")
+        .lines()
+        .take_while(|line| line.starts_with("//!"))
+        .map(|line| {
+            line.trim_start_matches("//!")
+                .strip_prefix(' ')
+                .unwrap_or("")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (readme_fence, docs_fence) in [("```toml\n", "```toml\n"), ("```rust\n", "```no_run\n")] {
+        let block = |text: &str, fence: &str| -> String {
+            let start = text.find(fence).expect("a block") + fence.len();
+            text[start..]
+                .split("\n```")
+                .next()
+                .expect("its end")
+                .to_owned()
+        };
+        assert_eq!(block(section, readme_fence), block(&docs, docs_fence));
+    }
+}
+
 /// The defaults let an invocation wait out a crashed worker's lease (and
 /// take its key over) instead of reporting its record until the retries run
 /// out: the function's timeout exceeds a lease plus the safety margin.
