@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use exactly_once_core::config::StoreConfig;
-use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_lambda::StoreKind;
 
 use crate::StartError;
@@ -114,27 +113,6 @@ impl Backend {
                 value: other.name().to_owned(),
                 feature: other.name(),
             }),
-        }
-    }
-
-    /// The same store, its requests counted and timed in `counter` (the
-    /// invocation's `StoreRequests` and `StoreLatency` metrics).
-    pub fn count_requests(self, counter: &RequestCounter) -> Self {
-        match self {
-            #[cfg(feature = "dynamodb")]
-            Self::DynamoDb(store) => {
-                use exactly_once_core::store::Store as _;
-                use exactly_once_dynamodb::CountRequests as _;
-                let client = counter.attach(store.client());
-                Self::DynamoDb(exactly_once_dynamodb::DynamoDbStore::new(
-                    client,
-                    store.config().clone(),
-                ))
-            }
-            #[cfg(feature = "postgres")]
-            Self::Postgres(store) => Self::Postgres(store.with_request_counter(counter.clone())),
-            #[cfg(feature = "redis")]
-            Self::Redis(store) => Self::Redis(store.with_request_counter(counter.clone())),
         }
     }
 

@@ -2,16 +2,17 @@
 //! served until the Lambda runtime stops.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use exactly_once_core::config::SettingsError;
 use exactly_once_core::engine::{Engine, RecordHandler, SharedCache};
 use exactly_once_core::store::Operator;
-use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_lambda::dead_letter::DeadLetters;
 use exactly_once_lambda::telemetry::{self, Traces, TracingExport};
 use exactly_once_lambda::{KafkaRecord, MskFunction, Settings, StoreKind};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::backend::{Backend, Patience};
 use crate::error::BoxError;
@@ -76,18 +77,15 @@ where
     let env = |name: &str| std::env::var(name).ok();
     let traces = telemetry::init(tracing_export(env)?).map_err(StartError::Telemetry)?;
     let settings = Settings::from_env()?;
-    let requests = RequestCounter::default();
     let backend = Backend::connect(
         settings.store_kind,
         settings.store.clone(),
         Patience::Function,
     )
-    .await?
-    .count_requests(&requests);
+    .await?;
     let parts = Parts {
         shared_cache: shared_cache(&settings, env)?,
         dead_letters: dead_letters(&settings).await?,
-        requests,
         traces,
         settings,
     };
@@ -107,13 +105,16 @@ where
 /// What the function is made of, beside its store and handler.
 struct Parts {
     settings: Settings,
-    requests: RequestCounter,
     shared_cache: Option<Arc<dyn SharedCache>>,
     dead_letters: Option<Arc<dyn DeadLetters>>,
     traces: Option<Traces>,
 }
 
-/// Serves the function of `store` and `handler` until the runtime stops.
+/// Serves the function of `store` and `handler` until the runtime stops:
+/// one invocation at a time, or as many at once as Lambda asks
+/// (`AWS_LAMBDA_MAX_CONCURRENCY`, Lambda Managed Instances), all sharing
+/// the one function: its store's connections, its warm cache, its holds
+/// on the items in flight.
 async fn serve<S, H>(store: S, handler: H, parts: Parts) -> Result<(), StartError>
 where
     S: Operator,
@@ -123,37 +124,63 @@ where
     if let Some(cache) = parts.shared_cache {
         engine = engine.with_shared_cache(cache);
     }
-    let mut function =
-        MskFunction::new(engine, parts.settings.function).with_request_counter(parts.requests);
+    let mut function = MskFunction::new(engine, parts.settings.function);
     if let Some(queue) = parts.dead_letters {
         function = function.with_dead_letter_queue(queue);
     }
     let function = Arc::new(function);
+    let traces = parts.traces.map(Arc::new);
+    let cold = Arc::new(AtomicBool::new(true));
     let handler = service_fn(move |event: LambdaEvent<Value>| {
-        let function = Arc::clone(&function);
-        async move { function.handle(event).await }
-    });
-    let served = match parts.traces {
-        None => lambda_runtime::run(handler).await,
-        #[cfg(feature = "opentelemetry")]
-        Some(provider) => {
-            use lambda_runtime::layers::{OpenTelemetryFaasTrigger, OpenTelemetryLayer};
-            let flush = move || {
-                if let Err(err) = provider.force_flush() {
-                    tracing::warn!(error = %err, "spans not exported");
-                }
-            };
-            let traced =
-                OpenTelemetryLayer::new(flush).with_trigger(OpenTelemetryFaasTrigger::PubSub);
-            lambda_runtime::Runtime::new(handler)
-                .layer(traced)
-                .run()
-                .await
+        let (function, traces) = (Arc::clone(&function), traces.clone());
+        let span = match traces {
+            Some(_) => invocation_span(&event.context, cold.swap(false, Ordering::Relaxed)),
+            None => tracing::Span::none(),
+        };
+        async move {
+            let answer = function.handle(event).instrument(span).await;
+            if let Some(traces) = traces {
+                flush(traces).await;
+            }
+            answer
         }
-        #[cfg(not(feature = "opentelemetry"))]
-        Some(never) => match never {},
-    };
-    served.map_err(StartError::Runtime)
+    });
+    // Falls back to one invocation at a time when Lambda does not ask for
+    // more (`AWS_LAMBDA_MAX_CONCURRENCY` unset or 1).
+    lambda_runtime::run_concurrent(handler)
+        .await
+        .map_err(StartError::Runtime)
+}
+
+/// The invocation's span, parent of its batch's (the attributes
+/// `lambda_runtime`'s OpenTelemetry layer gives it, which cannot serve
+/// invocations at once).
+fn invocation_span(context: &lambda_runtime::Context, cold: bool) -> tracing::Span {
+    let name = &context.env_config.function_name;
+    tracing::info_span!(
+        "Lambda function invocation",
+        otel.name = %name,
+        faas.name = %name,
+        faas.trigger = "pubsub",
+        faas.invocation_id = %context.request_id,
+        faas.coldstart = cold,
+    )
+}
+
+/// Exports the spans of the invocation that just ended before Lambda may
+/// freeze the container, without blocking the other invocations' threads.
+#[cfg(feature = "opentelemetry")]
+async fn flush(traces: Arc<Traces>) {
+    let flushed = tokio::task::spawn_blocking(move || traces.force_flush()).await;
+    if let Ok(Err(err)) = flushed {
+        tracing::warn!(error = %err, "spans not exported");
+    }
+}
+
+/// Nothing to export without the `opentelemetry` feature.
+#[cfg(not(feature = "opentelemetry"))]
+async fn flush(traces: Arc<Traces>) {
+    match *traces {}
 }
 
 /// Where spans go (`TRACING_EXPORT`), if this build can send them there.

@@ -96,8 +96,17 @@ fn function(store: &MemoryStore, handler: Counters) -> MskFunction<Counters, Mem
 
 /// One invocation with ten minutes to go.
 async fn invoke(function: &MskFunction<Counters, MemoryStore>, batch: &Value) -> Vec<String> {
+    invoke_within(function, batch, Duration::from_secs(600)).await
+}
+
+/// One invocation with `time` to go.
+async fn invoke_within(
+    function: &MskFunction<Counters, MemoryStore>,
+    batch: &Value,
+    time: Duration,
+) -> Vec<String> {
     let mut context = Context::default();
-    context.deadline = now_ms() + 600_000;
+    context.deadline = now_ms() + time.as_millis() as u64;
     let response = function
         .handle(LambdaEvent::new(batch.clone(), context))
         .await
@@ -154,6 +163,61 @@ async fn locking_each_payment_of_a_batch_with_copies_runs_and_applies_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_free_each_payment_of_a_batch_with_copies_runs_and_applies_once() {
     each_payment_applies_once(CommitPath::LockFree).await;
+}
+
+/// Two invocations of one container (Lambda Managed Instances) handed the
+/// same records at once, as a rebalance hands a partition to two pollers:
+/// each key's work runs once, in one of them; the other waits for it and
+/// gets a duplicate, so neither reports a record (the container never
+/// races itself for a key), and each payment applies once. A third
+/// invocation afterwards is all duplicates from the warm cache.
+async fn overlapping_invocations_run_each_key_once(path: CommitPath) {
+    let store = store(Duration::from_secs(30));
+    let handler = Counters {
+        // Long enough that the two invocations overlap.
+        pause: Duration::from_millis(20),
+        ..Counters::new(path)
+    };
+    let function = function(&store, handler);
+    let partitions: Vec<(&str, Vec<_>)> = ["payments-0", "payments-1"]
+        .into_iter()
+        .enumerate()
+        .map(|(p, name)| {
+            let records = (0..10)
+                .map(|i| payment(i, &format!("pay-{p}-{i}"), &format!("acc-{p}"), 10))
+                .collect();
+            (name, records)
+        })
+        .collect();
+    let batch = event(partitions);
+    // Less time than the 30 s lock: a key locked by the other invocation
+    // would be reported in progress, not waited out.
+    let within = Duration::from_secs(10);
+    let (first, second) = tokio::join!(
+        invoke_within(&function, &batch, within),
+        invoke_within(&function, &batch, within)
+    );
+    assert_eq!(
+        (first, second),
+        (Vec::new(), Vec::new()),
+        "nothing reported"
+    );
+    let runs = function.engine().handler().runs();
+    assert_eq!(runs.len(), 20, "{runs:?}");
+    assert!(runs.values().all(|&n| n == 1), "{runs:?}");
+    assert_eq!((store.counter("acc-0"), store.counter("acc-1")), (100, 100));
+    assert_eq!(invoke(&function, &batch).await, Vec::<String>::new());
+    assert_eq!(function.engine().handler().runs(), runs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locking_overlapping_invocations_of_one_container_run_each_key_once() {
+    overlapping_invocations_run_each_key_once(CommitPath::Locking).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_free_overlapping_invocations_of_one_container_run_each_key_once() {
+    overlapping_invocations_run_each_key_once(CommitPath::LockFree).await;
 }
 
 /// Lock-free: a debit the account cannot cover in the middle of a lane's

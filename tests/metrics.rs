@@ -111,7 +111,7 @@ async fn documents_of(batch: Value) -> (Vec<Value>, u64) {
     let config = support::store_config(Duration::from_secs(30));
     let store = DynamoDbStore::new(client.clone(), config);
     let lines = Lines::default();
-    let function = ledger_function(store, client, &lines).with_request_counter(counter.clone());
+    let function = ledger_function(store, client, &lines);
     let response = function.handle(invocation(batch)).await;
     assert!(response.expect("handled").batch_item_failures.is_empty());
     (lines.take(), counter.total())

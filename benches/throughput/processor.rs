@@ -80,7 +80,7 @@ impl Mode {
 /// or the baseline loop over `Engine::run_once`.
 pub enum Processor {
     Function(MskFunction<LedgerHandler, DynamoDbStore>),
-    Baseline(Engine<LedgerHandler, DynamoDbStore>),
+    Baseline(Box<Engine<LedgerHandler, DynamoDbStore>>),
 }
 
 impl Processor {
@@ -112,7 +112,7 @@ impl Processor {
                     completed_cache: 0,
                     ..Default::default()
                 };
-                Self::Baseline(Engine::new(store, handler, config))
+                Self::Baseline(Box::new(Engine::new(store, handler, config)))
             }
             _ => Self::Function(
                 MskFunction::new(

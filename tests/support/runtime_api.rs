@@ -58,6 +58,8 @@ struct State {
     waiting: Mutex<HashMap<String, Waiting>>,
     /// `POST /init/error`'s body, if the function failed to start.
     init_error: Mutex<Option<Value>>,
+    /// `invocation/next` polls waiting for an event.
+    polling: std::sync::atomic::AtomicUsize,
 }
 
 /// The stand-in, listening on a loopback port.
@@ -121,6 +123,19 @@ impl RuntimeApi {
         answer.await.expect("the stand-in answers every event")
     }
 
+    /// Waits (at most `within`) until `polls` `invocation/next` polls wait
+    /// for an event: the function's workers, ready.
+    pub async fn wait_for_polls(&self, polls: usize, within: Duration) {
+        let started = Instant::now();
+        while self.state.polling.load(std::sync::atomic::Ordering::SeqCst) < polls {
+            assert!(
+                started.elapsed() < within,
+                "fewer than {polls} polls of invocation/next"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The function's init error, if it reported one.
     pub fn init_error(&self) -> Option<Value> {
         self.state.init_error.lock().unwrap().clone()
@@ -143,7 +158,10 @@ async fn route(
         .collect();
     if parts == ["invocation", "next"] {
         // One event per poll, in order; concurrent polls wait their turn.
+        use std::sync::atomic::Ordering::SeqCst;
+        state.polling.fetch_add(1, SeqCst);
         let next = events.lock().await.recv().await;
+        state.polling.fetch_sub(1, SeqCst);
         let Some((request_id, body, deadline_ms)) = next else {
             return Ok(status(StatusCode::GONE));
         };

@@ -52,10 +52,11 @@ pub struct DynamoDbStore {
 }
 
 impl DynamoDbStore {
-    /// The store on `client` as `config` says.
+    /// The store on `client` as `config` says. Its requests count for the
+    /// invocation they are sent for (`store::requests::counted`).
     pub fn new(client: Client, config: StoreConfig) -> Self {
         Self {
-            client,
+            client: requests::in_scope(client),
             config,
             scan: ScanOptions::default(),
         }

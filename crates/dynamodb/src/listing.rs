@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ConsumedCapacity, ReturnConsumedCapacity};
+use exactly_once_core::store::requests;
 use tokio::task::JoinSet;
 
 use super::codec::{RawItem, n, parse, s, status_value};
@@ -90,7 +91,9 @@ impl DynamoDbStore {
         let mut shards = JoinSet::new();
         for shard in 0..STARTED_SHARDS {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
-            shards.spawn(async move { store.query_shard(&filter, values, shard).await });
+            shards.spawn(requests::inherit(async move {
+                store.query_shard(&filter, values, shard).await
+            }));
         }
         self.gather(shards, "list (Query)").await
     }
@@ -161,7 +164,9 @@ impl DynamoDbStore {
         let mut segments = JoinSet::new();
         for segment in 0..self.scan.segments.max(1) {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
-            segments.spawn(async move { store.scan_segment(&filter, values, segment).await });
+            segments.spawn(requests::inherit(async move {
+                store.scan_segment(&filter, values, segment).await
+            }));
         }
         self.gather(segments, "list (Scan)").await
     }

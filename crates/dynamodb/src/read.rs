@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
+use exactly_once_core::store::requests;
 use tokio::task::JoinSet;
 
 use super::codec::{RawItem, parse, s};
@@ -66,7 +67,9 @@ impl DynamoDbStore {
         let mut calls = JoinSet::new();
         for chunk in pks.chunks(KEYS_PER_BATCH_GET) {
             let (store, chunk) = (self.clone(), chunk.to_vec());
-            calls.spawn(async move { store.batch_get_chunk(chunk).await });
+            calls.spawn(requests::inherit(async move {
+                store.batch_get_chunk(chunk).await
+            }));
         }
         let now = self.now_ms();
         let mut found = HashMap::new();

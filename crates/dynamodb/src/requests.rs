@@ -1,6 +1,8 @@
 //! Counting and timing DynamoDB requests by operation, with an SDK
-//! interceptor on a [`RequestCounter`]: every HTTP request the client sends
-//! (retries included).
+//! interceptor: every HTTP request the client sends (retries included),
+//! into the current invocation's scope (every store's client has it, see
+//! [`crate::DynamoDbStore::new`]) or into a [`RequestCounter`] attached to
+//! the client.
 
 use std::time::Instant;
 
@@ -13,7 +15,7 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
-use exactly_once_core::store::requests::RequestCounter;
+use exactly_once_core::store::requests::{self, RequestCounter};
 
 /// When the current attempt was handed to the HTTP client.
 #[derive(Debug, Clone)]
@@ -37,15 +39,28 @@ impl CountRequests for RequestCounter {
             client
                 .config()
                 .to_builder()
-                .interceptor(Counting(self.clone()))
+                .interceptor(Counting(Some(self.clone())))
                 .build(),
         )
     }
 }
 
-/// The SDK interceptor counting into a [`RequestCounter`].
+/// `client` counting every request into the invocation it is sent for
+/// (`requests::counted`).
+pub(crate) fn in_scope(client: Client) -> Client {
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .interceptor(Counting(None))
+            .build(),
+    )
+}
+
+/// The SDK interceptor counting into an attached [`RequestCounter`], or
+/// (`None`) into the current invocation's scope.
 #[derive(Debug)]
-struct Counting(RequestCounter);
+struct Counting(Option<RequestCounter>);
 
 impl Intercept for Counting {
     fn name(&self) -> &'static str {
@@ -73,7 +88,10 @@ impl Intercept for Counting {
         let Some(AttemptStart(started)) = cfg.load::<AttemptStart>().cloned() else {
             return Ok(());
         };
-        self.0.record(operation(cfg), started.elapsed());
+        match &self.0 {
+            Some(counter) => counter.record(operation(cfg), started.elapsed()),
+            None => requests::record_in_scope(operation(cfg), started.elapsed()),
+        }
         Ok(())
     }
 }

@@ -16,7 +16,7 @@ mod settings;
 mod stuck_check;
 pub mod telemetry;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use lambda_runtime::LambdaEvent;
@@ -30,7 +30,7 @@ use exactly_once_core::clock::now_ms;
 use exactly_once_core::engine::{
     Deadline, Engine, Message, Parking, RecordHandler, RecordOutcome, Tagged, Work,
 };
-use exactly_once_core::store::requests::{RequestCounter, RequestStats};
+use exactly_once_core::store::requests::{self, RequestCounter};
 use exactly_once_core::store::{Listing, Operator, Store, StoreError};
 pub use fingerprint::Fingerprint;
 pub use record::{KafkaRecord, SchemaMetadata};
@@ -139,7 +139,6 @@ pub type MetricsWriter = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct MskFunction<H, S> {
     engine: Arc<Engine<H, S>>,
     settings: FunctionSettings,
-    requests: Option<RequestCounter>,
     /// Where each invocation's EMF documents go (stdout by default).
     metrics: Option<MetricsWriter>,
     /// Where parked records are forwarded, whole.
@@ -156,7 +155,6 @@ where
         Self {
             engine: Arc::new(engine),
             settings,
-            requests: None,
             metrics: Some(Arc::new(|line: &str| println!("{line}"))),
             dead_letters: None,
         }
@@ -167,13 +165,6 @@ where
     /// payload included; a record that cannot be sent is reported instead.
     pub fn with_dead_letter_queue(mut self, queue: impl DeadLetters) -> Self {
         self.dead_letters = Some(Arc::new(queue));
-        self
-    }
-
-    /// Reports the requests `counter` sees (attached to the engine's
-    /// client) in each invocation's metrics.
-    pub fn with_request_counter(mut self, counter: RequestCounter) -> Self {
-        self.requests = Some(counter);
         self
     }
 
@@ -201,11 +192,9 @@ where
     pub async fn invoke(&self, event: LambdaEvent<Value>) -> Result<Invocation, InvocationError> {
         let mut reports = Vec::new();
         let mut report = InvocationReport::new();
-        let requests_before = self.requests.as_ref().map(|counter| {
-            // Round trips of earlier work (another invocation's) are not this one's.
-            counter.take_latencies();
-            counter.stats()
-        });
+        // This invocation's store requests alone, however many others the
+        // container serves at once.
+        let counter = RequestCounter::default();
         let partitions = decode::decode_event(&event.payload)?;
         let traced = self.settings.tracing != TracingExport::Off;
         let batch_span = match traced {
@@ -221,11 +210,13 @@ where
         let holder = holder(&event.context);
         let (lanes, spans) = batch_span.in_scope(|| self.tag(partitions, holder, traced));
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
-        let batch = self
-            .engine
-            .run_batch(lanes, deadline)
-            .instrument(batch_span.clone())
-            .await;
+        let batch = requests::counted(
+            counter.clone(),
+            self.engine
+                .run_batch(lanes, deadline)
+                .instrument(batch_span.clone()),
+        )
+        .await;
         let results: Vec<(Coordinates, Option<String>, RecordOutcome)> = batch
             .outcomes
             .into_iter()
@@ -260,7 +251,10 @@ where
             elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,
             "batch done"
         );
-        let requests = self.requests_since(requests_before);
+        let requests = StoreRequests {
+            stats: counter.stats(),
+            latencies: counter.take_latencies(),
+        };
         batch_span.record("exactly_once.reported", report.reported);
         batch_span.record(
             "exactly_once.store_requests",
@@ -378,26 +372,6 @@ where
                 }
                 lanes
             }
-        }
-    }
-
-    /// The store requests since `before` (none without a request counter),
-    /// for the invocation's EMF documents (printed on stdout, where Lambda's
-    /// log agent turns them into CloudWatch metrics) and its span.
-    fn requests_since(&self, before: Option<BTreeMap<String, RequestStats>>) -> StoreRequests {
-        match (&self.requests, before) {
-            (Some(counter), Some(before)) => StoreRequests {
-                stats: counter
-                    .stats()
-                    .into_iter()
-                    .map(|(operation, now)| {
-                        let then = before.get(&operation).copied().unwrap_or_default();
-                        (operation, now.since(&then))
-                    })
-                    .collect(),
-                latencies: counter.take_latencies(),
-            },
-            _ => StoreRequests::default(),
         }
     }
 

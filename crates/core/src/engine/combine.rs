@@ -12,7 +12,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::footprint::{Footprint, ItemLocks};
-use crate::store::{CommitOutcome, NewCommit, Store};
+use crate::store::{CommitOutcome, NewCommit, Store, requests};
 
 /// Times the flusher lets other tasks run before it takes the queue, so
 /// that lanes ready at the same moment meet.
@@ -108,7 +108,7 @@ impl<S: Store> Combiner<S> {
             !std::mem::replace(&mut queue.flushing, true)
         };
         if start_flusher {
-            let flusher = tokio::spawn(Arc::clone(self).flush()).abort_handle();
+            let flusher = tokio::spawn(requests::inherit(Arc::clone(self).flush())).abort_handle();
             self.lock().flusher = Some(flusher);
         }
         answer.await.ok().flatten()
@@ -139,7 +139,7 @@ impl<S: Store> Combiner<S> {
                     continue;
                 }
                 let this = Arc::clone(&self);
-                sends.spawn(async move { this.send(shared).await });
+                sends.spawn(requests::inherit(async move { this.send(shared).await }));
             }
             while sends.join_next().await.is_some() {}
         }

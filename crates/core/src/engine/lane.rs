@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::store::{Lease, Store, StoreError};
+use crate::store::{Lease, Store, StoreError, requests};
 
-use super::coalesce::{self, Settled, Turn};
+use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::{Batch, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
 
 /// The outcomes of a lane so far, and why it stopped starting messages.
@@ -85,11 +85,9 @@ enum Step {
     Done(Outcome),
     /// The first copy of its key in the batch: its claim, running ahead (a
     /// claim dropped unawaited, with its invocation, stops where it is).
-    Claiming(
-        AbortOnDropHandle<Result<Lease, Outcome>>,
-        watch::Sender<Option<Settled>>,
-    ),
-    /// A later copy of a key in flight: waits for the first copy's outcome.
+    Claiming(AbortOnDropHandle<Result<Lease, Outcome>>, FirstCopy),
+    /// A later copy of a key in flight (in this batch or another of the
+    /// container): waits for the first copy's outcome.
     Waiting(watch::Receiver<Option<Settled>>),
 }
 
@@ -141,10 +139,7 @@ where
             Ok(work) => work,
             Err(reason) => return (None, Step::Done(Outcome::Invalid { reason })),
         };
-        if let Some(known) = batch.completed.get(&work.key)
-            && known.payload_hash == work.payload_hash
-        {
-            let result = known.result.clone();
+        if let Some(result) = self.known_duplicate(&work, batch) {
             return (Some(work), Step::Done(Outcome::Duplicate { result }));
         }
         let step = match batch.in_flight.turn(&work.key) {
@@ -158,10 +153,10 @@ where
                     work.holder.clone(),
                 );
                 Step::Claiming(
-                    AbortOnDropHandle::new(tokio::spawn(async move {
+                    AbortOnDropHandle::new(tokio::spawn(requests::inherit(async move {
                         let holder = holder.as_deref();
                         engine.claim(&key, &hash, &origin, holder, deadline).await
-                    })),
+                    }))),
                     sender,
                 )
             }
@@ -175,7 +170,7 @@ where
         let deadline = batch.guard.deadline();
         let outcome = match (step, &work) {
             (Step::Done(outcome), _) => outcome,
-            (Step::Claiming(claim, sender), Some(work)) => {
+            (Step::Claiming(claim, first), Some(work)) => {
                 let outcome = match claim.await {
                     Ok(Ok(lease)) => self.work(work, lease, deadline).await,
                     Ok(Err(outcome)) => outcome,
@@ -184,13 +179,14 @@ where
                         message: format!("the claim's task failed: {err}"),
                     }),
                 };
-                sender.send_replace(Some(Settled::new(&work.payload_hash, &outcome)));
+                first.settle(Settled::new(&work.payload_hash, &outcome));
                 outcome
             }
-            (Step::Waiting(receiver), Some(work)) => {
-                match coalesce::duplicate_of(receiver, &work.payload_hash).await {
-                    Some(result) => Outcome::Duplicate { result },
-                    None => self.claim_and_run(work, deadline).await,
+            (Step::Waiting(first), Some(work)) => {
+                match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
+                    Waited::Duplicate(result) => Outcome::Duplicate { result },
+                    Waited::OnItsOwn => self.claim_and_run(work, deadline).await,
+                    Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
                 }
             }
             // A step other than Done always carries its message.

@@ -45,9 +45,9 @@ pub use handler::{
 };
 pub use outcome::{Outcome, Parking, PoisonPolicy};
 
-use crate::store::Store;
+use crate::store::{Store, requests};
 use cache::CompletedCache;
-use coalesce::InFlight;
+use coalesce::{InFlight, Running};
 use combine::Combiner;
 use deadline::BatchGuard;
 use footprint::ItemLocks;
@@ -181,6 +181,9 @@ pub struct Engine<H, S> {
     permits: Arc<Semaphore>,
     /// The items of the commits in flight, across batches.
     items: Arc<ItemLocks>,
+    /// The first copies of keys running, across batches (the invocations
+    /// a container serves at once).
+    running: Arc<Running>,
 }
 
 impl<H, S> Engine<H, S>
@@ -194,6 +197,7 @@ where
             cache: CompletedCache::new(config.completed_cache),
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             items: Arc::default(),
+            running: Arc::default(),
             store,
             handler,
             config,
@@ -241,7 +245,7 @@ where
         let lanes = messages;
         let batch = Arc::new(Batch {
             completed: self.known_completed(&lanes).await,
-            in_flight: InFlight::default(),
+            in_flight: InFlight::new(Arc::clone(&self.running)),
             combiner: Combiner::new(
                 self.store.clone(),
                 Arc::clone(&self.permits),
@@ -254,13 +258,13 @@ where
         let mut tasks = JoinSet::new();
         for (index, lane) in lanes.into_iter().enumerate() {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
-            tasks.spawn(async move {
+            tasks.spawn(requests::inherit(async move {
                 let outcomes = match engine.handler.commit_path() {
                     CommitPath::Locking => engine.run_lane(lane, batch).await,
                     CommitPath::LockFree => engine.run_lane_lock_free(lane, batch).await,
                 };
                 (index, outcomes)
-            });
+            }));
         }
         let mut results: Vec<Vec<RecordOutcome>> = tags.iter().map(|_| Vec::new()).collect();
         while let Some(joined) = tasks.join_next().await {
@@ -290,6 +294,22 @@ where
             outcomes,
             store_unavailable: batch.guard.is_store_down(),
         }
+    }
+
+    /// The stored result of `work`'s key if it is known COMPLETED for its
+    /// payload: before the batch (its pre-check), or since, by any
+    /// invocation of the container (the warm cache).
+    fn known_duplicate(
+        &self,
+        work: &Work<H::Record>,
+        batch: &Batch<S>,
+    ) -> Option<Option<Arc<str>>> {
+        let known = batch
+            .completed
+            .get(&work.key)
+            .cloned()
+            .or_else(|| self.cache.get(&work.key, self.store.now_ms()))?;
+        (known.payload_hash == work.payload_hash).then_some(known.result)
     }
 
     /// A message's final outcome: a verified duplicate is handed to the

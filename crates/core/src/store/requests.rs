@@ -3,10 +3,50 @@
 //! value per request, so that CloudWatch computes percentiles). DynamoDB
 //! feeds it from an SDK interceptor (every HTTP request, retries included),
 //! PostgreSQL per call on a pooled connection, Redis per command or script.
+//!
+//! Two ways to count:
+//! - an **invocation's scope** ([`counted`]): every request the stores send
+//!   for a future, and for the tasks the engine spawns on its behalf
+//!   ([`inherit`]), goes to that invocation's counter alone, however many
+//!   invocations run at once in the container (Lambda Managed Instances);
+//! - a **counter attached** to a store or a client, which sees every
+//!   request that store sends, whoever it is for (a test's, a benchmark's).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+tokio::task_local! {
+    /// The counter of the invocation the current task works for.
+    static SCOPE: RequestCounter;
+}
+
+/// Runs `work`, counting every store request sent for it into `counter`:
+/// the requests of its own task, and of the tasks spawned through
+/// [`inherit`] (the engine's lanes, claims made ahead, shared transactions).
+pub async fn counted<F: Future>(counter: RequestCounter, work: F) -> F::Output {
+    SCOPE.scope(counter, work).await
+}
+
+/// `work` in the current task's scope: for a task spawned on its behalf,
+/// so that its requests count for the same invocation.
+pub fn inherit<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let scope = SCOPE.try_with(Clone::clone).ok();
+    async move {
+        match scope {
+            Some(counter) => SCOPE.scope(counter, work).await,
+            None => work.await,
+        }
+    }
+}
+
+/// Counts one request of `operation` that took `elapsed` for the invocation
+/// the current task works for, if it works for one (what a store's
+/// instrumentation calls for every request).
+pub fn record_in_scope(operation: &str, elapsed: Duration) {
+    let _ = SCOPE.try_with(|counter| counter.record(operation, elapsed));
+}
 
 /// Requests of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -17,17 +57,6 @@ pub struct RequestStats {
     pub total_ms: f64,
     /// The longest round trip, ms.
     pub max_ms: f64,
-}
-
-impl RequestStats {
-    /// The requests since `earlier` was read (`max_ms`: the largest so far).
-    pub fn since(&self, earlier: &RequestStats) -> RequestStats {
-        RequestStats {
-            count: self.count - earlier.count,
-            total_ms: self.total_ms - earlier.total_ms,
-            max_ms: self.max_ms,
-        }
-    }
 }
 
 /// Round trips kept between two [`RequestCounter::take_latencies`]: beyond
@@ -119,9 +148,12 @@ pub struct RequestTimer<'a> {
     started: Instant,
 }
 
+/// Counted in the timer's counter and in the current invocation's scope.
 impl Drop for RequestTimer<'_> {
     fn drop(&mut self) {
-        self.counter.record(self.operation, self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.counter.record(self.operation, elapsed);
+        record_in_scope(self.operation, elapsed);
     }
 }
 
@@ -150,6 +182,32 @@ impl Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_invocations_scope_counts_its_own_requests_and_its_spawned_tasks() {
+        let (attached, first, second) = (
+            RequestCounter::default(),
+            RequestCounter::default(),
+            RequestCounter::default(),
+        );
+        let request = |attached: RequestCounter| async move {
+            let _timer = attached.timer("claim");
+        };
+        let one = counted(first.clone(), async {
+            request(attached.clone()).await;
+            // A task spawned on its behalf counts for it too.
+            tokio::spawn(inherit(request(attached.clone())))
+                .await
+                .expect("the task");
+        });
+        let other = counted(second.clone(), request(attached.clone()));
+        tokio::join!(one, other);
+        // Outside any scope: the attached counter only.
+        request(attached.clone()).await;
+        assert_eq!(first.total(), 2);
+        assert_eq!(second.total(), 1);
+        assert_eq!(attached.total(), 4);
+    }
 
     #[test]
     fn latencies_are_kept_whole_up_to_the_cap_then_evenly_sampled() {

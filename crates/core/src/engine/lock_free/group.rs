@@ -4,9 +4,7 @@
 
 use std::time::Instant;
 
-use tokio::sync::watch;
-
-use crate::engine::coalesce::Settled;
+use crate::engine::coalesce::FirstCopy;
 use crate::engine::footprint::Footprint;
 use crate::engine::{Completion, FencingToken, Work};
 
@@ -19,7 +17,7 @@ pub(super) struct Planned<R, E> {
     pub footprint: Footprint,
     /// Set for the first copy of its key in the batch: later copies wait
     /// for its outcome.
-    pub first_copy: Option<watch::Sender<Option<Settled>>>,
+    pub first_copy: Option<FirstCopy>,
     pub started: Instant,
 }
 

@@ -27,12 +27,12 @@ mod group;
 use group::{Group, Planned};
 
 use super::cache::Completed;
-use super::coalesce::{self, Settled, Turn};
+use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::Footprint;
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lane::LaneLog;
 use super::record::store_failure;
-use super::{Batch, Engine, Message, Outcome, RecordOutcome, Work};
+use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
 /// at most this often.
@@ -59,7 +59,7 @@ enum Next<R, E> {
     /// A later copy of a key in flight: waits for the first copy.
     Copy(Work<R>, watch::Receiver<Option<Settled>>),
     /// No effect to commit; settled after the messages before it.
-    Unplanned(Work<R>, Unplanned, watch::Sender<Option<Settled>>),
+    Unplanned(Work<R>, Unplanned, FirstCopy),
 }
 
 impl<H, S> Engine<H, S>
@@ -104,13 +104,17 @@ where
                 }
                 (None, Next::Unplanned(work, why, first_copy)) => {
                     let outcome = self.refused(&work, why, &batch).await;
-                    first_copy.send_replace(Some(Settled::new(&work.payload_hash, &outcome)));
+                    first_copy.settle(Settled::new(&work.payload_hash, &outcome));
                     self.replayed(&work, outcome).await
                 }
                 (None, Next::Copy(work, first)) => {
-                    match coalesce::duplicate_of(first, &work.payload_hash).await {
-                        Some(result) => self.replayed(&work, Outcome::Duplicate { result }).await,
-                        None => self.plan_and_commit(work, &batch).await,
+                    let deadline = batch.guard.deadline();
+                    match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
+                        Waited::Duplicate(result) => {
+                            self.replayed(&work, Outcome::Duplicate { result }).await
+                        }
+                        Waited::OnItsOwn => self.plan_and_commit(work, &batch).await,
+                        Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
                     }
                 }
             };
@@ -131,15 +135,12 @@ where
             Ok(work) => work,
             Err(reason) => return Next::Invalid(reason),
         };
-        if let Some(known) = batch.completed.get(&work.key)
-            && known.payload_hash == work.payload_hash
-        {
-            let result = known.result.clone();
+        if let Some(result) = self.known_duplicate(&work, batch) {
             return Next::Known(work, result);
         }
         let first_copy = match batch.in_flight.turn(&work.key) {
             Turn::Later(first) => return Next::Copy(work, first),
-            Turn::First(sender) => sender,
+            Turn::First(first) => first,
         };
         match self.plan(work, started, batch).await {
             Ok(planned) => Next::Planned(Planned {
@@ -520,6 +521,6 @@ fn requeue<R, E>(members: &mut VecDeque<Planned<R, E>>, chunk: Vec<Planned<R, E>
 /// Tells later copies of a first copy's key how it ended.
 fn announce<R, E>(planned: &Planned<R, E>, outcome: &Outcome) {
     if let Some(first_copy) = &planned.first_copy {
-        first_copy.send_replace(Some(Settled::new(&planned.work.payload_hash, outcome)));
+        first_copy.settle(Settled::new(&planned.work.payload_hash, outcome));
     }
 }

@@ -1,0 +1,233 @@
+//! Many invocations in one container (Lambda Managed Instances): the real
+//! `msk-handler` started with `AWS_LAMBDA_MAX_CONCURRENCY=4` against a
+//! Lambda Runtime API stand-in, on each store's real server. It serves
+//! invocations at once; every payment applies once, also when the same
+//! batch is handed to several of them at once (a rebalance gives a
+//! partition to two pollers); and each invocation's metrics count its own
+//! store requests, never another's.
+
+mod support;
+
+use std::time::Duration;
+
+use exactly_once::redis::RedisStore;
+use serde_json::Value;
+use support::msk::{event, payment};
+use support::runtime_api::{Answer, Function, RuntimeApi, Span};
+
+/// How long the function may take to answer one event.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The workers the runtime starts.
+const CONCURRENCY: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    DynamoDb,
+    Postgres,
+    Redis,
+}
+
+/// The function's variables on `store`, in `mode`, under a fresh prefix.
+async fn env(store: Store, mode: &str) -> Vec<(&'static str, String)> {
+    let config = support::store_config(Duration::from_secs(30));
+    let mut env = vec![
+        ("IDEMPOTENCY_TABLE", config.table_name),
+        ("IDEMPOTENCY_KEY_PREFIX", config.key_prefix),
+        ("LEDGER_TABLE", support::env("LEDGER_TABLE")),
+        ("LEDGER_MODE", mode.to_owned()),
+        ("AWS_LAMBDA_MAX_CONCURRENCY", CONCURRENCY.to_string()),
+    ];
+    match store {
+        Store::DynamoDb => {}
+        Store::Postgres => {
+            support::postgres::migrate(&support::postgres::pool().await).await;
+            env.push(("IDEMPOTENCY_STORE", "postgres".to_owned()));
+            env.push(("DATABASE_URL", support::env("DATABASE_URL")));
+        }
+        Store::Redis => {
+            env.push(("IDEMPOTENCY_STORE", "redis".to_owned()));
+            env.push(("REDIS_URL", support::env("REDIS_URL")));
+        }
+    }
+    env
+}
+
+/// The ledger's balance of `account` on `store`.
+async fn balance(store: Store, account: &str) -> i64 {
+    match store {
+        Store::DynamoDb => support::msk::balance(account).await,
+        Store::Postgres => {
+            support::postgres::ledger_entry(&support::postgres::pool().await, account)
+                .await
+                .0
+        }
+        Store::Redis => {
+            let config = support::store_config(Duration::from_secs(30));
+            let store: RedisStore = support::redis::store_with(&support::env("REDIS_URL"), config);
+            support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), account)
+                .await
+                .0
+        }
+    }
+}
+
+/// A batch of 2 partitions x 10 payments of 1 cent to `account` (keys
+/// `<account>-<n>`).
+fn batch(account: &str) -> Value {
+    let partition = |p: i64| {
+        (0..10)
+            .map(|i| payment(i, &format!("{account}-{p}-{i}"), account, 1))
+            .collect()
+    };
+    event(vec![
+        ("payments-0", partition(0)),
+        ("payments-1", partition(1)),
+    ])
+}
+
+/// The function started on `env`, its workers polling.
+async fn start(env: &[(&str, String)]) -> (RuntimeApi, Function) {
+    let api = RuntimeApi::start().await;
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let function = Function::start(&support::binary("msk-handler"), &api, &env);
+    api.wait_for_polls(CONCURRENCY, DEADLINE).await;
+    (api, function)
+}
+
+/// Hands every event at once; their answers and spans, in order.
+async fn invoke_all(api: &RuntimeApi, events: &[Value]) -> Vec<(Answer, Span)> {
+    let answers = futures_util::future::join_all(events.iter().map(|e| api.invoke(e, DEADLINE)));
+    tokio::time::timeout(DEADLINE, answers)
+        .await
+        .expect("every event answered")
+}
+
+/// The invocations' EMF documents (the ones that count records), in the
+/// order written.
+fn documents(function: &Function) -> Vec<Value> {
+    function
+        .lines()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|doc| doc.get("Records").is_some())
+        .collect()
+}
+
+fn metric(doc: &Value, name: &str) -> f64 {
+    doc[name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} in {doc}"))
+}
+
+fn nothing_reported(answers: &[(Answer, Span)]) {
+    for (answer, _) in answers {
+        assert_eq!(
+            *answer,
+            Answer::Response(serde_json::json!({ "batchItemFailures": [] }))
+        );
+    }
+}
+
+/// Four different batches handed at once are in flight at once (every one
+/// handed before the first is answered), and each payment applies once.
+async fn four_batches_run_at_once(store: Store) {
+    let (api, function) = start(&env(store, "lock-free").await).await;
+    let accounts: Vec<String> = (0..CONCURRENCY)
+        .map(|i| format!("acc-{}-{i}", uuid::Uuid::new_v4()))
+        .collect();
+    let events: Vec<Value> = accounts.iter().map(|account| batch(account)).collect();
+    let answers = invoke_all(&api, &events).await;
+    nothing_reported(&answers);
+    let last_handed = answers.iter().map(|(_, span)| span.handed).max();
+    let first_answered = answers.iter().map(|(_, span)| span.answered).min();
+    assert!(
+        last_handed < first_answered,
+        "the batches ran one after another: {:?}",
+        answers.iter().map(|(_, span)| span).collect::<Vec<_>>()
+    );
+    for account in &accounts {
+        assert_eq!(balance(store, account).await, 20, "{account}");
+    }
+    let docs = documents(&function);
+    assert_eq!(docs.len(), CONCURRENCY);
+    assert!(docs.iter().all(|doc| metric(doc, "Records") == 20.0));
+}
+
+/// The same batch handed to four invocations at once: each payment applies
+/// once, one invocation processes each record and the others get
+/// duplicates, and none reports a record (the container never races itself
+/// for a key).
+async fn one_batch_to_four_invocations_at_once(store: Store, mode: &str) {
+    let (api, function) = start(&env(store, mode).await).await;
+    let account = format!("acc-{}", uuid::Uuid::new_v4());
+    let events = vec![batch(&account); CONCURRENCY];
+    let answers = invoke_all(&api, &events).await;
+    nothing_reported(&answers);
+    assert_eq!(balance(store, &account).await, 20);
+    let docs = documents(&function);
+    let sum = |name| docs.iter().map(|doc| metric(doc, name)).sum::<f64>();
+    assert_eq!(
+        (sum("Processed"), sum("Duplicate")),
+        (20.0, 60.0),
+        "{docs:?}"
+    );
+}
+
+/// An invocation of new payments beside one replaying a finished batch
+/// (answered from the warm cache, no store request): each document counts
+/// its own invocation's requests.
+async fn each_invocation_counts_its_own_requests(store: Store) {
+    let (api, function) = start(&env(store, "lock-free").await).await;
+    let (old, new) = (
+        format!("acc-{}", uuid::Uuid::new_v4()),
+        format!("acc-{}", uuid::Uuid::new_v4()),
+    );
+    nothing_reported(&invoke_all(&api, &[batch(&old)]).await);
+    let answers = invoke_all(&api, &[batch(&new), batch(&old)]).await;
+    nothing_reported(&answers);
+    let docs = documents(&function);
+    let (replayed, fresh): (Vec<&Value>, Vec<&Value>) = docs[1..]
+        .iter()
+        .partition(|doc| metric(doc, "Duplicate") == 20.0);
+    assert_eq!((replayed.len(), fresh.len()), (1, 1), "{docs:?}");
+    assert_eq!(metric(replayed[0], "StoreRequests"), 0.0, "{}", replayed[0]);
+    // The pre-check read and at least one transaction of its own.
+    assert!(metric(fresh[0], "StoreRequests") >= 2.0, "{}", fresh[0]);
+    assert_eq!(balance(store, &new).await, 20);
+}
+
+macro_rules! on_every_store {
+    ($($store:ident: $kind:expr),* $(,)?) => {
+        $(
+            mod $store {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn four_batches_handed_at_once_run_at_once_and_apply_once() {
+                    four_batches_run_at_once($kind).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn lock_free_one_batch_handed_to_four_invocations_applies_once() {
+                    one_batch_to_four_invocations_at_once($kind, "lock-free").await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn transactional_one_batch_handed_to_four_invocations_applies_once() {
+                    one_batch_to_four_invocations_at_once($kind, "transactional").await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn each_invocation_reports_its_own_store_requests() {
+                    each_invocation_counts_its_own_requests($kind).await;
+                }
+            }
+        )*
+    };
+}
+
+on_every_store!(
+    dynamodb: Store::DynamoDb,
+    postgres: Store::Postgres,
+    redis: Store::Redis,
+);
