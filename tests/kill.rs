@@ -61,6 +61,10 @@ struct WorkerConfig {
     /// Charge each payment at this payment API instead of the ledger (the
     /// locking path, the effect outside DynamoDB).
     charge_api: Option<SocketAddr>,
+    /// Invocations the worker's one container serves at once: each delivery
+    /// of a batch goes to this many of them (Lambda Managed Instances, with
+    /// the overlap of a rebalance).
+    invocations: usize,
 }
 
 fn store_config(config: &WorkerConfig) -> StoreConfig {
@@ -179,32 +183,32 @@ async fn worker_process() {
             let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
                 .expect("store");
             let ledger = LedgerHandler::on_postgres(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, config.first_batch).await;
+            work(store, announced(ledger), &batches, &config).await;
         }
         TestStore::Redis => {
             let store =
                 support::redis::store_with(&support::env("REDIS_URL"), store_config(&config));
             let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, config.first_batch).await;
+            work(store, announced(ledger), &batches, &config).await;
         }
         TestStore::RedisCluster => {
             let store = support::redis::cluster_store_with(store_config(&config));
             let table = support::redis::tagged(&table);
             let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, config.first_batch).await;
+            work(store, announced(ledger), &batches, &config).await;
         }
         TestStore::DynamoDb => {
             let client = support::client().await;
             let store = DynamoDbStore::new(client.clone(), store_config(&config));
             let ledger = LedgerHandler::new(client, table, mode);
-            work(store, announced(ledger), &batches, config.first_batch).await;
+            work(store, announced(ledger), &batches, &config).await;
         }
     }
 }
 
 /// A worker's life: each batch from `first`, delivered again until nothing
 /// is reported, as Lambda does.
-async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], first: usize)
+async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], config: &WorkerConfig)
 where
     Announced: RecordHandler<S::Effect, Record = KafkaRecord>,
 {
@@ -212,16 +216,24 @@ where
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     );
-    for (index, batch) in batches.iter().enumerate().skip(first) {
-        // Like Lambda: the batch comes again until nothing is reported.
-        while !function
-            .handle(lambda_runtime::LambdaEvent::new(
-                batch.clone(),
-                lambda_runtime::Context::default(),
-            ))
-            .await
-            .is_ok_and(|response| response.batch_item_failures.is_empty())
-        {
+    for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
+        // Like Lambda: the batch comes again until nothing is reported, to
+        // as many invocations of the container at once as it serves.
+        loop {
+            let deliveries = (0..config.invocations.max(1)).map(|_| {
+                function.handle(lambda_runtime::LambdaEvent::new(
+                    batch.clone(),
+                    lambda_runtime::Context::default(),
+                ))
+            });
+            let answers = futures_util::future::join_all(deliveries).await;
+            if answers.iter().all(|answer| {
+                answer
+                    .as_ref()
+                    .is_ok_and(|r| r.batch_item_failures.is_empty())
+            }) {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         println!("WORKER DONE {index}");
@@ -340,6 +352,7 @@ async fn orphaned_claim(batch: &Value, lock_ms: u64) -> WorkerConfig {
         first_batch: 0,
         pause_in_handler: true,
         charge_api: None,
+        invocations: 1,
     };
     let mut worker = Worker::start(&config);
     let claimed = worker.next().await.expect("the worker claims");
@@ -454,7 +467,7 @@ struct Storm {
 
 /// Runs streams of payments through worker processes, killing them at
 /// random points, until `kills` kills were made; checks every stream's ledger.
-async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
+async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut storm = Storm {
         kills: 0,
@@ -475,6 +488,7 @@ async fn storm(mode: &str, kills: usize, seed: u64) -> Storm {
             first_batch: 0,
             pause_in_handler: false,
             charge_api: None,
+            invocations,
         };
         loop {
             let mut worker = Worker::start(&config);
@@ -514,13 +528,17 @@ fn seed() -> u64 {
         .unwrap_or_else(|| fastrand::u64(..))
 }
 
-/// A storm in an exactly-once mode: no payment applied twice, none lost.
-async fn exactly_once_storm(mode: &str) {
+/// A storm in an exactly-once mode: no payment applied twice, none lost;
+/// each worker serving `invocations` invocations at once.
+async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize) {
     let seed = seed();
-    let storm = storm(mode, kills_wanted(), seed).await;
+    let storm = storm(mode, kills, seed, invocations).await;
     let store = test_store();
-    println!("{mode} storm on {store:?} (KILL_TEST_SEED={seed}): {storm:?}");
-    assert!(storm.kills >= kills_wanted());
+    println!(
+        "{mode} storm on {store:?}, {invocations} invocation(s) at once \
+         (KILL_TEST_SEED={seed}): {storm:?}"
+    );
+    assert!(storm.kills >= kills);
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),
         (0, 0),
@@ -530,18 +548,31 @@ async fn exactly_once_storm(mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_mode_never_applies_a_payment_twice_under_sigkill() {
-    exactly_once_storm("transactional").await;
+    exactly_once_storm("transactional", kills_wanted(), 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_free_mode_never_applies_a_payment_twice_under_sigkill() {
-    exactly_once_storm("lock-free").await;
+    exactly_once_storm("lock-free", kills_wanted(), 1).await;
+}
+
+/// Lambda Managed Instances: every delivery of a batch goes to 4
+/// invocations of the worker's container at once, and the kills end them
+/// all together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_with_4_invocations_at_once_never_applies_a_payment_twice() {
+    exactly_once_storm("transactional", kills_wanted() / 2, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_mode_with_4_invocations_at_once_never_applies_a_payment_twice() {
+    exactly_once_storm("lock-free", kills_wanted() / 2, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_mode_shows_the_window_between_effect_and_completion() {
     let seed = seed();
-    let storm = storm("direct", kills_wanted() / 2, seed).await;
+    let storm = storm("direct", kills_wanted() / 2, seed, 1).await;
     // Direct mode may repeat a payment killed between its effect and its
     // completion, and only then: never a lost payment.
     println!("direct storm (KILL_TEST_SEED={seed}): {storm:?}");
@@ -600,6 +631,7 @@ async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
             first_batch: 0,
             pause_in_handler: false,
             charge_api: Some(api.addr),
+            invocations: 1,
         };
         let mut stolen = Vec::new();
         loop {

@@ -160,6 +160,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report
         .faults
         .insert("concurrent-poller", counts.concurrent_pollers);
+    report
+        .faults
+        .insert("shared-container", counts.shared_container);
     report.faults.insert("rewind", counts.rewinds);
     report
         .faults
@@ -367,6 +370,13 @@ async fn randomized_schedules_keep_every_invariant() {
     );
     // Straight to stderr: shown even when the test passes.
     let _ = writeln!(std::io::stderr(), "{summary}");
+    // Several invocations at once in one container were run, not dropped
+    // by a change of the mapping (half the schedules share the poller's
+    // container with a second poller's invocations).
+    if schedules >= 50 {
+        let shared = total.faults.get("shared-container").copied().unwrap_or(0);
+        assert!(shared > 0, "no invocation shared its container: {summary}");
+    }
     if !failures.is_empty() {
         let details: Vec<String> = failures
             .iter()

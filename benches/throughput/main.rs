@@ -32,6 +32,7 @@ mod batches;
 mod capacity;
 mod chart;
 mod columns;
+mod containers;
 mod latency;
 mod measure;
 mod processor;
@@ -126,6 +127,8 @@ async fn run() {
     }
 
     let rows = scenarios::run(&env).await;
+    eprintln!("(9) invocations at once: one container against as many containers:");
+    let containers = containers::run(&env).await;
 
     println!();
     println!(
@@ -146,6 +149,8 @@ async fn run() {
     println!();
     print!("{}", targets::targets(&rows));
     println!();
+    print!("{}", containers::table(&containers));
+    println!();
     if env.only.is_empty() {
         std::fs::create_dir_all(&out_dir).expect("output directory");
         let csv_path = out_dir.join("results.csv");
@@ -154,6 +159,9 @@ async fn run() {
         chart::chart(&rows, "new-1000x4p", &svg_path).expect("chart");
         let hot_path = out_dir.join("hot-account.svg");
         chart::hot_chart(&rows, 5, &hot_path).expect("chart");
+        let containers_path = out_dir.join("containers.csv");
+        std::fs::write(&containers_path, containers::csv(&containers))
+            .expect("write containers.csv");
         println!(
             "wrote {}, {} and {}",
             csv_path.display(),

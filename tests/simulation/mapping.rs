@@ -48,6 +48,9 @@ pub struct MappingCounts {
     pub deadline_kills: u64,
     pub invocation_errors: u64,
     pub concurrent_pollers: u64,
+    /// Of those, the ones that ran in the poller's own container, beside
+    /// its invocation.
+    pub shared_container: u64,
     pub rewinds: u64,
     pub bisections: u64,
     pub dead_lettered: u64,
@@ -299,7 +302,14 @@ impl Mapping {
         let chaos = self.schedule.chaos.clone();
         if self.rng.f64() < chaos.concurrent_poller {
             self.counts.concurrent_pollers += 1;
-            let (function, event) = (Arc::clone(&self.second_poller), event.clone());
+            let container = match chaos.shared_container {
+                true => {
+                    self.counts.shared_container += 1;
+                    &self.poller
+                }
+                false => &self.second_poller,
+            };
+            let (function, event) = (Arc::clone(container), event.clone());
             self.background.spawn(async move {
                 // Its answer goes nowhere: the partition was rebalanced away.
                 let _ = function
@@ -336,7 +346,11 @@ impl Mapping {
                 for &at in batch {
                     self.last_cause.insert(at, cause.into());
                 }
-                // The crashed container is replaced by a cold one.
+                // The crashed container is replaced by a cold one; what
+                // else it ran ends with it.
+                if chaos.shared_container {
+                    self.background.abort_all();
+                }
                 self.poller = self.containers.start();
                 return Answer::Failed;
             }

@@ -40,6 +40,11 @@ pub struct Chaos {
     /// Per batch: a second poller delivers the same batch at the same time
     /// (as after a rebalance).
     pub concurrent_poller: f64,
+    /// The second poller's invocations run in the poller's own container,
+    /// at the same time as its invocation (Lambda Managed Instances: one
+    /// execution environment serves several invocations at once); a crash
+    /// ends them all.
+    pub shared_container: bool,
     /// Per batch: a partition's committed offset goes back, so an already
     /// committed range comes again.
     pub rewind: f64,
@@ -173,6 +178,7 @@ impl Schedule {
                 short_deadline: maybe(&mut rng, 0.2, 0.05, 0.25),
                 slow_handler: maybe(&mut rng, 0.2, 0.05, 0.2),
                 concurrent_poller: maybe(&mut rng, 0.3, 0.1, 0.4),
+                shared_container: rng.bool(),
                 rewind: maybe(&mut rng, 0.3, 0.05, 0.2),
                 clock_skew_ms: if rng.f64() < 0.3 {
                     rng.u64(1..=lock_timeout.as_millis() as u64 / 4)
