@@ -162,6 +162,60 @@ fn the_crate_docs_open_with_the_readme_quick_start() {
     }
 }
 
+/// `template` with CloudFormation's short forms read as plain values:
+/// `!Ref X` as `X`, `!GetAtt R.A` as `R.A`, `!If [c, a, b]` as `[c, a, b]`.
+fn untagged(value: &Value) -> Value {
+    match value {
+        Value::Tagged(tagged) => untagged(&tagged.value),
+        Value::Sequence(items) => Value::Sequence(items.iter().map(untagged).collect()),
+        Value::Mapping(map) => Value::Mapping(
+            map.iter()
+                .map(|(key, value)| (key.clone(), untagged(value)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `ComputeType=managed-instances` (Lambda Managed Instances, off by
+/// default) puts the function on the template's capacity provider, each
+/// execution environment serving as many invocations at once as
+/// `PerExecutionEnvironmentMaxConcurrency` says (Lambda passes it on as
+/// `AWS_LAMBDA_MAX_CONCURRENCY`, which `exactly_once::run` serves), and takes
+/// the function out of a VPC of its own (the provider's VPC is used).
+#[test]
+fn managed_instances_serve_the_parameters_concurrency_on_the_capacity_provider() {
+    let template = untagged(&template());
+    assert_eq!(
+        template["Parameters"]["ComputeType"]["Default"].as_str(),
+        Some("lambda")
+    );
+    let function = &template["Resources"]["Function"]["Properties"];
+    let config = &function["CapacityProviderConfig"];
+    assert_eq!(config[0].as_str(), Some("ManagedInstances"));
+    let managed = &config[1]["LambdaManagedInstancesCapacityProviderConfig"];
+    assert_eq!(
+        managed["CapacityProviderArn"].as_str(),
+        Some("CapacityProvider.Arn")
+    );
+    assert_eq!(
+        managed["PerExecutionEnvironmentMaxConcurrency"].as_str(),
+        Some("PerExecutionEnvironmentMaxConcurrency")
+    );
+    assert_eq!(config[2].as_str(), Some("AWS::NoValue"));
+    let vpc = &function["VpcConfig"];
+    assert_eq!(
+        (vpc[0].as_str(), vpc[1].as_str()),
+        (Some("ManagedInstances"), Some("AWS::NoValue"))
+    );
+    let provider = &template["Resources"]["CapacityProvider"];
+    assert_eq!(provider["Condition"].as_str(), Some("ManagedInstances"));
+    assert_eq!(
+        provider["Properties"]["InstanceRequirements"]["Architectures"][0].as_str(),
+        Some("Architecture")
+    );
+}
+
 /// The defaults let an invocation wait out a crashed worker's lease (and
 /// take its key over) instead of reporting its record until the retries run
 /// out: the function's timeout exceeds a lease plus the safety margin.
