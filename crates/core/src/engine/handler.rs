@@ -185,6 +185,12 @@ pub enum CommitPath {
 /// `E`, and so runs on any backend; a transactional handler implements it
 /// for its store's effect type.
 ///
+/// One handler serves every record of every invocation of its container,
+/// several at once (the lanes of a batch; and on Lambda Managed Instances,
+/// several invocations): it is `Send + Sync`, and keeps no state of one
+/// record or invocation in `self` (what a record needs comes with it and its
+/// [`FencingToken`]); shared clients and caches belong there.
+///
 /// The facade crate `exactly-once` shows a whole handler (its `prelude`
 /// module, and its `examples/`).
 pub trait RecordHandler<E>: Send + Sync + 'static {
