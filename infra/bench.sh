@@ -4,9 +4,12 @@
 # Installs the tools, starts DynamoDB Local with the template's tables, a
 # PostgreSQL cluster and a redis-server, then runs `cargo bench --bench
 # throughput` and `cargo bench --bench stores` (PostgreSQL, Redis, and
-# PostgreSQL behind the Redis duplicate cache; optimized builds). Prints the
-# results tables and writes bench/results.csv, bench/batch-time-vs-rtt.svg,
-# bench/hot-account.svg and bench/stores.csv.
+# PostgreSQL behind the Redis duplicate cache; optimized builds), after AWS
+# Powertools (Python)'s idempotency utility on the same batches
+# (benches/powertools/bench.py). Prints the results tables and writes
+# bench/results.csv, bench/batch-time-vs-rtt.svg, bench/hot-account.svg,
+# bench/containers.csv, bench/group-size.svg, bench/powertools.csv and
+# bench/stores.csv.
 #
 #   infra/bench.sh                 # the full run (about 10 minutes on 2 cores)
 #   BENCH_REPS=0.4 infra/bench.sh  # fewer repetitions (at least one each)
@@ -20,6 +23,14 @@ cd "$root"
 # shellcheck source=infra/local-stack.sh
 source infra/local-stack.sh
 local_stack idempotency-bench ledger-bench
+
+# The side-by-side: Powertools on the same DynamoDB Local, at 5 ms.
+if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sizing* ]]; then
+  step "AWS Powertools (Python) on the same batches (benches/powertools/bench.py)"
+  .cache/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  mkdir -p bench
+  .cache/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 --out bench/powertools.csv
+fi
 
 step "cargo bench --bench throughput"
 cargo bench --bench throughput

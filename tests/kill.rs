@@ -212,6 +212,7 @@ async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], conf
 where
     Announced: RecordHandler<S::Effect, Record = KafkaRecord>,
 {
+    // The default configuration: groups sized from the store's answers.
     let function = MskFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
@@ -236,6 +237,8 @@ where
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // The group size the worker's transactions are sized to now.
+        println!("WORKER GROUP {}", function.engine().group_size());
         println!("WORKER DONE {index}");
     }
     println!("WORKER FINISHED");
@@ -244,6 +247,8 @@ where
 struct Worker {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
+    /// The group sizes it reported after its batches.
+    groups: Vec<usize>,
 }
 
 impl Worker {
@@ -263,7 +268,11 @@ impl Worker {
             .spawn()
             .expect("start a worker process");
         let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Self { child, lines }
+        Self {
+            child,
+            lines,
+            groups: Vec::new(),
+        }
     }
 
     /// The next line the worker printed (`WORKER ...`), `None` at its end.
@@ -298,6 +307,10 @@ impl Worker {
                 Some("FINISHED") => return true,
                 Some(done) if done.starts_with("DONE ") => {
                     config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
+                }
+                Some(group) if group.starts_with("GROUP ") => {
+                    let size = group[6..].parse::<usize>().expect("a group size");
+                    self.groups.push(size);
                 }
                 Some(_) => {}
                 None => panic!("a worker ended without finishing (seed {seed})"),
@@ -463,6 +476,8 @@ struct Storm {
     wrong_balances: usize,
     /// Accounts whose balance is below it: a payment lost.
     short_balances: usize,
+    /// The group sizes the workers reported (the default sizing's).
+    groups: Vec<usize>,
 }
 
 /// Runs streams of payments through worker processes, killing them at
@@ -475,6 +490,7 @@ async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm
         double_applications: 0,
         wrong_balances: 0,
         short_balances: 0,
+        groups: Vec::new(),
     };
     while storm.kills < kills {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
@@ -494,7 +510,9 @@ async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm
             let mut worker = Worker::start(&config);
             let kill_at = (storm.kills < kills)
                 .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120)));
-            if worker.run_until(kill_at, &mut config, seed).await {
+            let finished = worker.run_until(kill_at, &mut config, seed).await;
+            storm.groups.append(&mut worker.groups);
+            if finished {
                 break;
             }
             worker.kill().await;
@@ -539,6 +557,12 @@ async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize) {
          (KILL_TEST_SEED={seed}): {storm:?}"
     );
     assert!(storm.kills >= kills);
+    // The workers ran the default sizing, and reported its sizes.
+    let sizes = (storm.groups.iter().min(), storm.groups.iter().max());
+    assert!(
+        !storm.groups.is_empty() && sizes.0 >= Some(&1) && sizes.1 <= Some(&99),
+        "group sizes {sizes:?}"
+    );
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),
         (0, 0),

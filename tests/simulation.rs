@@ -72,6 +72,9 @@ struct Report {
     writes: u64,
     /// Faults injected, by kind.
     faults: BTreeMap<&'static str, u64>,
+    /// Changes of the containers' lock-free group sizes (the default
+    /// sizing, learning from the store's answers).
+    resizes: u64,
     violations: Vec<String>,
 }
 
@@ -100,6 +103,7 @@ impl Report {
         for (kind, count) in &other.faults {
             *self.faults.entry(kind).or_default() += count;
         }
+        self.resizes += other.resizes;
     }
 }
 
@@ -142,6 +146,7 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         dead_letters: queue
             .as_ref()
             .map(|(client, url)| DeadLetterQueue::new(client.clone(), url)),
+        started: Mutex::default(),
     };
     let mut mapping = Mapping::new(Arc::clone(&schedule), containers);
     mapping.run().await;
@@ -223,6 +228,7 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
     report.dead_lettered = findings.dead_lettered;
     report.repeats = findings.repeats;
     report.invocations = counts.invocations;
+    report.resizes = mapping.resizes();
     report.invocation_errors = counts.invocation_errors + counts.aborted + counts.deadline_kills;
     report.bisections = counts.bisections;
     report.writes = log.len() as u64;
@@ -347,7 +353,8 @@ async fn randomized_schedules_keep_every_invariant() {
          {} invocations ({} invocation errors, {} bisections), \
          faults injected: {} ({}), records checked {} ({} produced bad: {:.1}%; {} completed, \
          {} parked, {} in the destination: {:.1}%, by cause: {}), \
-         per poison setup: {}; writes checked {}, direct-mode repeats {}, violations: {}",
+         per poison setup: {}; group sizes changed {} times; writes checked {}, \
+         direct-mode repeats {}, violations: {}",
         total.lock_free_schedules,
         started.elapsed().as_secs_f64(),
         total.invocations,
@@ -364,6 +371,7 @@ async fn randomized_schedules_keep_every_invariant() {
         share(total.dead_lettered),
         causes.join(", "),
         setups.join("; "),
+        total.resizes,
         total.writes,
         total.repeats,
         failures.iter().map(|(_, v)| v.len()).sum::<usize>(),
@@ -376,6 +384,9 @@ async fn randomized_schedules_keep_every_invariant() {
     if schedules >= 50 {
         let shared = total.faults.get("shared-container").copied().unwrap_or(0);
         assert!(shared > 0, "no invocation shared its container: {summary}");
+        // The containers sized their groups from the store's answers (the
+        // default sizing, under the schedules' latency and throttling).
+        assert!(total.resizes > 0, "no group was ever resized: {summary}");
     }
     if !failures.is_empty() {
         let details: Vec<String> = failures

@@ -39,6 +39,7 @@ mod processor;
 mod report;
 mod row;
 mod scenarios;
+mod sizing;
 mod targets;
 #[path = "../../tests/support/transactions.rs"]
 mod transactions;
@@ -129,6 +130,11 @@ async fn run() {
     let rows = scenarios::run(&env).await;
     eprintln!("(9) invocations at once: one container against as many containers:");
     let containers = containers::run(&env).await;
+    eprintln!("(10) the default sizing against Powertools, and the overload:");
+    let sized = match env.selected("sizing") {
+        true => sizing::run(&env).await,
+        false => Vec::new(),
+    };
 
     println!();
     println!(
@@ -151,6 +157,8 @@ async fn run() {
     println!();
     print!("{}", containers::table(&containers));
     println!();
+    print!("{}", sizing::table(&sized, &sizing::powertools(&out_dir)));
+    println!();
     if env.only.is_empty() {
         std::fs::create_dir_all(&out_dir).expect("output directory");
         let csv_path = out_dir.join("results.csv");
@@ -162,6 +170,7 @@ async fn run() {
         let containers_path = out_dir.join("containers.csv");
         std::fs::write(&containers_path, containers::csv(&containers))
             .expect("write containers.csv");
+        sizing::chart(&sized, &out_dir.join("group-size.svg")).expect("chart");
         println!(
             "wrote {}, {} and {}",
             csv_path.display(),

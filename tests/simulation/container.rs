@@ -26,6 +26,8 @@ pub struct Containers {
     pub skew: Arc<ClockSkew>,
     /// The schedule's dead-letter queue, if it has one (without faults).
     pub dead_letters: Option<DeadLetterQueue>,
+    /// Every container started, for what they learned (their group sizes).
+    pub started: Mutex<Vec<Arc<MskFunction<SlowLedger, DynamoDbStore>>>>,
 }
 
 /// Each container's clock is off by up to `max_ms` either way (0: none):
@@ -85,9 +87,24 @@ impl Containers {
         };
         let function =
             MskFunction::new(Engine::new(store, ledger, engine_config), settings).without_metrics();
-        Arc::new(match &self.dead_letters {
+        let function = Arc::new(match &self.dead_letters {
             Some(queue) => function.with_dead_letter_queue(queue.clone()),
             None => function,
-        })
+        });
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&function));
+        function
+    }
+
+    /// How often the containers' lock-free group sizes changed: the default
+    /// sizing at work (it starts at 10 and follows the store's answers).
+    pub fn resizes(&self) -> u64 {
+        let started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        started
+            .iter()
+            .map(|function| function.engine().group_sizes().len() as u64 - 1)
+            .sum()
     }
 }

@@ -125,6 +125,11 @@ impl Mapping {
         }
     }
 
+    /// How often the containers' group sizes changed.
+    pub fn resizes(&self) -> u64 {
+        self.containers.resizes()
+    }
+
     /// Delivers until every partition is drained (or reports that it did not).
     pub async fn run(&mut self) {
         let mut drained = false;

@@ -78,6 +78,8 @@ impl Store for DynamoDbStore {
     const NAME: &'static str = "DynamoDB";
     const MAX_EFFECTS: usize = MAX_EFFECT_WRITES;
     const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+    /// DynamoDB's limit on a transaction's aggregate size.
+    const MAX_TRANSACTION_BYTES: usize = 4_000_000;
 
     fn config(&self) -> &StoreConfig {
         &self.config

@@ -58,7 +58,12 @@ impl DynamoDbStore {
             actions.push(Action::Increment(merged));
         }
         let (reasons, err) = match self.transact(items).await {
-            Ok(()) => return Ok(CommitOutcome::Committed { expires_at_s }),
+            Ok(contended) => {
+                return Ok(CommitOutcome::Committed {
+                    expires_at_s,
+                    contended,
+                });
+            }
             Err(failure) => failure,
         };
         // The first action refused, in order: a message's item before its

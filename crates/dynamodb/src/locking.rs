@@ -134,7 +134,7 @@ impl DynamoDbStore {
             actions.push(increment_action(increment)?);
         }
         match self.transact(actions).await {
-            Ok(()) => Ok(expires_at_s),
+            Ok(_) => Ok(expires_at_s),
             Err((reasons, err)) => Err(failed_transaction(lease, writes, &reasons, err)),
         }
     }

@@ -19,12 +19,13 @@ const TRANSACT_ATTEMPTS: u32 = 4;
 impl DynamoDbStore {
     /// One TransactWriteItems, sent again (with backoff) while it is
     /// cancelled only by transaction conflicts or throttling, which the SDK
-    /// does not retry. On failure: the cancellation reasons (empty if it
-    /// failed otherwise) and the error.
+    /// does not retry: how often it was sent again before it committed. On
+    /// failure: the cancellation reasons (empty if it failed otherwise) and
+    /// the error.
     pub(super) async fn transact(
         &self,
         actions: Vec<TransactWriteItem>,
-    ) -> Result<(), (Vec<CancellationReason>, TransactError)> {
+    ) -> Result<u32, (Vec<CancellationReason>, TransactError)> {
         let mut attempt = 0;
         loop {
             let result = self
@@ -33,7 +34,7 @@ impl DynamoDbStore {
                 .set_transact_items(Some(actions.clone()))
                 .send()
                 .await;
-            let Err(err) = result else { return Ok(()) };
+            let Err(err) = result else { return Ok(attempt) };
             let reasons = cancellation_reasons(&err);
             attempt += 1;
             if attempt >= TRANSACT_ATTEMPTS || reasons.is_empty() || !reasons.iter().all(transient)

@@ -104,7 +104,10 @@ impl PostgresStore {
                 .await
                 .map_err(|err| pg_error(OPERATION, err))?;
             match outcome {
-                None => Ok(CommitOutcome::Committed { expires_at_s }),
+                None => Ok(CommitOutcome::Committed {
+                    expires_at_s,
+                    contended: 0,
+                }),
                 Some(Ok(CommitOutcome::IncrementRefused { item, .. })) => {
                     // The numbers as they are now, after the rollback.
                     let increment = increments.iter().find(|i| i.item() == item);

@@ -76,7 +76,10 @@ impl RedisStore {
             .commit_script(now, expires_at_s, keys, items, change)
             .await?;
         Ok(match answer {
-            Answer::Written => CommitOutcome::Committed { expires_at_s },
+            Answer::Written => CommitOutcome::Committed {
+                expires_at_s,
+                contended: 0,
+            },
             Answer::Refused(tag, values) => match tag.as_str() {
                 "taken" => CommitOutcome::KeyTaken {
                     index: index(&values),

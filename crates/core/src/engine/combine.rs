@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::footprint::{Footprint, ItemLocks};
+use super::footprint::{Footprint, ItemLocks, Limits};
+use super::sizing::{Answer, GroupSizer};
 use crate::store::{CommitOutcome, NewCommit, Store, requests};
 
 /// Times the flusher lets other tasks run before it takes the queue, so
@@ -52,8 +53,9 @@ pub(super) struct Combiner<S: Store> {
     store: S,
     permits: Arc<Semaphore>,
     items: Arc<ItemLocks>,
-    /// At most this many records a shared transaction.
-    limit: usize,
+    /// How many records a shared transaction may hold now, and what it
+    /// learns from each.
+    sizer: Arc<GroupSizer>,
 }
 
 impl<S: Store> Combiner<S> {
@@ -61,14 +63,14 @@ impl<S: Store> Combiner<S> {
         store: S,
         permits: Arc<Semaphore>,
         items: Arc<ItemLocks>,
-        limit: usize,
+        sizer: Arc<GroupSizer>,
     ) -> Arc<Self> {
         Arc::new(Self {
             queue: Mutex::default(),
             store,
             permits,
             items,
-            limit,
+            sizer,
         })
     }
 
@@ -86,7 +88,7 @@ impl<S: Store> Combiner<S> {
 
     /// Whether a group of `records` may share a transaction with others.
     pub fn accepts(&self, records: usize) -> bool {
-        records < self.limit
+        records < self.sizer.limit()
     }
 
     /// Commits `commits` with other lanes' groups if it can: `Some` with the
@@ -130,7 +132,7 @@ impl<S: Store> Combiner<S> {
                 std::mem::take(&mut queue.waiting)
             };
             let mut sends = JoinSet::new();
-            for shared in pack(waiting, self.limit, S::MAX_EFFECTS) {
+            for shared in pack(waiting, Limits::of::<S>(self.sizer.limit())) {
                 if shared.len() < 2 {
                     // No partner: the lane commits alone, without delay.
                     for submission in shared {
@@ -156,8 +158,12 @@ impl<S: Store> Combiner<S> {
         }
         let committed = {
             let _permit = self.permits.acquire().await;
-            match self.store.commit_new(commits).await {
-                Ok(CommitOutcome::Committed { expires_at_s }) => Some(expires_at_s),
+            let (records, sent) = (commits.len(), std::time::Instant::now());
+            let result = self.store.commit_new(commits).await;
+            self.sizer
+                .observe(records, sent.elapsed(), Answer::of(&result));
+            match result {
+                Ok(CommitOutcome::Committed { expires_at_s, .. }) => Some(expires_at_s),
                 _ => None,
             }
         };
@@ -168,20 +174,16 @@ impl<S: Store> Combiner<S> {
     }
 }
 
-/// Groups submissions into shared transactions, first fit: at most `limit`
-/// records and `max_effects` + 1 actions each, an item written by at most
-/// one of them (an incremented one by any number, merged).
-fn pack<E>(
-    waiting: Vec<Submission<E>>,
-    limit: usize,
-    max_effects: usize,
-) -> Vec<Vec<Submission<E>>> {
+/// Groups submissions into shared transactions, first fit: each within
+/// `limits`, an item written by at most one of them (an incremented one by
+/// any number, merged).
+fn pack<E>(waiting: Vec<Submission<E>>, limits: Limits) -> Vec<Vec<Submission<E>>> {
     let mut bins: Vec<(Footprint, Vec<Submission<E>>)> = Vec::new();
     for submission in waiting {
         // `join` changes a bin only when the submission fits it.
         let fits = bins
             .iter_mut()
-            .position(|(footprint, _)| footprint.join(&submission.footprint, limit, max_effects));
+            .position(|(footprint, _)| footprint.join(&submission.footprint, limits));
         match fits {
             Some(bin) => bins[bin].1.push(submission),
             None => bins.push((submission.footprint.clone(), vec![submission])),

@@ -16,12 +16,48 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::store::Increment;
+use crate::store::{Increment, Store};
+
+/// What one transaction may hold: records, actions (each record's item,
+/// each written item, each incremented item), and bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limits {
+    pub records: usize,
+    pub actions: usize,
+    pub bytes: usize,
+}
+
+impl Limits {
+    /// At most `records` records, and what store `S` allows.
+    pub fn of<S: Store>(records: usize) -> Self {
+        Self {
+            records: records.max(1),
+            actions: S::MAX_EFFECTS + 1,
+            bytes: S::MAX_TRANSACTION_BYTES,
+        }
+    }
+}
+
+/// What a record's COMPLETED item and effects weigh in a transaction,
+/// estimated: its result, key and origin, and a share for the item's other
+/// attributes and for each opaque write (an increment's update is small).
+pub(super) fn estimated_bytes(
+    key: &str,
+    origin: &str,
+    result: Option<&str>,
+    writes: usize,
+) -> usize {
+    const ITEM: usize = 512;
+    const WRITE: usize = 1024;
+    key.len() + origin.len() + result.map_or(0, str::len) + ITEM + WRITE * writes
+}
 
 /// The items of one or more messages' effects.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Footprint {
     records: usize,
+    /// Estimated bytes ([`estimated_bytes`]).
+    bytes: usize,
     /// Items written by opaque writes.
     written: HashSet<String>,
     /// Items only incremented, with their increments merged so far.
@@ -56,21 +92,29 @@ impl Footprint {
         footprint
     }
 
+    /// The same, weighing `bytes` ([`estimated_bytes`]).
+    pub fn weighing(self, bytes: usize) -> Self {
+        Self { bytes, ..self }
+    }
+
     /// Transaction actions: one item per message, one per written item,
     /// one per incremented item.
     pub fn actions(&self) -> usize {
         self.records + self.written.len() + self.incremented.len()
     }
 
-    /// Adds `other` if the two may share one transaction of at most
-    /// `limit` messages and `max_effects` + 1 actions; false (nothing
-    /// changed) otherwise.
-    pub fn join(&mut self, other: &Footprint, limit: usize, max_effects: usize) -> bool {
+    /// Adds `other` if the two may share one transaction within `limits`;
+    /// false (nothing changed) otherwise.
+    pub fn join(&mut self, other: &Footprint, limits: Limits) -> bool {
         if self.records == 0 {
             *self = other.clone();
             return true;
         }
-        if self.unknown || other.unknown || self.records + other.records > limit {
+        if self.unknown
+            || other.unknown
+            || self.records + other.records > limits.records
+            || self.bytes.saturating_add(other.bytes) > limits.bytes
+        {
             return false;
         }
         let incremented = |f: &Footprint, item: &String| f.incremented.contains_key(item);
@@ -84,6 +128,7 @@ impl Footprint {
         }
         let mut joined = Footprint {
             records: self.records + other.records,
+            bytes: self.bytes + other.bytes,
             written: self.written.union(&other.written).cloned().collect(),
             incremented: self.incremented.clone(),
             unknown: false,
@@ -92,7 +137,7 @@ impl Footprint {
             .incremented
             .values()
             .all(|i| merge_into(&mut joined.incremented, i))
-            || joined.actions() > max_effects + 1
+            || joined.actions() > limits.actions
         {
             return false;
         }

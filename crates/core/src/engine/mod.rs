@@ -30,6 +30,7 @@ mod lock_free;
 mod outcome;
 mod precheck;
 mod record;
+mod sizing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
 pub use outcome::{Outcome, Parking, PoisonPolicy};
+pub use sizing::{Resized, SLOW_COMMIT};
 
 use crate::store::{Store, requests};
 use cache::CompletedCache;
@@ -51,6 +53,7 @@ use coalesce::{InFlight, Running};
 use combine::Combiner;
 use deadline::BatchGuard;
 use footprint::ItemLocks;
+use sizing::GroupSizer;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -91,10 +94,9 @@ pub struct EngineConfig {
     pub completed_cache: usize,
     /// On the lock-free path, at most this many messages share one
     /// transaction (consecutive ones of a lane, or the groups of lanes ready
-    /// at once; 1: each alone; at most 99). Default 10: larger groups are
-    /// faster for a batch alone (the benchmark's sweep, README), but under a
-    /// heavy concurrent load their 100-action transactions outlast request
-    /// timeouts (README, Benchmarks); raise it for hot items.
+    /// at once; 1: each alone; at most 99): the cap of the sizing, which
+    /// learns the size from the store's answers (see `sizing.rs`). Default
+    /// 99: the store's most.
     pub max_records_per_transaction: usize,
     /// Whether a message stored FAILED stops its lane. Default: park.
     pub poison: PoisonPolicy,
@@ -120,7 +122,7 @@ impl Default for EngineConfig {
             max_in_flight: 64,
             claim_ahead: 16,
             completed_cache: 10_000,
-            max_records_per_transaction: 10,
+            max_records_per_transaction: 99,
             poison: PoisonPolicy::Park,
             park_refused: false,
         }
@@ -184,6 +186,8 @@ pub struct Engine<H, S> {
     /// The first copies of keys running, across batches (the invocations
     /// a container serves at once).
     running: Arc<Running>,
+    /// Records per lock-free transaction, learned from the store's answers.
+    sizer: Arc<GroupSizer>,
 }
 
 impl<H, S> Engine<H, S>
@@ -198,6 +202,9 @@ where
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             items: Arc::default(),
             running: Arc::default(),
+            sizer: Arc::new(GroupSizer::new(
+                config.max_records_per_transaction.min(S::MAX_EFFECTS),
+            )),
             store,
             handler,
             config,
@@ -219,6 +226,19 @@ where
     /// The business logic.
     pub fn handler(&self) -> &H {
         &self.handler
+    }
+
+    /// How many records a lock-free transaction may hold now (the sizing
+    /// learns it from the store's answers, within
+    /// [`EngineConfig::max_records_per_transaction`]).
+    pub fn group_size(&self) -> usize {
+        self.sizer.limit()
+    }
+
+    /// Every change of [`Self::group_size`] so far, the first being where it
+    /// started: what the benchmark charts.
+    pub fn group_sizes(&self) -> Vec<Resized> {
+        self.sizer.history()
     }
 
     /// How much it does at once, what it remembers, what it parks.
@@ -250,7 +270,7 @@ where
                 self.store.clone(),
                 Arc::clone(&self.permits),
                 Arc::clone(&self.items),
-                self.config.max_records_per_transaction.max(1),
+                Arc::clone(&self.sizer),
             ),
             guard: BatchGuard::new(deadline),
             parking: self.config.parking(),

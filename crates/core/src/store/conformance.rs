@@ -825,7 +825,7 @@ pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Ba
         ])
         .await
         .expect("commit");
-    let CommitOutcome::Committed { expires_at_s } = outcome else {
+    let CommitOutcome::Committed { expires_at_s, .. } = outcome else {
         panic!("expected a commit, got {outcome:?}");
     };
     for (key, hash) in [("m-1", "h1"), ("m-2", "h2")] {

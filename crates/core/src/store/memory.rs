@@ -400,7 +400,10 @@ impl Store for MemoryStore {
             item.expires_at_s = expires_at_s;
             state.items.insert(pk, item);
         }
-        Ok(CommitOutcome::Committed { expires_at_s })
+        Ok(CommitOutcome::Committed {
+            expires_at_s,
+            contended: 0,
+        })
     }
 
     async fn fail_new(

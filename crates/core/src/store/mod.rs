@@ -237,6 +237,10 @@ pub enum CommitOutcome {
     Committed {
         /// The items' `expires_at` (epoch seconds).
         expires_at_s: u64,
+        /// How often the store sent it again, cancelled by a conflict with
+        /// another transaction or by throttling, before it committed (0: at
+        /// once): a sign of contention the engine sizes its groups by.
+        contended: u32,
     },
     /// The key of message `index` is not new; the item found (None if the
     /// store returned none).
@@ -337,6 +341,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     const MAX_EFFECTS: usize;
     /// The longest partition key the store accepts, in bytes.
     const MAX_KEY_BYTES: usize;
+    /// The most one transaction may weigh, in bytes (DynamoDB: 4 MB); the
+    /// engine keeps its estimate of a lock-free group below it. Default: no
+    /// limit of the store's own.
+    const MAX_TRANSACTION_BYTES: usize = usize::MAX;
 
     /// Its configuration.
     fn config(&self) -> &StoreConfig;

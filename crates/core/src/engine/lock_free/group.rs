@@ -1,11 +1,12 @@
 //! A lane's consecutive planned messages, and which of them may share one
 //! transaction ([`Footprint::join`]): distinct items or increments of one
-//! item, at most 100 actions and the configured number of messages.
+//! item, within the store's limits and the number of messages the sizer
+//! allows now.
 
 use std::time::Instant;
 
 use crate::engine::coalesce::FirstCopy;
-use crate::engine::footprint::Footprint;
+use crate::engine::footprint::{Footprint, Limits};
 use crate::engine::{Completion, FencingToken, Work};
 
 /// A message whose effect is computed and not yet committed.
@@ -37,16 +38,10 @@ impl<R, E> Default for Group<R, E> {
 }
 
 impl<R, E> Group<R, E> {
-    /// Adds `planned` if it may share this group's transaction (at most
-    /// `limit` messages, `max_effects` + 1 actions); gives it back if not.
-    /// An empty group takes any message.
-    pub fn add(
-        &mut self,
-        planned: Planned<R, E>,
-        limit: usize,
-        max_effects: usize,
-    ) -> Option<Planned<R, E>> {
-        if !self.footprint.join(&planned.footprint, limit, max_effects) {
+    /// Adds `planned` if it may share this group's transaction within
+    /// `limits`; gives it back if not. An empty group takes any message.
+    pub fn add(&mut self, planned: Planned<R, E>, limits: Limits) -> Option<Planned<R, E>> {
+        if !self.footprint.join(&planned.footprint, limits) {
             return Some(planned);
         }
         self.members.push(planned);
@@ -60,8 +55,14 @@ mod tests {
     use crate::store::Increment;
     use crate::store::increment::item_name;
 
-    /// DynamoDB's limit: 100 actions, one of them the message's own item.
-    const MAX_EFFECT_WRITES: usize = 99;
+    /// DynamoDB's limits: 100 actions, 4 MB.
+    fn limits(records: usize) -> Limits {
+        Limits {
+            records,
+            actions: 100,
+            bytes: 4_000_000,
+        }
+    }
 
     /// An opaque write of the account `account` of `table`, named as a
     /// store's `touched` names it.
@@ -79,7 +80,7 @@ mod tests {
     }
 
     fn joins(group: &Footprint, next: &Footprint, limit: usize) -> bool {
-        group.clone().join(next, limit, MAX_EFFECT_WRITES)
+        group.clone().join(next, limits(limit))
     }
 
     fn credit(account: &str, by: i64) -> Increment {
@@ -109,13 +110,17 @@ mod tests {
         };
         assert!(joins(&wide("x", 49), &wide("y", 49), 10));
         assert!(!joins(&wide("x", 49), &wide("y", 50), 10));
+        // 4 MB at most: records weighing 3 MB each do not share one.
+        let weighing = |bytes| footprint(&[], &[]).weighing(bytes);
+        assert!(!joins(&weighing(3_000_000), &weighing(3_000_000), 10));
+        assert!(joins(&weighing(3_000_000), &weighing(900_000), 10));
     }
 
     #[test]
     fn increments_of_one_item_share_a_transaction_as_one_action() {
         let mut group = Footprint::default();
         for _ in 0..99 {
-            assert!(group.join(&footprint(&[], &[credit("hot", 1)]), 100, MAX_EFFECT_WRITES));
+            assert!(group.join(&footprint(&[], &[credit("hot", 1)]), limits(100)));
         }
         // 99 items + 1 merged update: full.
         assert_eq!(group.actions(), 100);

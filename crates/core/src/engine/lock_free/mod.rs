@@ -28,10 +28,11 @@ use group::{Group, Planned};
 
 use super::cache::Completed;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
-use super::footprint::Footprint;
+use super::footprint::{Footprint, Limits, estimated_bytes};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lane::LaneLog;
 use super::record::store_failure;
+use super::sizing::Answer;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
@@ -74,7 +75,6 @@ where
         lane: Vec<Message<H::Record>>,
         batch: Arc<Batch<S>>,
     ) -> Vec<RecordOutcome> {
-        let limit = self.config.max_records_per_transaction.max(1);
         let mut log = LaneLog::new(lane.len());
         let mut pending = lane.into_iter();
         let mut group = Group::default();
@@ -82,7 +82,7 @@ where
             let Some(item) = pending.next() else { break };
             let started = Instant::now();
             let next = match self.plan_next(item, &batch, started).await {
-                Next::Planned(planned) => match group.add(planned, limit, S::MAX_EFFECTS) {
+                Next::Planned(planned) => match group.add(planned, self.limits()) {
                     None => continue,
                     Some(refused) => Next::Planned(refused),
                 },
@@ -96,7 +96,7 @@ where
                 (None, Next::Invalid(reason)) => Outcome::Invalid { reason },
                 (None, Next::Planned(planned)) => {
                     // An empty group takes any message.
-                    let _ = group.add(planned, limit, S::MAX_EFFECTS);
+                    let _ = group.add(planned, self.limits());
                     continue;
                 }
                 (None, Next::Known(work, result)) => {
@@ -182,7 +182,13 @@ where
                 footprint: Footprint::of(
                     completion.writes.iter().map(S::touched),
                     &completion.increments,
-                ),
+                )
+                .weighing(estimated_bytes(
+                    &work.key,
+                    &work.origin,
+                    completion.result.as_deref(),
+                    completion.writes.len(),
+                )),
                 work,
                 token,
                 completion,
@@ -265,12 +271,11 @@ where
             let result = {
                 let _hold = self.items.hold(chunk.iter().map(|p| &p.footprint)).await;
                 let _permit = self.permits.acquire().await;
-                self.store
-                    .commit_new(chunk.iter().map(new_commit).collect())
+                self.commit_sized(chunk.iter().map(new_commit).collect())
                     .await
             };
             match result {
-                Ok(CommitOutcome::Committed { expires_at_s }) => {
+                Ok(CommitOutcome::Committed { expires_at_s, .. }) => {
                     for planned in chunk {
                         self.committed(planned, expires_at_s, log, batch);
                     }
@@ -310,6 +315,24 @@ where
                 }
             }
         }
+    }
+
+    /// What a transaction may hold now: the sizer's records, the store's
+    /// actions and bytes.
+    fn limits(&self) -> Limits {
+        Limits::of::<S>(self.sizer.limit())
+    }
+
+    /// One lock-free transaction, its answer told to the sizer.
+    async fn commit_sized(
+        &self,
+        commits: Vec<NewCommit<S::Effect>>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let (records, sent) = (commits.len(), Instant::now());
+        let result = self.store.commit_new(commits).await;
+        self.sizer
+            .observe(records, sent.elapsed(), Answer::of(&result));
+        result
     }
 
     /// Records a message committed with others.
@@ -356,10 +379,10 @@ where
             let result = {
                 let _hold = self.items.hold([&planned.footprint]).await;
                 let _permit = self.permits.acquire().await;
-                self.store.commit_new(vec![new_commit(planned)]).await
+                self.commit_sized(vec![new_commit(planned)]).await
             };
             let item = match result {
-                Ok(CommitOutcome::Committed { expires_at_s }) => {
+                Ok(CommitOutcome::Committed { expires_at_s, .. }) => {
                     return self.processed(planned, expires_at_s);
                 }
                 Ok(CommitOutcome::KeyTaken { item, .. }) => item,
