@@ -102,17 +102,6 @@ async fn invoke_all(api: &RuntimeApi, events: &[Value]) -> Vec<(Answer, Span)> {
         .expect("every event answered")
 }
 
-/// The invocations' EMF documents (the ones that count records), in the
-/// order written.
-fn documents(function: &Function) -> Vec<Value> {
-    function
-        .lines()
-        .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|doc| doc.get("Records").is_some())
-        .collect()
-}
-
 fn metric(doc: &Value, name: &str) -> f64 {
     doc[name]
         .as_f64()
@@ -148,7 +137,7 @@ async fn four_batches_run_at_once(store: Store) {
     for account in &accounts {
         assert_eq!(balance(store, account).await, 20, "{account}");
     }
-    let docs = documents(&function);
+    let docs = function.documents(CONCURRENCY, DEADLINE).await;
     assert_eq!(docs.len(), CONCURRENCY);
     assert!(docs.iter().all(|doc| metric(doc, "Records") == 20.0));
 }
@@ -164,7 +153,7 @@ async fn one_batch_to_four_invocations_at_once(store: Store, mode: &str) {
     let answers = invoke_all(&api, &events).await;
     nothing_reported(&answers);
     assert_eq!(balance(store, &account).await, 20);
-    let docs = documents(&function);
+    let docs = function.documents(CONCURRENCY, DEADLINE).await;
     let sum = |name| docs.iter().map(|doc| metric(doc, name)).sum::<f64>();
     assert_eq!(
         (sum("Processed"), sum("Duplicate")),
@@ -185,7 +174,7 @@ async fn each_invocation_counts_its_own_requests(store: Store) {
     nothing_reported(&invoke_all(&api, &[batch(&old)]).await);
     let answers = invoke_all(&api, &[batch(&new), batch(&old)]).await;
     nothing_reported(&answers);
-    let docs = documents(&function);
+    let docs = function.documents(3, DEADLINE).await;
     let (replayed, fresh): (Vec<&Value>, Vec<&Value>) = docs[1..]
         .iter()
         .partition(|doc| metric(doc, "Duplicate") == 20.0);

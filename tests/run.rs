@@ -64,12 +64,12 @@ fn empty_response() -> Answer {
 }
 
 /// The EMF document of the invocation (the one that counts records).
-fn metrics(function: &Function) -> Value {
+async fn metrics(function: &Function) -> Value {
     function
-        .lines()
-        .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|line| line.get("Records").is_some())
+        .documents(1, DEADLINE)
+        .await
+        .into_iter()
+        .next()
         .unwrap_or_else(|| panic!("no EMF document in {:#?}", function.lines()))
 }
 
@@ -88,7 +88,7 @@ async fn by_default_it_runs_on_dynamodb_and_reports_its_requests() {
     let store = DynamoDbStore::new(support::client().await, config);
     assert_completed(&store, &["p-1", "p-2"]).await;
     // The request counter is wired: the invocation's own requests.
-    let metrics = metrics(&function);
+    let metrics = metrics(&function).await;
     assert_eq!(metrics["Records"].as_f64(), Some(2.0), "{metrics}");
     assert!(
         metrics["StoreRequests"].as_f64() >= Some(1.0),
@@ -112,7 +112,7 @@ async fn idempotency_store_postgres_puts_the_items_in_postgresql_only() {
     assert_completed(&postgres, &["p-1", "p-2"]).await;
     let dynamodb = DynamoDbStore::new(support::client().await, config);
     assert_eq!(dynamodb.get("p-1").await.expect("read"), None);
-    assert!(metrics(&function)["StoreRequests"].as_f64() >= Some(1.0));
+    assert!(metrics(&function).await["StoreRequests"].as_f64() >= Some(1.0));
 }
 
 #[tokio::test]

@@ -15,12 +15,15 @@
 //! record (counted at the proxies) and writes per record (PostgreSQL: the
 //! server's transaction ids consumed; Redis: scripts run), and writes
 //! `bench/stores.csv`. BENCH_REPS multiplies the repetitions (default 3
-//! each).
+//! each). First, the default sizing on a warm container of each store
+//! (`sizing.rs`, `bench/sizing-stores.csv`); BENCH_ONLY=sizing runs that
+//! alone.
 
 #[allow(dead_code)]
 #[path = "../throughput/batches.rs"]
 mod batches;
 mod delay;
+mod sizing;
 
 use std::time::{Duration, Instant};
 
@@ -109,6 +112,36 @@ impl Servers {
         current_xid(&self.direct_pool).await + scripts_run(&self.direct_redis).await
     }
 
+    fn config(&self, prefix: &str) -> StoreConfig {
+        StoreConfig {
+            key_prefix: prefix.to_owned(),
+            ..StoreConfig::new(&self.table)
+        }
+    }
+
+    /// The Redis store and the ledger on it, keys under `prefix`.
+    fn redis(&self, mode: LedgerMode, prefix: &str) -> (RedisStore, LedgerHandler) {
+        let store = RedisStore::new(
+            self.redis.clone(),
+            self.config(prefix),
+            &self.redis_settings,
+        );
+        let handler = LedgerHandler::on_redis(store.clone(), &self.ledger, mode);
+        (store, handler)
+    }
+
+    /// The PostgreSQL store and the ledger on it, keys under `prefix`.
+    fn postgres(&self, mode: LedgerMode, prefix: &str) -> (PostgresStore, LedgerHandler) {
+        let store = PostgresStore::new(
+            self.pool.clone(),
+            self.config(prefix),
+            Duration::from_secs(10),
+        )
+        .expect("store");
+        let handler = LedgerHandler::on_postgres(store.clone(), &self.ledger, mode);
+        (store, handler)
+    }
+
     /// One delivery of `batch` on `backend` to a new container (a new
     /// function, cold cache), keys under `prefix`; its time in ms.
     async fn deliver(
@@ -119,29 +152,22 @@ impl Servers {
         batch: &Batch,
         prefix: &str,
     ) -> f64 {
-        let config = StoreConfig {
-            key_prefix: prefix.to_owned(),
-            ..StoreConfig::new(&self.table)
-        };
         match backend {
             Backend::Redis => {
-                let store = RedisStore::new(self.redis.clone(), config, &self.redis_settings);
-                let handler = LedgerHandler::on_redis(store.clone(), &self.ledger, mode);
-                run_batch(store, handler, None, ordering, batch).await
+                let (store, handler) = self.redis(mode, prefix);
+                deliver_to(&function(store, handler, None, ordering), batch).await
             }
             Backend::Postgres | Backend::PostgresCached => {
                 let cache = (backend == Backend::PostgresCached).then(|| {
                     let cache = RedisDuplicateCache::new(
                         self.redis.clone(),
-                        &config,
+                        &self.config(prefix),
                         Duration::from_millis(200),
                     );
                     Arc::new(cache) as Arc<dyn SharedCache>
                 });
-                let store = PostgresStore::new(self.pool.clone(), config, Duration::from_secs(10))
-                    .expect("store");
-                let handler = LedgerHandler::on_postgres(store.clone(), &self.ledger, mode);
-                run_batch(store, handler, cache, ordering, batch).await
+                let (store, handler) = self.postgres(mode, prefix);
+                deliver_to(&function(store, handler, cache, ordering), batch).await
             }
         }
     }
@@ -158,11 +184,16 @@ struct Row {
     records: usize,
 }
 
+/// The median of `samples` (nearest rank, the lower of two).
+fn p50(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[(sorted.len() - 1) / 2]
+}
+
 impl Row {
     fn p50(&self) -> f64 {
-        let mut sorted = self.batch_ms.clone();
-        sorted.sort_by(f64::total_cmp);
-        sorted[(sorted.len() - 1) / 2]
+        p50(&self.batch_ms)
     }
 
     fn per_record(&self, n: u64) -> f64 {
@@ -215,6 +246,14 @@ async fn run() {
         .and_then(|r| r.parse::<f64>().ok())
         .map_or(3, |factor| ((3.0 * factor).round() as usize).max(1));
 
+    // BENCH_ONLY=sizing: the default sizing's rows alone.
+    let only_sizing = std::env::var("BENCH_ONLY").is_ok_and(|only| only.contains("sizing"));
+    let mut sized = Vec::new();
+    let mut sized_batches = 0;
+    let mut sized_tag = || {
+        sized_batches += 1;
+        format!("s{sized_batches}-{}", std::process::id())
+    };
     let mut rows = Vec::new();
     let mut sequence = 0;
     for rtt_ms in [0, 5] {
@@ -236,6 +275,20 @@ async fn run() {
             ledger: ledger.clone(),
         };
         let round_trips = || proxy.round_trips() + redis_proxy.round_trips();
+        for backend in [Backend::Postgres, Backend::Redis] {
+            let warm = sizing::rows(
+                &servers,
+                backend,
+                rtt_ms,
+                reps,
+                &round_trips,
+                &mut sized_tag,
+            );
+            sized.extend(warm.await);
+        }
+        if only_sizing {
+            continue;
+        }
         for backend in [Backend::Postgres, Backend::Redis, Backend::PostgresCached] {
             // Warm-up, not recorded: connections open, the server's caches filled.
             for _ in 0..2 {
@@ -301,6 +354,13 @@ async fn run() {
             }
         }
     }
+    let out =
+        std::path::PathBuf::from(std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench".into()));
+    std::fs::create_dir_all(&out).expect("output directory");
+    sizing::write(&sized, &out);
+    if only_sizing {
+        return;
+    }
     let mut table_text = String::from(
         "store                 scenario         mode                     rtt  batch p50 ms  rec/s   round trips/rec  writes/rec\n",
     );
@@ -338,9 +398,6 @@ async fn run() {
         "\nPostgreSQL, Redis, and PostgreSQL behind the Redis duplicate cache (the same function and batches; round trips counted at the delaying proxies; writes = PostgreSQL transaction ids consumed + Redis scripts run):\n"
     );
     print!("{table_text}");
-    let out =
-        std::path::PathBuf::from(std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench".into()));
-    std::fs::create_dir_all(&out).expect("output directory");
     std::fs::write(out.join("stores.csv"), csv).expect("write stores.csv");
     println!(
         "wrote {} in {:.0} s",
@@ -349,16 +406,14 @@ async fn run() {
     );
 }
 
-/// One delivery of `batch` to a new container (a new function, cold
-/// cache, the shared cache if any); its time in ms. Every record must
-/// finish.
-async fn run_batch<S: Operator>(
+/// A container: the function on `store` with the default configuration
+/// (the shared cache, if any), a cold cache.
+fn function<S: Operator>(
     store: S,
     handler: LedgerHandler,
     cache: Option<Arc<dyn SharedCache>>,
     ordering: OrderingMode,
-    batch: &Batch,
-) -> f64 {
+) -> MskFunction<LedgerHandler, S> {
     let keys = KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
         .expect("key spec");
     let settings = FunctionSettings {
@@ -370,7 +425,12 @@ async fn run_batch<S: Operator>(
         Some(cache) => engine.with_shared_cache(cache),
         None => engine,
     };
-    let function = MskFunction::new(engine, settings).without_metrics();
+    MskFunction::new(engine, settings).without_metrics()
+}
+
+/// One delivery of `batch` to `function`; its time in ms. Every record
+/// must finish.
+async fn deliver_to<S: Operator>(function: &MskFunction<LedgerHandler, S>, batch: &Batch) -> f64 {
     let event = batch.event();
     let started = Instant::now();
     let response = function

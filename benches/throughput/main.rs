@@ -157,7 +157,8 @@ async fn run() {
     println!();
     print!("{}", containers::table(&containers));
     println!();
-    print!("{}", sizing::table(&sized, &sizing::powertools(&out_dir)));
+    let (powertools, others) = (sizing::powertools(&out_dir), sizing::other_stores(&out_dir));
+    print!("{}", sizing::table(&sized, &powertools, &others));
     println!();
     if env.only.is_empty() {
         std::fs::create_dir_all(&out_dir).expect("output directory");
@@ -170,13 +171,18 @@ async fn run() {
         let containers_path = out_dir.join("containers.csv");
         std::fs::write(&containers_path, containers::csv(&containers))
             .expect("write containers.csv");
-        sizing::chart(&sized, &out_dir.join("group-size.svg")).expect("chart");
         println!(
             "wrote {}, {} and {}",
             csv_path.display(),
             svg_path.display(),
             hot_path.display()
         );
+    }
+    if !sized.is_empty() {
+        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let path = out_dir.join("group-size.svg");
+        sizing::chart(&sized, &path).expect("chart");
+        println!("wrote {}", path.display());
     }
     println!("in {:.0} s", started.elapsed().as_secs_f64());
 }

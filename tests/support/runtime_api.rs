@@ -283,6 +283,26 @@ impl Function {
         self.lines.lock().unwrap().clone()
     }
 
+    /// Its EMF documents (the ones that count records), in the order
+    /// written, once `at_least` of them are there or `within` has passed: a
+    /// worker writes its document after posting the answer, so the last
+    /// may trail the answers.
+    pub async fn documents(&self, at_least: usize, within: Duration) -> Vec<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let docs: Vec<serde_json::Value> = self
+                .lines()
+                .iter()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|doc| doc.get("Records").is_some())
+                .collect();
+            if docs.len() >= at_least || tokio::time::Instant::now() >= deadline {
+                return docs;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits (at most `within`) for it to exit, and for every line it
     /// wrote; its exit code.
     pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {

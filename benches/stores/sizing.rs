@@ -1,0 +1,114 @@
+//! The default sizing on PostgreSQL and Redis, warmed, beside DynamoDB's
+//! rows against Powertools (`benches/throughput/sizing.rs`): ONE container
+//! per store, scenario and round trip processes a first batch (its sizing
+//! starting at 10) and then the measured ones, its sizing going on from
+//! where it stood. Writes `bench/sizing-stores.csv`, which the throughput
+//! benchmark's table reads.
+
+use std::path::Path;
+
+use exactly_once::lambda::{MskFunction, OrderingMode};
+use exactly_once::store::Operator;
+use ledger::{LedgerHandler, LedgerMode};
+
+use crate::{Backend, Scenario, Servers, deliver_to, function};
+
+/// One store's row: a warm container's batches.
+pub struct SizedRow {
+    backend: Backend,
+    scenario: Scenario,
+    rtt_ms: u64,
+    batch_ms: Vec<f64>,
+    first_ms: f64,
+    round_trips: u64,
+}
+
+impl SizedRow {
+    fn p50(&self) -> f64 {
+        crate::p50(&self.batch_ms)
+    }
+}
+
+/// The hot account and the 200 accounts on `backend`, behind the proxies
+/// `round_trips` counts at.
+pub async fn rows(
+    servers: &Servers,
+    backend: Backend,
+    rtt_ms: u64,
+    reps: usize,
+    round_trips: &dyn Fn() -> u64,
+    tag: &mut dyn FnMut() -> String,
+) -> Vec<SizedRow> {
+    let mut rows = Vec::new();
+    for scenario in [Scenario::Hot, Scenario::New] {
+        let prefix = format!("{}#", tag());
+        let (mode, ordering) = (LedgerMode::LockFree, OrderingMode::Partition);
+        let mut row = SizedRow {
+            backend,
+            scenario,
+            rtt_ms,
+            batch_ms: Vec::new(),
+            first_ms: 0.0,
+            round_trips: 0,
+        };
+        match backend {
+            Backend::Redis => {
+                let (store, handler) = servers.redis(mode, &prefix);
+                let function = function(store, handler, None, ordering);
+                warm_container(&function, &mut row, reps, round_trips, tag).await;
+            }
+            Backend::Postgres | Backend::PostgresCached => {
+                let (store, handler) = servers.postgres(mode, &prefix);
+                let function = function(store, handler, None, ordering);
+                warm_container(&function, &mut row, reps, round_trips, tag).await;
+            }
+        }
+        eprintln!(
+            "  default sizing {} {} {rtt_ms} ms: p50 {:.0} ms (first batch {:.0} ms), {:.3} round trips/record",
+            backend.name(),
+            scenario.name(),
+            row.p50(),
+            row.first_ms,
+            row.round_trips as f64 / (1000 * row.batch_ms.len()) as f64
+        );
+        rows.push(row);
+    }
+    rows
+}
+
+async fn warm_container<S: Operator>(
+    function: &MskFunction<LedgerHandler, S>,
+    row: &mut SizedRow,
+    reps: usize,
+    round_trips: &dyn Fn() -> u64,
+    tag: &mut dyn FnMut() -> String,
+) {
+    row.first_ms = deliver_to(function, &row.scenario.batch(&tag())).await;
+    for _ in 0..reps {
+        let batch = row.scenario.batch(&tag());
+        let before = round_trips();
+        row.batch_ms.push(deliver_to(function, &batch).await);
+        row.round_trips += round_trips() - before;
+    }
+}
+
+/// `bench/sizing-stores.csv`: the rows in the columns the throughput
+/// benchmark's table reads.
+pub fn write(rows: &[SizedRow], out: &Path) {
+    let mut csv = String::from(
+        "store,scenario,rtt_ms,repetitions,p50_ms,first_batch_ms,requests_per_record\n",
+    );
+    for row in rows {
+        csv.push_str(&format!(
+            "{},{},{},{},{:.1},{:.1},{:.4}\n",
+            row.backend.name(),
+            row.scenario.name(),
+            row.rtt_ms,
+            row.batch_ms.len(),
+            row.p50(),
+            row.first_ms,
+            row.round_trips as f64 / (1000 * row.batch_ms.len()) as f64
+        ));
+    }
+    std::fs::write(out.join("sizing-stores.csv"), csv).expect("write sizing-stores.csv");
+}
