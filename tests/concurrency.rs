@@ -172,6 +172,8 @@ async fn each_invocation_counts_its_own_requests(store: Store) {
         format!("acc-{}", uuid::Uuid::new_v4()),
     );
     nothing_reported(&invoke_all(&api, &[batch(&old)]).await);
+    // Its document first, before the next two.
+    function.documents(1, DEADLINE).await;
     let answers = invoke_all(&api, &[batch(&new), batch(&old)]).await;
     nothing_reported(&answers);
     let docs = function.documents(3, DEADLINE).await;
