@@ -63,7 +63,7 @@ mod tests {
     use exactly_once::config::StoreConfig;
     use exactly_once::engine::{Engine, EngineConfig};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-    use exactly_once::lambda::{FunctionSettings, MskFunction, encode_event};
+    use exactly_once::lambda::{BatchFunction, FunctionSettings, encode_event};
     use exactly_once::lambda_runtime::{Context, LambdaEvent};
     use exactly_once::store::memory::MemoryStore;
     use exactly_once::store::{Status, Store};
@@ -94,7 +94,7 @@ mod tests {
         let store = MemoryStore::new(StoreConfig::new("idempotency"));
         let keys = KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
             .expect("the default key source");
-        let function = MskFunction::new(
+        let function = BatchFunction::new(
             Engine::new(store.clone(), Audit, EngineConfig::default()),
             FunctionSettings::new(keys),
         )

@@ -6,7 +6,12 @@
 #   1. two deliveries of events/two-partitions.json: both answered
 #      {"batchItemFailures":[]}, each payment added to its balance once;
 #   2. the same DynamoDB-only binary started with the variable of each part
-#      its build leaves out: a start-up error naming the feature.
+#      its build leaves out: a start-up error naming the feature;
+#   3. the README's "Run it locally" block, and docs/local.md's PostgreSQL
+#      and Redis blocks, run as they are (cargo lambda watch and invoke, the
+#      local servers they start) from a directory holding the checkout as
+#      msk-exactly-once/ and the crate as payments/: both deliveries
+#      answered, 6 records processed then 6 duplicates, the balances once.
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
@@ -105,4 +110,37 @@ check_off IDEMPOTENCY_STORE redis redis
 check_off DUPLICATE_CACHE redis redis
 check_off DEAD_LETTER_QUEUE_URL https://sqs.us-east-1.amazonaws.com/1/parked sqs
 check_off TRACING_EXPORT otlp opentelemetry
+
+# The documented shell blocks, as a reader runs them.
+ln -s "$root" "$work/msk-exactly-once"
+run_block() { # name file heading: runs the first ```sh block after heading
+  local name="$1" block output status=0
+  block="$(python3 - "$2" "$3" <<'PY'
+import pathlib, re, sys
+text = pathlib.Path(sys.argv[1]).read_text()
+after = text.split(sys.argv[2], 1)[1]
+print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
+PY
+)"
+  echo "quickstart: $name, as $2 shows it" >&2
+  output="$(cd "$work" && bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
+  # A block that failed midway leaves its watch running: stop it.
+  pkill -f "cargo-lambda lambda watch" 2>/dev/null || true
+  echo "$output"
+  if [[ $status != 0 ]] || [[ "$(grep -c '^{"batchItemFailures":\[\]}$' <<<"$output")" != 2 ]] ||
+    ! grep -qE '^ *6 outcome="processed"$' <<<"$output" ||
+    ! grep -qE '^ *6 outcome="duplicate"$' <<<"$output"; then
+    tail -n 30 "$work/$name.err" "$work/watch.log" >&2 || true
+    echo "quickstart: $name did not answer and dedupe as documented (exit $status)" >&2
+    exit 1
+  fi
+  BLOCK_OUTPUT="$output"
+}
+run_block dynamodb "$root/README.md" "**Run it locally**"
+run_block postgres "$root/docs/local.md" "## PostgreSQL"
+grep -qE '^ *acc-1 *\| *3500$' <<<"$BLOCK_OUTPUT" ||
+  { echo "quickstart: acc-1's balance is not 3500 on PostgreSQL" >&2; exit 1; }
+run_block redis "$root/docs/local.md" "## Redis"
+grep -qx '3500' <<<"$BLOCK_OUTPUT" ||
+  { echo "quickstart: acc-1's balance is not 3500 on Redis" >&2; exit 1; }
 echo "quickstart: OK"

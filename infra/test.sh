@@ -24,6 +24,16 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc --workspace --no-deps (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
+# Each library crate again alone, with its default features, as a user's
+# `cargo doc` builds it: a link to a module of a feature left out warns
+# only there. (The doctests, the manual's snippets among them, run in
+# `cargo test --workspace` below.)
+step "cargo doc per library crate, default features (warnings are errors)"
+for crate in exactly-once exactly-once-core exactly-once-dynamodb exactly-once-postgres \
+  exactly-once-redis exactly-once-lambda; do
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p "$crate"
+done
+
 step "cargo features (infra/check-features.sh)"
 infra/check-features.sh
 

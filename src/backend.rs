@@ -137,7 +137,10 @@ fn env_var(name: &str) -> Option<String> {
 
 /// Checks `table` against `schema`: a table behind (or ahead of) this build
 /// stops the function at start; a database down now only warns, since
-/// every record then fails closed (reported) until it is back.
+/// every record then fails closed (reported) until it is back. With
+/// `DATABASE_MIGRATE=true` the missing migrations are applied first (one
+/// transaction, serialised with any concurrent `migrate`), so a local
+/// database or a function allowed DDL needs no migration step of its own.
 #[cfg(feature = "postgres")]
 pub async fn check_schema(
     pool: &exactly_once_postgres::Pool,
@@ -145,6 +148,30 @@ pub async fn check_schema(
     table: &str,
 ) -> Result<(), StartError> {
     use exactly_once_postgres::schema::{self, SchemaError};
+    if exactly_once_postgres::connect::migrate_requested(env_var)? {
+        match schema::migrate(pool, &[(schema, table)]).await {
+            Ok(migrated) => {
+                for done in migrated.iter().filter(|done| done.from != done.to) {
+                    tracing::info!(
+                        table,
+                        from = done.from,
+                        to = done.to,
+                        "schema migrated at start"
+                    );
+                }
+            }
+            // Down now: the check below says so, and records fail closed.
+            Err(err) if err.is_retryable() => {
+                tracing::warn!(error = %err, table, "PostgreSQL unreachable at start; not migrated");
+            }
+            Err(err) => {
+                return Err(StartError::Store {
+                    store: "PostgreSQL",
+                    reason: format!("DATABASE_MIGRATE=true: could not migrate {table:?}: {err}"),
+                });
+            }
+        }
+    }
     match schema::check(pool, schema, table).await {
         Ok(()) => Ok(()),
         Err(SchemaError::Unreachable(reason)) => {

@@ -14,6 +14,13 @@
 //! serde = { version = "1", features = ["derive"] }
 //! serde_json = "1"
 //! tokio = { version = "1", features = ["macros"] }
+//!
+//! # The release profile the project's sizes are measured with: thin LTO,
+//! # stripped (cargo's default profile builds a larger binary).
+//! [profile.release]
+//! lto = "thin"
+//! codegen-units = 4
+//! strip = true
 //! ```
 //!
 //! ```no_run
@@ -71,13 +78,16 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `dynamodb` (default) | the DynamoDB store ([`dynamodb`]) |
-//! | `postgres` | the PostgreSQL store ([`postgres`]) |
-//! | `redis` | the Redis store and the shared duplicate cache ([`redis`]) |
+//! | `postgres` | the PostgreSQL store (`exactly_once::postgres`) |
+//! | `redis` | the Redis store and the shared duplicate cache (`exactly_once::redis`) |
 //! | `avro`, `protobuf` | values framed by a schema registry ([`schema`]) |
 //! | `opentelemetry` | spans over OTLP/HTTP (`TRACING_EXPORT=otlp`) |
 //! | `sqs` | the SQS dead-letter queue (`DEAD_LETTER_QUEUE_URL`) |
-//! | `conformance` | the store conformance suite ([`store::conformance`]) |
+//! | `conformance` | the store conformance suite (`exactly_once::store::conformance`) |
 //! | `full` | all but `conformance` |
+//!
+//! (The modules of features a build leaves out are not in its
+//! documentation; docs.rs documents every feature.)
 //!
 //! # Where things are
 //!
@@ -85,7 +95,7 @@
 //! - [`run`], [`run_with`]: the function, as the environment configures
 //!   it; [`Backend`]: the store it connected.
 //! - [`engine`], [`lambda`]: the pieces `run` wires, for those who wire
-//!   them themselves ([`engine::Engine`], [`lambda::MskFunction`]).
+//!   them themselves ([`engine::Engine`], [`lambda::BatchFunction`]).
 //! - [`store`]: the store trait and what a store implementer needs;
 //!   [`store::memory::MemoryStore`] for unit tests of a handler.
 //!
@@ -111,6 +121,8 @@ pub mod aws;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod backend;
 mod error;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
+mod init_error;
 pub mod prelude;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod run;
@@ -186,4 +198,24 @@ pub mod redis {
     pub fn only<H>(handler: H) -> crate::Only<RedisStore, H> {
         crate::Only::new(handler)
     }
+}
+
+/// The manual's pages with Rust snippets (docs/), each the documentation of
+/// an item that exists only when rustdoc collects doctests: `cargo test
+/// --doc` compiles every ```rust block of them (hidden `# ` lines included)
+/// against this crate with the features of its tests (`full`,
+/// `conformance`).
+#[cfg(doctest)]
+pub mod manual {
+    /// docs/handlers.md
+    #[doc = include_str!("../docs/handlers.md")]
+    pub struct Handlers;
+
+    /// docs/schema-registry.md
+    #[doc = include_str!("../docs/schema-registry.md")]
+    pub struct SchemaRegistry;
+
+    /// docs/stores.md
+    #[doc = include_str!("../docs/stores.md")]
+    pub struct Stores;
 }

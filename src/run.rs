@@ -9,7 +9,7 @@ use exactly_once_core::engine::{Engine, RecordHandler, SharedCache};
 use exactly_once_core::store::Operator;
 use exactly_once_lambda::dead_letter::DeadLetters;
 use exactly_once_lambda::telemetry::{self, Traces, TracingExport};
-use exactly_once_lambda::{KafkaRecord, MskFunction, Settings, StoreKind};
+use exactly_once_lambda::{BatchFunction, FromRecord, Settings, StoreKind};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::Instrument as _;
@@ -68,7 +68,28 @@ pub async fn run<H: Serve>(handler: H) -> Result<(), StartError> {
 /// gets the [`Backend`] (its client, its pool), for a handler that writes
 /// tables of its own beside the idempotency table (the demo ledger's
 /// direct mode). An error of `build` stops the function at start.
+///
+/// A start-up error is also posted to the Lambda Runtime API
+/// (`/runtime/init/error`): Lambda reports it as the invocation's error, and
+/// `cargo lambda invoke` prints it instead of waiting.
 pub async fn run_with<F, H, E>(build: F) -> Result<(), StartError>
+where
+    F: AsyncFnOnce(&Backend) -> Result<H, E>,
+    H: Serve,
+    E: Into<BoxError>,
+{
+    let served = start_and_serve(build).await;
+    match &served {
+        // The runtime itself stopped: it has reported what it could.
+        Err(StartError::Runtime(_)) | Ok(()) => {}
+        Err(err) => crate::init_error::report(err).await,
+    }
+    served
+}
+
+/// Reads the environment, connects the store, builds the handler and
+/// serves it.
+async fn start_and_serve<F, H, E>(build: F) -> Result<(), StartError>
 where
     F: AsyncFnOnce(&Backend) -> Result<H, E>,
     H: Serve,
@@ -118,13 +139,14 @@ struct Parts {
 async fn serve<S, H>(store: S, handler: H, parts: Parts) -> Result<(), StartError>
 where
     S: Operator,
-    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+    H: RecordHandler<S::Effect>,
+    H::Record: FromRecord,
 {
     let mut engine = Engine::new(store, handler, parts.settings.engine);
     if let Some(cache) = parts.shared_cache {
         engine = engine.with_shared_cache(cache);
     }
-    let mut function = MskFunction::new(engine, parts.settings.function);
+    let mut function = BatchFunction::new(engine, parts.settings.function);
     if let Some(queue) = parts.dead_letters {
         function = function.with_dead_letter_queue(queue);
     }

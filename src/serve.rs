@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use exactly_once_core::engine::{
     CommitPath, Completion, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once_lambda::KafkaRecord;
+use exactly_once_lambda::{FromRecord, KafkaRecord};
 
 use crate::StartError;
 
@@ -36,15 +36,15 @@ pub trait Serve: sealed::Sealed + Send + Sync + Sized + 'static {
     /// The handler on DynamoDB.
     #[cfg(feature = "dynamodb")]
     #[doc(hidden)]
-    type OnDynamoDb: RecordHandler<exactly_once_dynamodb::TransactWriteItem, Record = KafkaRecord>;
+    type OnDynamoDb: RecordHandler<exactly_once_dynamodb::TransactWriteItem, Record: FromRecord>;
     /// The handler on PostgreSQL.
     #[cfg(feature = "postgres")]
     #[doc(hidden)]
-    type OnPostgres: RecordHandler<exactly_once_postgres::SqlEffect, Record = KafkaRecord>;
+    type OnPostgres: RecordHandler<exactly_once_postgres::SqlEffect, Record: FromRecord>;
     /// The handler on Redis.
     #[cfg(feature = "redis")]
     #[doc(hidden)]
-    type OnRedis: RecordHandler<exactly_once_redis::RedisEffect, Record = KafkaRecord>;
+    type OnRedis: RecordHandler<exactly_once_redis::RedisEffect, Record: FromRecord>;
 
     /// The handler for DynamoDB, or why it cannot run there.
     #[cfg(feature = "dynamodb")]
@@ -67,9 +67,9 @@ macro_rules! runs_on {
     ($feature:literal, $name:ident, $effect:ty) => {
         #[cfg(feature = $feature)]
         #[doc(hidden)]
-        pub trait $name: RecordHandler<$effect, Record = KafkaRecord> {}
+        pub trait $name: RecordHandler<$effect, Record: FromRecord> {}
         #[cfg(feature = $feature)]
-        impl<H: RecordHandler<$effect, Record = KafkaRecord>> $name for H {}
+        impl<H: RecordHandler<$effect, Record: FromRecord>> $name for H {}
         #[cfg(not(feature = $feature))]
         #[doc(hidden)]
         pub trait $name {}
@@ -159,10 +159,10 @@ impl<E: Send + Sync + 'static> RecordHandler<E> for Unsupported {
 macro_rules! only {
     ($feature:literal, $store:ty, $kind:expr, $effect:ty, $on:ident, $assoc:ident) => {
         #[cfg(feature = $feature)]
-        impl<H: RecordHandler<$effect, Record = KafkaRecord>> sealed::Sealed for Only<$store, H> {}
+        impl<H: RecordHandler<$effect, Record: FromRecord>> sealed::Sealed for Only<$store, H> {}
 
         #[cfg(feature = $feature)]
-        impl<H: RecordHandler<$effect, Record = KafkaRecord>> Serve for Only<$store, H> {
+        impl<H: RecordHandler<$effect, Record: FromRecord>> Serve for Only<$store, H> {
             #[cfg(feature = "dynamodb")]
             type OnDynamoDb = only!(@assoc $assoc, OnDynamoDb, H);
             #[cfg(feature = "postgres")]

@@ -19,7 +19,7 @@ use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::{
-    Fingerprint, FunctionSettings, KafkaRecord, MskFunction, SchemaMetadata,
+    BatchFunction, Fingerprint, FunctionSettings, KafkaRecord, SchemaMetadata,
 };
 use exactly_once::store::MAX_RESULT_BYTES;
 use exactly_once::store::Status;
@@ -102,14 +102,16 @@ fn text(offset: i64, key: &str, value: &str) -> Rec {
 
 /// A function of `handler` on `config`, whose DynamoDB requests `counter`
 /// counts (a new container each call: a cold cache).
-async fn function_of<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+async fn function_of<
+    H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>,
+>(
     config: &StoreConfig,
     handler: H,
     counter: &RequestCounter,
     settings: FunctionSettings,
-) -> MskFunction<H, DynamoDbStore> {
+) -> BatchFunction<H, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
-    MskFunction::new(
+    BatchFunction::new(
         Engine::new(
             DynamoDbStore::new(client, config.clone()),
             handler,
@@ -124,7 +126,7 @@ async fn function_of<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
 async fn replier_function(
     config: &StoreConfig,
     counter: &RequestCounter,
-) -> MskFunction<Replier, DynamoDbStore> {
+) -> BatchFunction<Replier, DynamoDbStore> {
     let settings = support::msk::settings(header_keys());
     function_of(config, Replier::default(), counter, settings).await
 }

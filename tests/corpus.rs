@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::lambda::{FunctionSettings, MskFunction};
+use exactly_once::lambda::{BatchFunction, FunctionSettings};
 use lambda_runtime::{Context, LambdaEvent};
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
@@ -199,7 +199,7 @@ fn event_records(event: &Value) -> Vec<String> {
     all
 }
 
-async fn function(case: &Value) -> MskFunction<LedgerHandler, DynamoDbStore> {
+async fn function(case: &Value) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let policy = case
         .get("missing_key_policy")
         .and_then(Value::as_str)
@@ -220,7 +220,7 @@ async fn function(case: &Value) -> MskFunction<LedgerHandler, DynamoDbStore> {
     );
     // Partition ordering, whatever TEST_ORDERING_MODE says: the expectations
     // are written for it.
-    MskFunction::new(
+    BatchFunction::new(
         // POISON_POLICY=report: a failed record's effect on its partition
         // is part of what each case pins (parking: tests/handler.rs).
         Engine::new(

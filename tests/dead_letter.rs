@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::EngineConfig;
-use exactly_once::lambda::MskFunction;
+use exactly_once::lambda::BatchFunction;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
 use exactly_once::store::Status;
 use exactly_once::store::Store;
@@ -37,11 +37,11 @@ fn poisoned(a: &str) -> Value {
 
 /// The ledger with a dead-letter queue, refused records parked too (as
 /// `DEAD_LETTER_QUEUE_URL` sets it).
-async fn function_with(queue: DeadLetterQueue) -> MskFunction<LedgerHandler, DynamoDbStore> {
+async fn function_with(queue: DeadLetterQueue) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     parking_refused().await.with_dead_letter_queue(queue)
 }
 
-async fn parking_refused() -> MskFunction<LedgerHandler, DynamoDbStore> {
+async fn parking_refused() -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let engine = EngineConfig {
         park_refused: true,
         ..EngineConfig::default()

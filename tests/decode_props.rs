@@ -22,7 +22,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use exactly_once::lambda::KafkaRecord as DecodedRecord;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy, ParsedValue};
-use exactly_once::lambda::{Coordinates, EventError, decode_event};
+use exactly_once::lambda::{Coordinates, EventError, Record, decode_event};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Map, Value, json};
@@ -400,10 +400,10 @@ fn same_headers(got: &DecodedRecord, want: &DecodedRecord) -> Result<(), TestCas
 /// The decoder against the model: same error kind, or every record exactly
 /// once, in place, decoded as the model says.
 fn check_decode(event: &Value) -> Result<(), TestCaseError> {
-    let got = decode_event(event);
+    let got = decode_event(event).map(|batch| batch.units);
     let want = model_event(event);
     match (got, want) {
-        (Err(EventError::NotKafka(_)), Err("NotKafka"))
+        (Err(EventError::UnknownSource(_)), Err("NotKafka"))
         | (Err(EventError::Malformed(_)), Err("Malformed")) => Ok(()),
         (Ok(partitions), Ok(model)) => {
             prop_assert_eq!(partitions.len(), model.len(), "partitions");
@@ -412,15 +412,12 @@ fn check_decode(event: &Value) -> Result<(), TestCaseError> {
                 let got_at: Vec<Coordinates> = records.iter().map(|(at, _)| at.clone()).collect();
                 let want_at: Vec<Coordinates> = offsets
                     .iter()
-                    .map(|&offset| Coordinates {
-                        partition: name.clone(),
-                        offset,
-                    })
+                    .map(|&offset| Coordinates::kafka(name.clone(), offset))
                     .collect();
                 prop_assert_eq!(got_at, want_at, "records of {:?}", name);
                 for ((at, got), (_, want)) in records.iter().zip(want) {
                     match (got, want) {
-                        (Ok(got), RecordModel::Valid(want)) => {
+                        (Ok(Record::Kafka(got)), RecordModel::Valid(want)) => {
                             prop_assert_eq!(&got.key, &want.key, "key of {}", at);
                             prop_assert_eq!(&got.value, &want.value, "value of {}", at);
                             same_headers(got, want)?;
@@ -568,16 +565,14 @@ fn part_name(part: &exactly_once::lambda::keys::KeyPart) -> String {
         KeyPart::Header => "header".into(),
         KeyPart::RecordKey => "record-key".into(),
         KeyPart::JsonPointer(pointer) => format!("json:{pointer}"),
+        KeyPart::DeduplicationId => "deduplication-id".into(),
     }
 }
 
 fn check_key(spec: &KeySpec, record: &DecodedRecord) -> Result<(), TestCaseError> {
-    let at = Coordinates {
-        partition: "payments-0".into(),
-        offset: 7,
-    };
+    let at = Coordinates::kafka("payments-0", 7);
     let hash = exactly_once::store::payload_hash(&record.value);
-    let got = spec.key_for(record, &json_of(record), &at, &hash);
+    let got = spec.key_for(&Record::Kafka(record.clone()), &json_of(record), &at, &hash);
     let parts: Vec<Result<Option<String>, ()>> = spec
         .parts()
         .iter()
@@ -678,10 +673,11 @@ proptest! {
         let source: Vec<String> = (0..a.len()).map(|i| format!("json:/p{i}")).collect();
         let spec = KeySpec::parse(&source.join(","), "idempotency-key".into(), MissingKeyPolicy::Reject)
             .expect("valid key source");
-        let at = Coordinates { partition: "t-0".into(), offset: 0 };
+        let at = Coordinates::kafka("t-0", 0);
         let key = |parts: &[String]| {
             let record = record_with_fields(parts);
-            spec.key_for(&record, &json_of(&record), &at, &exactly_once::store::payload_hash(&record.value))
+            let hash = exactly_once::store::payload_hash(&record.value);
+            spec.key_for(&Record::Kafka(record.clone()), &json_of(&record), &at, &hash)
                 .expect("every part present")
         };
         let (ka, kb) = (key(&a), key(&b));
@@ -704,7 +700,7 @@ fn a_fractional_timestamp_fails_its_record_alone() {
                  "key": null, "value": "e30=", "headers": []},
             ]},
         });
-        let partitions = decode_event(&event).expect("a Kafka event");
+        let partitions = decode_event(&event).expect("a Kafka event").units;
         assert_eq!(partitions.len(), 1);
         assert!(
             partitions[0][0].1.is_err(),

@@ -18,7 +18,7 @@ use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
     SharedCache,
 };
-use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, Record};
 use exactly_once::postgres::PostgresStore;
 use exactly_once::redis::RedisDuplicateCache;
 use exactly_once::store::Store;
@@ -36,7 +36,7 @@ struct Counted {
 }
 
 impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Counted {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         self.ledger.commit_path()
@@ -45,7 +45,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Counted {
     async fn handle(
         &self,
         token: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<E>, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some((n, hook)) = &self.hook
@@ -60,7 +60,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Counted {
 /// A container on DynamoDB: its own client (its requests counted), its own
 /// warm cache, and the shared cache if given.
 struct Container {
-    function: MskFunction<Counted, DynamoDbStore>,
+    function: BatchFunction<Counted, DynamoDbStore>,
     requests: RequestCounter,
     calls: Arc<AtomicUsize>,
 }
@@ -86,7 +86,8 @@ async fn container(
         None => engine,
     };
     Container {
-        function: MskFunction::new(engine, support::msk::settings(header_keys())).without_metrics(),
+        function: BatchFunction::new(engine, support::msk::settings(header_keys()))
+            .without_metrics(),
         requests,
         calls,
     }
@@ -292,7 +293,7 @@ async fn in_front_of_postgres_a_replay_in_a_new_container_runs_no_work() {
         let engine = Engine::new(store, handler, EngineConfig::default())
             .with_shared_cache(shared(&server, &config));
         let function =
-            MskFunction::new(engine, support::msk::settings(header_keys())).without_metrics();
+            BatchFunction::new(engine, support::msk::settings(header_keys())).without_metrics();
         (function, calls)
     };
     let (first, _) = container(store.clone());

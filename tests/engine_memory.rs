@@ -16,7 +16,7 @@ use exactly_once::config::StoreConfig;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, KafkaRecord};
 use exactly_once::store::ClaimOutcome;
 use exactly_once::store::ClaimRequest;
 use exactly_once::store::Status;
@@ -86,8 +86,8 @@ fn store(lock: Duration) -> MemoryStore {
     })
 }
 
-fn function(store: &MemoryStore, handler: Counters) -> MskFunction<Counters, MemoryStore> {
-    MskFunction::new(
+fn function(store: &MemoryStore, handler: Counters) -> BatchFunction<Counters, MemoryStore> {
+    BatchFunction::new(
         Engine::new(store.clone(), handler, EngineConfig::default()),
         settings(header_keys()),
     )
@@ -95,13 +95,13 @@ fn function(store: &MemoryStore, handler: Counters) -> MskFunction<Counters, Mem
 }
 
 /// One invocation with ten minutes to go.
-async fn invoke(function: &MskFunction<Counters, MemoryStore>, batch: &Value) -> Vec<String> {
+async fn invoke(function: &BatchFunction<Counters, MemoryStore>, batch: &Value) -> Vec<String> {
     invoke_within(function, batch, Duration::from_secs(600)).await
 }
 
 /// One invocation with `time` to go.
 async fn invoke_within(
-    function: &MskFunction<Counters, MemoryStore>,
+    function: &BatchFunction<Counters, MemoryStore>,
     batch: &Value,
     time: Duration,
 ) -> Vec<String> {

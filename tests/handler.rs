@@ -175,8 +175,8 @@ async fn with_the_default_poison_policy_park_a_failed_record_is_kept_failed_and_
     assert!(bad.error.unwrap_or_default().starts_with("not a payment:"));
 }
 
-fn function_store<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-    function: &exactly_once::lambda::MskFunction<H, DynamoDbStore>,
+fn function_store<H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>>(
+    function: &exactly_once::lambda::BatchFunction<H, DynamoDbStore>,
 ) -> &exactly_once::dynamodb::DynamoDbStore {
     function.engine().store()
 }
@@ -265,8 +265,10 @@ async fn a_key_reused_with_another_payload_is_applied_once_and_the_other_reporte
     assert_eq!(balance(&a).await, applied);
 }
 
-async fn reported_again<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-    function: &exactly_once::lambda::MskFunction<H, DynamoDbStore>,
+async fn reported_again<
+    H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>,
+>(
+    function: &exactly_once::lambda::BatchFunction<H, DynamoDbStore>,
     batch: &serde_json::Value,
 ) -> Vec<String> {
     reported(&invoke(function, batch).await)

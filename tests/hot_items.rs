@@ -14,7 +14,7 @@ use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{CommitPath, Engine, EngineConfig};
-use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::store::Status;
 use exactly_once::store::Store;
 use exactly_once::store::requests::RequestCounter;
@@ -54,14 +54,14 @@ fn ledger_function(
     ordering: OrderingMode,
     engine: EngineConfig,
     floor: Option<i64>,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let store = DynamoDbStore::new(client.clone(), config.clone());
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode).with_floor(floor);
     let settings = FunctionSettings {
         ordering,
         ..FunctionSettings::new(header_keys())
     };
-    MskFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+    BatchFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
 }
 
 const ORDERINGS: [OrderingMode; 3] = [
@@ -285,7 +285,7 @@ fn rename(record: &mut Value, half: usize) {
 
 /// The sizes a container's lock-free transactions took, in order, after the
 /// start (10).
-fn sizes(function: &MskFunction<LedgerHandler, DynamoDbStore>) -> Vec<usize> {
+fn sizes(function: &BatchFunction<LedgerHandler, DynamoDbStore>) -> Vec<usize> {
     let history = function.engine().group_sizes();
     assert_eq!(history.first().map(|r| r.size), Some(10), "the start");
     history.iter().skip(1).map(|r| r.size).collect()

@@ -29,8 +29,8 @@ use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::KafkaRecord;
-use exactly_once::lambda::MskFunction;
+use exactly_once::lambda::BatchFunction;
+use exactly_once::lambda::Record;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::store::Status;
 use ledger::{LedgerHandler, LedgerMode, Payment};
@@ -129,7 +129,7 @@ struct Announced {
 }
 
 impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Announced {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         match self.charge_api {
@@ -141,7 +141,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Announced {
     async fn handle(
         &self,
         token: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<E>, HandlerError> {
         println!("WORKER CLAIMED {} v{}", token.key, token.version);
         if self.pause {
@@ -150,7 +150,7 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Announced {
         let Some(api) = self.charge_api else {
             return self.ledger.handle(token, record).await;
         };
-        let payment = Payment::parse(&record.value)?;
+        let payment = Payment::parse(&record.body())?;
         support::charges::charge(api, token.idempotency_key(), &payment.payment_id)
             .await
             .map_err(HandlerError::Retryable)?;
@@ -210,10 +210,10 @@ async fn worker_process() {
 /// is reported, as Lambda does.
 async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], config: &WorkerConfig)
 where
-    Announced: RecordHandler<S::Effect, Record = KafkaRecord>,
+    Announced: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
 {
     // The default configuration: groups sized from the store's answers.
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     );
@@ -384,7 +384,7 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
     let store = DynamoDbStore::new(client.clone(), store_config(&config));
     let orphan = store.get("k-1").await.expect("get").expect("item");
     assert_eq!((orphan.status, orphan.version), (Status::Started, 1));
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(
             store.clone(),
             ledger(client, "direct"),
@@ -405,8 +405,10 @@ async fn a_worker_killed_between_claim_and_completion_is_taken_over_after_its_lo
 }
 
 /// The event with a deadline `ms` from now (a real invocation's context).
-async fn invoke_within<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
-    function: &MskFunction<H, DynamoDbStore>,
+async fn invoke_within<
+    H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>,
+>(
+    function: &BatchFunction<H, DynamoDbStore>,
     event: &Value,
     ms: u64,
 ) -> Vec<String> {
@@ -431,7 +433,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocat
 
         let client = support::client().await;
         let store = DynamoDbStore::new(client.clone(), store_config(&config));
-        let function = MskFunction::new(
+        let function = BatchFunction::new(
             Engine::new(store.clone(), ledger(client, mode), EngineConfig::default()),
             support::msk::settings(header_keys()),
         )

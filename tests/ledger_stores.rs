@@ -15,7 +15,7 @@ use exactly_once::config::StoreConfig;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, Record};
 use exactly_once::postgres::DatabaseSettings;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::redis::RedisStore;
@@ -120,7 +120,7 @@ struct Watching<S> {
 }
 
 impl<S: Store> RecordHandler<S::Effect> for Watching<S> {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         self.ledger.commit_path()
@@ -129,7 +129,7 @@ impl<S: Store> RecordHandler<S::Effect> for Watching<S> {
     async fn handle(
         &self,
         token: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<S::Effect>, HandlerError> {
         let key = token
             .key
@@ -156,7 +156,7 @@ type Seen = Arc<Mutex<Vec<Option<Status>>>>;
 async fn function<S: LedgerStore>(
     mode: LedgerMode,
     floor: Option<i64>,
-) -> (MskFunction<Watching<S>, S>, Seen) {
+) -> (BatchFunction<Watching<S>, S>, Seen) {
     let store = S::fresh(Duration::from_secs(30)).await;
     let ledger = store.ledger(mode).with_floor(floor);
     let seen = Seen::default();
@@ -166,7 +166,7 @@ async fn function<S: LedgerStore>(
         seen: seen.clone(),
         cut: None,
     };
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     )
@@ -174,7 +174,7 @@ async fn function<S: LedgerStore>(
     (function, seen)
 }
 
-fn store_of<S: LedgerStore>(function: &MskFunction<Watching<S>, S>) -> &S {
+fn store_of<S: LedgerStore>(function: &BatchFunction<Watching<S>, S>) -> &S {
     function.engine().store()
 }
 
@@ -305,7 +305,7 @@ async fn four_containers_delivered_one_batch_at_once_apply_each_payment_once<S: 
             // Each container: its own connections, the same key space.
             let store = S::container(config.clone()).await;
             let ledger = store.ledger(mode);
-            let function = MskFunction::new(
+            let function = BatchFunction::new(
                 Engine::new(store, ledger, EngineConfig::default()),
                 support::msk::settings(header_keys()),
             )
@@ -370,7 +370,7 @@ async fn cuttable<S: LedgerStore>(
     mode: LedgerMode,
     lock: Duration,
     cut_on: usize,
-) -> (MskFunction<Watching<S>, S>, S, Arc<Proxy>) {
+) -> (BatchFunction<Watching<S>, S>, S, Arc<Proxy>) {
     let direct = S::fresh(lock).await;
     let proxy = Arc::new(Proxy::start(S::address()).await);
     let store = S::through(&proxy, direct.config().clone()).await;
@@ -380,7 +380,7 @@ async fn cuttable<S: LedgerStore>(
         seen: Seen::default(),
         cut: (cut_on > 0).then(|| (cut_on, proxy.clone())),
     };
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     )
@@ -389,7 +389,7 @@ async fn cuttable<S: LedgerStore>(
 }
 
 /// How many times the work ran.
-fn calls<S: LedgerStore>(function: &MskFunction<Watching<S>, S>) -> usize {
+fn calls<S: LedgerStore>(function: &BatchFunction<Watching<S>, S>) -> usize {
     function.engine().handler().seen.lock().expect("seen").len()
 }
 

@@ -15,8 +15,8 @@ use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::KafkaRecord;
-use exactly_once::lambda::{FunctionSettings, InvocationError, KafkaBatchResponse, MskFunction};
+use exactly_once::lambda::Record;
+use exactly_once::lambda::{BatchFunction, BatchResponse, FunctionSettings, InvocationError};
 use exactly_once::store::Status;
 use lambda_runtime::{Context, LambdaEvent};
 use ledger::{LedgerHandler, LedgerMode};
@@ -56,7 +56,7 @@ impl Paced {
 }
 
 impl RecordHandler<TransactWriteItem> for Paced {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         self.ledger.commit_path()
@@ -64,7 +64,7 @@ impl RecordHandler<TransactWriteItem> for Paced {
     async fn handle(
         &self,
         token: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         tokio::time::sleep(self.pause).await;
@@ -83,22 +83,22 @@ fn function(
     store: DynamoDbStore,
     handler: Paced,
     margin: Duration,
-) -> MskFunction<Paced, DynamoDbStore> {
+) -> BatchFunction<Paced, DynamoDbStore> {
     let settings = FunctionSettings {
         safety_margin: margin,
         ..support::msk::settings(header_keys())
     };
-    MskFunction::new(
+    BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         settings,
     )
 }
 
 async fn invoke_until(
-    function: &MskFunction<Paced, DynamoDbStore>,
+    function: &BatchFunction<Paced, DynamoDbStore>,
     batch: &serde_json::Value,
     deadline_ms: u64,
-) -> Result<KafkaBatchResponse, InvocationError> {
+) -> Result<BatchResponse, InvocationError> {
     let mut context = Context::default();
     context.deadline = deadline_ms;
     function
@@ -425,7 +425,7 @@ async fn an_invocation_dropped_midway_writes_nothing_afterwards() {
                 _ => CommitPath::Locking,
             }
         );
-        let function = MskFunction::new(
+        let function = BatchFunction::new(
             Engine::new(store, ledger, EngineConfig::default()),
             support::msk::settings(header_keys()),
         )

@@ -20,7 +20,7 @@ use exactly_once::engine::{
     RecordHandler, Work,
 };
 use exactly_once::lambda::KafkaRecord;
-use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::store::ClaimOutcome;
 use exactly_once::store::ClaimRequest;
 use exactly_once::store::Status;
@@ -34,27 +34,29 @@ use support::msk::{
 };
 
 /// A function on `config`'s keys running `handler`, counting its requests.
-async fn function<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+async fn function<H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>>(
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
-) -> MskFunction<H, DynamoDbStore> {
+) -> BatchFunction<H, DynamoDbStore> {
     function_in(OrderingMode::Partition, config, counter, handler).await
 }
 
-async fn function_in<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+async fn function_in<
+    H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>,
+>(
     ordering: OrderingMode,
     config: &StoreConfig,
     counter: &RequestCounter,
     handler: impl FnOnce(aws_sdk_dynamodb::Client) -> H,
-) -> MskFunction<H, DynamoDbStore> {
+) -> BatchFunction<H, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
     let store = DynamoDbStore::new(client.clone(), config.clone());
     let settings = FunctionSettings {
         ordering,
         ..FunctionSettings::new(header_keys())
     };
-    MskFunction::new(
+    BatchFunction::new(
         Engine::new(store, handler(client), EngineConfig::default()),
         settings,
     )
@@ -65,7 +67,7 @@ async fn function_in<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
 async fn lock_free_by_key(
     config: &StoreConfig,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     function_in(
         OrderingMode::Key,
         config,
@@ -383,7 +385,7 @@ async fn of_8_concurrent_deliveries_of_a_poison_record_one_stores_it_failed() {
         key: "poison".into(),
         payload_hash: payload_hash(&payload),
         origin: "payments-0@0".into(),
-        record: support::msk::kafka_record(payload),
+        record: exactly_once::lambda::Record::Kafka(support::msk::kafka_record(payload)),
         span: tracing::Span::none(),
         holder: None,
     };

@@ -18,7 +18,7 @@ use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, KafkaRecord};
 use exactly_once::store::Store;
 use exactly_once::store::requests::RequestCounter;
 use lambda_runtime::{Config, Context, LambdaEvent};
@@ -96,11 +96,11 @@ fn ledger_function(
     store: DynamoDbStore,
     client: aws_sdk_dynamodb::Client,
     lines: &Lines,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let table = support::env("LEDGER_TABLE");
     let ledger = LedgerHandler::new(client, table, LedgerMode::Transactional);
     let engine = Engine::new(store, ledger, EngineConfig::default());
-    MskFunction::new(engine, settings(header_keys())).with_metrics_writer(lines.writer())
+    BatchFunction::new(engine, settings(header_keys())).with_metrics_writer(lines.writer())
 }
 
 /// The EMF documents of `batch` through the demo ledger (locking path) on
@@ -236,7 +236,7 @@ async fn an_effect_whose_completion_was_lost_is_counted_as_unrecorded() {
         dynamodb: proxy.clone(),
     };
     let lines = Lines::default();
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
         settings(header_keys()),
     )

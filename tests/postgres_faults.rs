@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use exactly_once::config::StoreConfig;
 use exactly_once::engine::{Engine, EngineConfig};
-use exactly_once::lambda::MskFunction;
+use exactly_once::lambda::BatchFunction;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::store::Status;
 use exactly_once::store::Store;
@@ -57,7 +57,7 @@ async fn container(
     proxy: &Proxy,
     config: &StoreConfig,
     mode: LedgerMode,
-) -> MskFunction<LedgerHandler, PostgresStore> {
+) -> BatchFunction<LedgerHandler, PostgresStore> {
     let url = format!(
         "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
         proxy.port
@@ -71,7 +71,7 @@ async fn container(
     let pool = settings.pool(None).await.expect("a pool");
     let store = PostgresStore::new(pool, config.clone(), settings.call_timeout()).expect("store");
     let ledger = LedgerHandler::on_postgres(store.clone(), support::env("LEDGER_TABLE"), mode);
-    MskFunction::new(
+    BatchFunction::new(
         Engine::new(store, ledger, EngineConfig::default()),
         support::msk::settings(header_keys()),
     )

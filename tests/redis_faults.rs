@@ -16,7 +16,7 @@ use std::time::Duration;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
-use exactly_once::lambda::{KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, KafkaRecord};
 use exactly_once::redis::RedisStore;
 use exactly_once::store::Status;
 use exactly_once::store::Store;
@@ -57,11 +57,13 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for Notifier {
     }
 }
 
-fn function<H: RecordHandler<exactly_once::redis::RedisEffect, Record = KafkaRecord>>(
+fn function<
+    H: RecordHandler<exactly_once::redis::RedisEffect, Record: exactly_once::lambda::FromRecord>,
+>(
     store: &RedisStore,
     handler: H,
-) -> MskFunction<H, RedisStore> {
-    MskFunction::new(
+) -> BatchFunction<H, RedisStore> {
+    BatchFunction::new(
         Engine::new(store.clone(), handler, EngineConfig::default()),
         support::msk::settings(header_keys()),
     )

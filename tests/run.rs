@@ -135,6 +135,54 @@ async fn on_postgresql_a_table_never_migrated_stops_the_function_at_start() {
             && said.contains("run `exactly-once-ops migrate`"),
         "{said}"
     );
+    // Also told to the Runtime API, which answers the invocation with it
+    // (`cargo lambda invoke` prints it instead of waiting).
+    let reported = api.init_error().expect("an init error posted");
+    assert_eq!(reported["errorType"], "StartError", "{reported}");
+    let message = reported["errorMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"never_migrated\" is at schema version 0"),
+        "{message}"
+    );
+}
+
+/// `DATABASE_MIGRATE=true`: tables never migrated are created at start
+/// (the idempotency table, and the ledger's through `check_schema`), and
+/// the function serves; a second start changes nothing.
+#[tokio::test]
+async fn on_postgresql_database_migrate_creates_the_tables_at_start() {
+    let config = config();
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let (table, ledger) = (format!("keys_{unique}"), format!("ledger_{unique}"));
+    let mut env = base_env(&config);
+    env.extend([
+        ("IDEMPOTENCY_STORE", "postgres".to_owned()),
+        ("DATABASE_URL", support::env("DATABASE_URL")),
+        ("DATABASE_MIGRATE", "true".to_owned()),
+        ("IDEMPOTENCY_TABLE", table.clone()),
+        ("LEDGER_TABLE", ledger.clone()),
+    ]);
+    for _ in 0..2 {
+        let (answer, _) = serve("msk-handler", &env, &two_payments()).await;
+        assert_eq!(answer, empty_response());
+    }
+    let pool = support::postgres::pool().await;
+    for (schema, table) in [
+        (exactly_once::postgres::schema::IDEMPOTENCY, &table),
+        (ledger::LEDGER_SCHEMA, &ledger),
+    ] {
+        exactly_once::postgres::schema::check(&pool, schema, table)
+            .await
+            .unwrap_or_else(|err| panic!("{table}: {err}"));
+    }
+    let config = StoreConfig {
+        table_name: table,
+        ..config
+    };
+    let postgres =
+        exactly_once::postgres::PostgresStore::new(pool, config, support::postgres::TIMEOUT)
+            .expect("store");
+    assert_completed(&postgres, &["p-1", "p-2"]).await;
 }
 
 #[tokio::test]

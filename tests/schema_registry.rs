@@ -11,7 +11,6 @@ mod example;
 
 use std::io::Write as _;
 
-use exactly_once::lambda::decode_event;
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
 use exactly_once::schema::protobuf::{self, MessageIndex};
 use exactly_once::schema::{DataFormat, Framing, SchemaError, SchemaRef, WireError, unframe};
@@ -30,7 +29,7 @@ fn sample(name: &str) -> Value {
 
 async fn example_function(
     format: RecordFormat,
-) -> exactly_once::lambda::MskFunction<SchemaPayments, exactly_once::dynamodb::DynamoDbStore> {
+) -> exactly_once::lambda::BatchFunction<SchemaPayments, exactly_once::dynamodb::DynamoDbStore> {
     let handler = SchemaPayments::new(format, support::env("LEDGER_TABLE")).expect("the schema");
     let store = support::store(std::time::Duration::from_secs(30)).await;
     function_with(store, handler, header_keys())
@@ -106,12 +105,10 @@ async fn json_delivered_records_work_with_json_pointer_keys_and_the_ledger() {
     let stored = function.engine().store().get("p-sr-3").await.expect("get");
     assert_eq!(stored.map(|item| item.status), Some(Status::Completed));
 
-    let metadata: Vec<(String, Option<String>, Option<String>)> = decode_event(&event)
-        .expect("a Kafka event")
+    let metadata: Vec<(String, Option<String>, Option<String>)> = support::msk::decoded(&event)
         .into_iter()
-        .flatten()
         .map(|(at, record)| {
-            let schema = record.expect("decodes").value_schema.expect("metadata");
+            let schema = record.value_schema.expect("metadata");
             (at.to_string(), schema.data_format, schema.schema_id)
         })
         .collect();
@@ -130,10 +127,8 @@ async fn json_delivered_records_work_with_json_pointer_keys_and_the_ledger() {
     );
     // The example's handler reads the same JSON when told the mapping's format.
     let example = SchemaPayments::new(RecordFormat::Json, "ledger").expect("the schema");
-    let (_, first) = decode_event(&event).expect("event").remove(0).remove(0);
-    let payment = example
-        .payment(&first.expect("decodes"))
-        .expect("a payment");
+    let (_, first) = support::msk::decoded(&event).remove(0);
+    let payment = example.payment(&first).expect("a payment");
     assert_eq!(
         (payment.account_id.as_str(), payment.amount_cents),
         ("acc-12", 2500)

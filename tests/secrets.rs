@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::lambda::{FunctionSettings, KeyLogging, MskFunction};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, KeyLogging};
 use exactly_once::store::Status;
 use ledger::LedgerHandler;
 use serde_json::json;
@@ -197,7 +197,7 @@ async fn scenario(logging: KeyLogging) -> (Vec<String>, Vec<String>) {
         support::store_config(std::time::Duration::from_secs(30)),
     );
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), ledger_mode());
-    let down = MskFunction::new(
+    let down = BatchFunction::new(
         Engine::new(store, ledger, EngineConfig::default()),
         settings(header_keys()),
     )

@@ -155,7 +155,7 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
     );
     assert_eq!(
         err.to_string(),
-        "table \"no_such_table\" is at schema version 0, this build needs 1: run \
+        "table \"no_such_table\" is at schema version 0, this build needs 2: run \
          `exactly-once-ops migrate` (with DATABASE_URL set) before deploying"
     );
     let table = support::env("IDEMPOTENCY_TABLE");
@@ -179,7 +179,7 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
     let mut created = 0;
     for run in runs {
         let migrated = run.await.expect("joined").expect("migrate");
-        assert_eq!(migrated[0].to, 1);
+        assert_eq!(migrated[0].to, 2);
         created += usize::from(migrated[0].from == 0);
     }
     assert_eq!(created, 1, "exactly one run created the table");
@@ -207,6 +207,80 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
         indexes.iter().any(|i| i.contains("(expires_at)")),
         "{indexes:?}"
     );
+}
+
+/// An upgrade from schema version 1 (before scopes): `migrate` adds the
+/// `scope` column in place, the rows written before it stay as they were,
+/// and a function with a scope finds them its own: a completed key is a
+/// duplicate with its stored result (nothing runs again).
+#[tokio::test]
+async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
+    let pool = postgres::pool().await;
+    let table = format!("upgrade_{}", uuid::Uuid::new_v4().simple());
+    let version_1 = schema::TableSchema {
+        migrations: &schema::IDEMPOTENCY.migrations[..1],
+        ..schema::IDEMPOTENCY
+    };
+    schema::migrate(&pool, &[(version_1, &table)])
+        .await
+        .expect("version 1");
+    let client = pool.get().await.expect("a connection");
+    let expires_at_s = (now_ms() / 1000 + 3600) as i64;
+    client
+        .execute(
+            &format!(
+                "INSERT INTO \"{table}\" (pk, status, version, owner, payload_hash, expires_at, \
+                 result) VALUES ('p-1', 'COMPLETED', 1, 'o-1', 'h1', $1, 'paid')"
+            ),
+            &[&expires_at_s],
+        )
+        .await
+        .expect("a row of version 1");
+    let err = schema::check(&pool, schema::IDEMPOTENCY, &table)
+        .await
+        .expect_err("behind");
+    assert!(
+        matches!(
+            err,
+            SchemaError::Behind {
+                found: 1,
+                expected: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let migrated = schema::migrate(&pool, &[(schema::IDEMPOTENCY, &table)])
+        .await
+        .expect("migrate");
+    assert_eq!((migrated[0].from, migrated[0].to), (1, 2));
+    schema::check(&pool, schema::IDEMPOTENCY, &table)
+        .await
+        .expect("at version 2");
+    let config = StoreConfig {
+        scope: Some("payments-a".into()),
+        ..StoreConfig::new(table.clone())
+    };
+    let store = PostgresStore::new(pool.clone(), config, postgres::TIMEOUT).expect("store");
+    match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::Duplicate(item) => {
+            assert_eq!((item.result.as_deref(), item.scope), (Some("paid"), None))
+        }
+        other => panic!("a row from before the upgrade is a duplicate, got {other:?}"),
+    }
+    let lease = acquire(&store, "p-2", "h1").await;
+    assert_eq!(
+        store
+            .get("p-2")
+            .await
+            .expect("get")
+            .expect("row")
+            .scope
+            .as_deref(),
+        Some("payments-a")
+    );
+    assert_eq!(lease.version, 1);
 }
 
 #[tokio::test]

@@ -114,7 +114,7 @@ mod cluster {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_demo_function_applies_each_payment_once_on_the_cluster() {
         use exactly_once::engine::{Engine, EngineConfig};
-        use exactly_once::lambda::MskFunction;
+        use exactly_once::lambda::BatchFunction;
         use ledger::{LedgerHandler, LedgerMode};
         use support::msk::{account, event, header_keys, invoke, payment, reported};
 
@@ -122,7 +122,7 @@ mod cluster {
             let store = redis::cluster_store(LONG_LOCK);
             let ledger = RedisCluster.ledger_table();
             let handler = LedgerHandler::on_redis(store.clone(), &ledger, mode);
-            let function = MskFunction::new(
+            let function = BatchFunction::new(
                 Engine::new(store.clone(), handler, EngineConfig::default()),
                 support::msk::settings(header_keys()),
             )

@@ -100,8 +100,10 @@ fn the_function_is_the_msk_handler_binary() {
 }
 
 /// The handler snippet of docs/handlers.md is the doctest of the prelude
-/// (which `cargo test` compiles), line for line: it cannot drift from the
-/// API. (The README's quick start is built and run by infra/quickstart.sh.)
+/// (which `cargo test` compiles), line for line, its hidden lines (the
+/// `Payment` and `PaymentApi` it uses) included: the crate's docs and the
+/// manual show one handler. (docs/handlers.md is compiled as a doctest too,
+/// and the README's quick start is built and run by infra/quickstart.sh.)
 #[test]
 fn the_readme_handler_snippet_is_the_compiled_doctest() {
     let handlers = include_str!("../docs/handlers.md");
@@ -122,7 +124,6 @@ fn the_readme_handler_snippet_is_the_compiled_doctest() {
                 .unwrap_or("")
         })
         .take_while(|line| *line != "```")
-        .filter(|line| !line.starts_with("# "))
         .collect();
     assert_eq!(snippet, doctest);
 }
@@ -304,4 +305,280 @@ fn the_runbook_covers_every_alarm() {
             "the runbook has no row for {alarm}"
         );
     }
+}
+
+/// One statement of `FunctionRole`'s inline policy, as docs/iam.md lists it.
+#[derive(Debug, PartialEq)]
+struct Statement {
+    /// The template condition the statement exists under (`!If`), if any.
+    condition: Option<String>,
+    actions: BTreeSet<String>,
+    /// The parameters and resources its `Resource` names (`!Ref`,
+    /// `!GetAtt`, `${...}` of `!Sub`), or `*`.
+    resources: BTreeSet<String>,
+    /// The operators and keys of its `Condition` block.
+    condition_keys: BTreeSet<String>,
+}
+
+/// A tagged YAML value (`!If [...]`) with its tag, if `value` is one.
+fn tag_of(value: &Value) -> Option<(&str, &Value)> {
+    match value {
+        Value::Tagged(tagged) => {
+            let tag = tagged.tag.to_string();
+            let tag = tag.trim_start_matches('!');
+            ["If", "Ref", "GetAtt", "Sub", "Join", "Select", "Split"]
+                .into_iter()
+                .find(|known| *known == tag)
+                .map(|known| (known, &tagged.value))
+        }
+        _ => None,
+    }
+}
+
+/// The names a `${...}` of `!Sub` text refers to (the resource of
+/// `${X.Arn}`), but the pseudo parameters (`AWS::...`).
+fn sub_names(text: &str, out: &mut BTreeSet<String>) {
+    for part in text.split("${").skip(1) {
+        let name = part.split('}').next().unwrap_or("");
+        let name = name.split('.').next().unwrap_or(name);
+        if !name.is_empty() && !name.starts_with("AWS::") {
+            out.insert(name.to_owned());
+        }
+    }
+}
+
+/// What a `Resource` value names: parameters and logical ids, or `*`.
+fn resource_names(value: &Value, out: &mut BTreeSet<String>) {
+    match (tag_of(value), value) {
+        // A parameter or a resource, not a pseudo parameter (`AWS::NoValue`,
+        // which falls through to nothing below).
+        (Some(("Ref", Value::String(name))), _) if !name.starts_with("AWS::") => {
+            out.insert(name.clone());
+        }
+        (Some(("GetAtt", Value::String(path))), _) => {
+            out.insert(path.split('.').next().unwrap_or(path).to_owned());
+        }
+        (Some(("Sub", Value::String(text))), _) => sub_names(text, out),
+        (Some(("Sub", Value::Sequence(parts))), _) => {
+            let mut names = BTreeSet::new();
+            sub_names(parts[0].as_str().expect("the !Sub text"), &mut names);
+            let variables = parts[1].as_mapping().expect("the !Sub variables");
+            names.retain(|name| !variables.contains_key(name.as_str()));
+            out.extend(names);
+            for value in variables.values() {
+                resource_names(value, out);
+            }
+        }
+        // The branches, not the condition's name.
+        (Some(("If", Value::Sequence(parts))), _) => {
+            for branch in &parts[1..] {
+                resource_names(branch, out);
+            }
+        }
+        (Some((_, inner)), _) => resource_names(inner, out),
+        (None, Value::Sequence(items)) => items.iter().for_each(|item| resource_names(item, out)),
+        (None, Value::String(text)) if text == "*" => {
+            out.insert("*".to_owned());
+        }
+        _ => {}
+    }
+}
+
+/// `FunctionRole`'s inline statements by `Sid`, each possibly wrapped in
+/// `!If [Condition, {...}, !Ref AWS::NoValue]`.
+fn role_statements() -> std::collections::BTreeMap<String, Statement> {
+    let template = template();
+    let policies = resource(&template, "FunctionRole")["Policies"]
+        .as_sequence()
+        .expect("inline policies");
+    assert_eq!(policies.len(), 1, "one inline policy");
+    let mut statements = std::collections::BTreeMap::new();
+    for item in policies[0]["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .expect("statements")
+    {
+        let (condition, statement) = match tag_of(item) {
+            Some(("If", Value::Sequence(parts))) => (
+                Some(parts[0].as_str().expect("a condition").to_owned()),
+                &parts[1],
+            ),
+            _ => (None, item),
+        };
+        let sid = statement["Sid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a statement without Sid: {statement:?}"))
+            .to_owned();
+        assert_eq!(statement["Effect"].as_str(), Some("Allow"), "{sid}");
+        let actions = match &statement["Action"] {
+            Value::String(action) => BTreeSet::from([action.clone()]),
+            Value::Sequence(actions) => actions
+                .iter()
+                .map(|a| a.as_str().expect("an action").to_owned())
+                .collect(),
+            other => panic!("{sid}: Action {other:?}"),
+        };
+        let mut resources = BTreeSet::new();
+        resource_names(&statement["Resource"], &mut resources);
+        assert!(!resources.is_empty(), "{sid}: a resource");
+        let mut condition_keys = BTreeSet::new();
+        let blocks = match untagged(&statement["Condition"]) {
+            Value::Mapping(block) => vec![Value::Mapping(block)],
+            // !If [HasKeyPrefix, {...}, !Ref AWS::NoValue]
+            Value::Sequence(branches) => branches,
+            _ => vec![],
+        };
+        for block in blocks.iter().filter_map(Value::as_mapping) {
+            for (operator, keys) in block {
+                condition_keys.insert(operator.as_str().expect("an operator").to_owned());
+                for key in keys.as_mapping().expect("condition keys").keys() {
+                    condition_keys.insert(key.as_str().expect("a key").to_owned());
+                }
+            }
+        }
+        let previous = statements.insert(
+            sid.clone(),
+            Statement {
+                condition,
+                actions,
+                resources,
+                condition_keys,
+            },
+        );
+        assert!(previous.is_none(), "two statements {sid}");
+    }
+    statements
+}
+
+/// The rows of the Markdown table under `heading` in `page` (up to the
+/// next heading), each as its cells.
+fn table_rows(page: &str, heading: &str) -> Vec<Vec<String>> {
+    let section = page
+        .split(&format!("\n{heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("a section {heading}"))
+        .split("\n#")
+        .next()
+        .expect("its text");
+    section
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2) // the header and its rule
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// The code spans of a Markdown cell: `a`, `b` in "`a` and `b`".
+fn code_spans(cell: &str) -> BTreeSet<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+fn iam_page() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/iam.md"))
+        .expect("read docs/iam.md")
+}
+
+/// docs/iam.md lists every statement of the function's role with exactly
+/// the actions template.yaml grants, the condition it exists under, what
+/// it is on and its condition keys: an action added to one and not the
+/// other fails, either way.
+#[test]
+fn the_permissions_page_lists_exactly_the_roles_statements() {
+    let granted = role_statements();
+    assert!(granted.len() >= 18, "{:?}", granted.keys());
+    let page = iam_page();
+    let rows = table_rows(&page, "### Statements");
+    let mut listed = BTreeSet::new();
+    for row in &rows {
+        assert_eq!(row.len(), 5, "a row of 5 cells: {row:?}");
+        let sid = code_spans(&row[0]).into_iter().next().expect("a `Sid`");
+        let Some(statement) = granted.get(&sid) else {
+            panic!("docs/iam.md lists {sid}, which FunctionRole does not have");
+        };
+        assert!(listed.insert(sid.clone()), "{sid} listed twice");
+        let actions: BTreeSet<String> = code_spans(&row[2]);
+        assert_eq!(
+            actions, statement.actions,
+            "{sid}: the actions docs/iam.md lists (left) are not those template.yaml grants (right)"
+        );
+        match &statement.condition {
+            Some(condition) => assert!(
+                code_spans(&row[1]).contains(condition),
+                "{sid} exists only with {condition}: docs/iam.md says {:?}",
+                row[1]
+            ),
+            None => assert_eq!(row[1], "always", "{sid} exists always"),
+        }
+        let on = code_spans(&row[3]);
+        for name in &statement.resources {
+            assert!(
+                on.contains(name),
+                "{sid} is on {name}: docs/iam.md says {:?}",
+                row[3]
+            );
+        }
+        for key in &statement.condition_keys {
+            assert!(
+                on.contains(key),
+                "{sid}'s condition uses {key}: docs/iam.md says {:?}",
+                row[3]
+            );
+        }
+    }
+    let granted: BTreeSet<String> = granted.into_keys().collect();
+    assert_eq!(
+        listed, granted,
+        "the statements docs/iam.md lists (left) and those of FunctionRole (right)"
+    );
+}
+
+/// The managed policies of the function's role, with the condition each is
+/// attached under, are those docs/iam.md lists.
+#[test]
+fn the_permissions_page_lists_exactly_the_roles_managed_policies() {
+    let template = template();
+    let mut attached = std::collections::BTreeMap::new();
+    for item in resource(&template, "FunctionRole")["ManagedPolicyArns"]
+        .as_sequence()
+        .expect("managed policies")
+    {
+        let (condition, arn) = match tag_of(item) {
+            Some(("If", Value::Sequence(parts))) => {
+                (parts[0].as_str().map(str::to_owned), untagged(&parts[1]))
+            }
+            _ => (None, untagged(item)),
+        };
+        let arn = arn.as_str().expect("a policy ARN").to_owned();
+        let name = arn.rsplit('/').next().expect("a policy name").to_owned();
+        attached.insert(name, condition);
+    }
+    assert!(attached.len() >= 4, "{attached:?}");
+    let page = iam_page();
+    let mut listed = std::collections::BTreeMap::new();
+    for row in table_rows(&page, "### Managed policies") {
+        let name = code_spans(&row[0])
+            .into_iter()
+            .next()
+            .expect("a policy name");
+        let condition = (row[1] != "always").then(|| {
+            code_spans(&row[1])
+                .into_iter()
+                .find(|span| attached.get(&name).and_then(Option::as_ref) == Some(span))
+                .unwrap_or_else(|| row[1].clone())
+        });
+        listed.insert(name, condition);
+    }
+    assert_eq!(
+        listed, attached,
+        "the managed policies docs/iam.md lists (left) and those of FunctionRole (right)"
+    );
 }

@@ -13,7 +13,7 @@ use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig, PoisonPolicy};
-use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::store::requests::RequestCounter;
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
@@ -29,7 +29,7 @@ async fn counted(
     config: &StoreConfig,
     ordering: OrderingMode,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let mode = support::msk::ledger_mode();
     counted_with(mode, EngineConfig::default(), config, ordering, counter).await
 }
@@ -39,7 +39,7 @@ async fn counted(
 async fn reporting(
     config: &StoreConfig,
     ordering: OrderingMode,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let engine = EngineConfig {
         poison: PoisonPolicy::Report,
         ..EngineConfig::default()
@@ -55,7 +55,7 @@ async fn counted_with(
     config: &StoreConfig,
     ordering: OrderingMode,
     counter: &RequestCounter,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let client = counter.attach(&support::client().await);
     function_on(client, mode, engine, config, ordering)
 }
@@ -67,14 +67,14 @@ fn function_on(
     engine: EngineConfig,
     config: &StoreConfig,
     ordering: OrderingMode,
-) -> MskFunction<LedgerHandler, DynamoDbStore> {
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let store = DynamoDbStore::new(client.clone(), config.clone());
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode);
     let settings = FunctionSettings {
         ordering,
         ..FunctionSettings::new(header_keys())
     };
-    MskFunction::new(Engine::new(store, ledger, engine), settings)
+    BatchFunction::new(Engine::new(store, ledger, engine), settings)
 }
 
 /// `n` payments over 4 partitions into `accounts`, each with its own key.

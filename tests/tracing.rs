@@ -9,7 +9,7 @@ use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
 };
 use exactly_once::lambda::telemetry::{self, TracingExport};
-use exactly_once::lambda::{FunctionSettings, KafkaRecord, MskFunction};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, KafkaRecord};
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use support::msk::{
@@ -88,13 +88,13 @@ impl Exported {
 /// The function with `Charge` on DynamoDB Local, spans as `tracing` says.
 async fn function(
     tracing: TracingExport,
-) -> MskFunction<Charge, exactly_once::dynamodb::DynamoDbStore> {
+) -> BatchFunction<Charge, exactly_once::dynamodb::DynamoDbStore> {
     let store = support::store(std::time::Duration::from_secs(30)).await;
     let settings = FunctionSettings {
         tracing,
         ..support::msk::settings(header_keys())
     };
-    MskFunction::new(
+    BatchFunction::new(
         Engine::new(store, Charge, EngineConfig::default()),
         settings,
     )

@@ -5,7 +5,7 @@
 //!
 //!     infra/bench.sh     # runs both; this one needs DATABASE_URL and REDIS_URL
 //!
-//! Drives `MskFunction::handle` over 1,000 new records on 4 partitions
+//! Drives `BatchFunction::handle` over 1,000 new records on 4 partitions
 //! (200 accounts), the same batch replayed to a cold container, and 1,000
 //! records on ONE account (a hot merchant), each on the lock-free and the
 //! locking (transactional) path, at 0 and 5 ms of simulated round trip
@@ -34,7 +34,7 @@ use deadpool_postgres::Pool;
 use exactly_once::config::StoreConfig;
 use exactly_once::engine::{Engine, EngineConfig, SharedCache};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::lambda::{FunctionSettings, MskFunction, OrderingMode};
+use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::postgres::DatabaseSettings;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::postgres::schema;
@@ -413,7 +413,7 @@ fn function<S: Operator>(
     handler: LedgerHandler,
     cache: Option<Arc<dyn SharedCache>>,
     ordering: OrderingMode,
-) -> MskFunction<LedgerHandler, S> {
+) -> BatchFunction<LedgerHandler, S> {
     let keys = KeySpec::parse("header", "idempotency-key".into(), MissingKeyPolicy::Reject)
         .expect("key spec");
     let settings = FunctionSettings {
@@ -425,12 +425,12 @@ fn function<S: Operator>(
         Some(cache) => engine.with_shared_cache(cache),
         None => engine,
     };
-    MskFunction::new(engine, settings).without_metrics()
+    BatchFunction::new(engine, settings).without_metrics()
 }
 
 /// One delivery of `batch` to `function`; its time in ms. Every record
 /// must finish.
-async fn deliver_to<S: Operator>(function: &MskFunction<LedgerHandler, S>, batch: &Batch) -> f64 {
+async fn deliver_to<S: Operator>(function: &BatchFunction<LedgerHandler, S>, batch: &Batch) -> f64 {
     let event = batch.event();
     let started = Instant::now();
     let response = function

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use exactly_once::lambda::{MskFunction, OrderingMode};
+use exactly_once::lambda::{BatchFunction, OrderingMode};
 use exactly_once::store::Operator;
 use ledger::{LedgerHandler, LedgerMode};
 
@@ -77,7 +77,7 @@ pub async fn rows(
 }
 
 async fn warm_container<S: Operator>(
-    function: &MskFunction<LedgerHandler, S>,
+    function: &BatchFunction<LedgerHandler, S>,
     row: &mut SizedRow,
     reps: usize,
     round_trips: &dyn Fn() -> u64,

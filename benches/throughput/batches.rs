@@ -146,7 +146,7 @@ impl Batch {
 
     /// The baseline's input: the records flattened partition by partition,
     /// in offset order.
-    pub fn works(&self) -> Vec<Work<KafkaRecord>> {
+    pub fn works(&self) -> Vec<Work<exactly_once::lambda::Record>> {
         self.by_partition()
             .into_iter()
             .enumerate()
@@ -155,7 +155,7 @@ impl Batch {
                     key: record.idempotency_key.clone(),
                     payload_hash: payload_hash(&record.value),
                     origin: format!("payments-{partition}@{offset}"),
-                    record: KafkaRecord {
+                    record: exactly_once::lambda::Record::Kafka(KafkaRecord {
                         topic: "payments".into(),
                         partition: partition as i64,
                         offset,
@@ -166,7 +166,7 @@ impl Batch {
                         headers: Vec::new(),
                         key_schema: None,
                         value_schema: None,
-                    },
+                    }),
                     span: tracing::Span::none(),
                     holder: None,
                 })

@@ -2,7 +2,7 @@
 //!
 //!     infra/bench.sh                  # starts DynamoDB Local, creates the tables, runs this
 //!
-//! Drives `MskFunction::handle` (the code the Lambda runs) over generated MSK
+//! Drives `BatchFunction::handle` (the code the Lambda runs) over generated MSK
 //! batches, and a baseline that processes the same records strictly one after
 //! another with `Engine::run_once` (one claim and one completion each, no
 //! pre-check, no cache, no claim-ahead), the way common idempotency libraries

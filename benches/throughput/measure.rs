@@ -8,7 +8,7 @@ use std::time::Instant;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use exactly_once::engine::Work;
-use exactly_once::lambda::KafkaRecord;
+use exactly_once::lambda::Record;
 use exactly_once::store::requests::RequestCounter;
 use serde_json::Value;
 
@@ -75,7 +75,7 @@ impl Meter {
         processor: &Processor,
         batch: &Batch,
         event: &Value,
-        works: &[Work<KafkaRecord>],
+        works: &[Work<Record>],
     ) {
         self.counter.reset();
         self.capacity.reset();

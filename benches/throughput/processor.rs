@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
-use exactly_once::lambda::{KafkaRecord, MskFunction, Settings};
+use exactly_once::lambda::{BatchFunction, Record, Settings};
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 
@@ -79,7 +79,7 @@ impl Mode {
 /// One instance of what processes batches: the Lambda function as deployed,
 /// or the baseline loop over `Engine::run_once`.
 pub enum Processor {
-    Function(MskFunction<LedgerHandler, DynamoDbStore>),
+    Function(BatchFunction<LedgerHandler, DynamoDbStore>),
     Baseline(Box<Engine<LedgerHandler, DynamoDbStore>>),
 }
 
@@ -115,7 +115,7 @@ impl Processor {
                 Self::Baseline(Box::new(Engine::new(store, handler, config)))
             }
             _ => Self::Function(
-                MskFunction::new(
+                BatchFunction::new(
                     Engine::new(store, handler, settings.engine),
                     settings.function,
                 )
@@ -125,12 +125,7 @@ impl Processor {
     }
 
     /// Processes the batch; the records not finished.
-    pub async fn process(
-        &self,
-        batch: &Batch,
-        event: &Value,
-        works: &[Work<KafkaRecord>],
-    ) -> usize {
+    pub async fn process(&self, batch: &Batch, event: &Value, works: &[Work<Record>]) -> usize {
         match self {
             Self::Function(function) => {
                 let invocation = lambda_runtime::LambdaEvent::new(

@@ -1,4 +1,4 @@
-//! Lambda containers of one schedule: each a fresh `MskFunction` (its own
+//! Lambda containers of one schedule: each a fresh `BatchFunction` (its own
 //! engine and cache of COMPLETED keys) on the schedule's faulty client.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +9,7 @@ use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
-use exactly_once::lambda::{FunctionSettings, MskFunction};
+use exactly_once::lambda::{BatchFunction, FunctionSettings};
 use ledger::LedgerHandler;
 
 use super::schedule::Schedule;
@@ -27,7 +27,7 @@ pub struct Containers {
     /// The schedule's dead-letter queue, if it has one (without faults).
     pub dead_letters: Option<DeadLetterQueue>,
     /// Every container started, for what they learned (their group sizes).
-    pub started: Mutex<Vec<Arc<MskFunction<SlowLedger, DynamoDbStore>>>>,
+    pub started: Mutex<Vec<Arc<BatchFunction<SlowLedger, DynamoDbStore>>>>,
 }
 
 /// Each container's clock is off by up to `max_ms` either way (0: none):
@@ -59,7 +59,7 @@ impl ClockSkew {
 
 impl Containers {
     /// A cold container.
-    pub fn start(&self) -> Arc<MskFunction<SlowLedger, DynamoDbStore>> {
+    pub fn start(&self) -> Arc<BatchFunction<SlowLedger, DynamoDbStore>> {
         let schedule = &self.schedule;
         let config = StoreConfig {
             clock_offset_ms: self.skew.offset_ms(),
@@ -85,8 +85,8 @@ impl Containers {
             safety_margin: schedule.safety_margin,
             ..FunctionSettings::new(header_keys())
         };
-        let function =
-            MskFunction::new(Engine::new(store, ledger, engine_config), settings).without_metrics();
+        let function = BatchFunction::new(Engine::new(store, ledger, engine_config), settings)
+            .without_metrics();
         let function = Arc::new(match &self.dead_letters {
             Some(queue) => function.with_dead_letter_queue(queue.clone()),
             None => function,

@@ -21,7 +21,7 @@ use std::time::Duration;
 use exactly_once::clock::now_ms;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::PoisonPolicy;
-use exactly_once::lambda::{MskFunction, RecordReport};
+use exactly_once::lambda::{BatchFunction, BatchItemFailure, ItemIdentifier, RecordReport};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -87,8 +87,8 @@ pub struct Mapping {
     schedule: Arc<Schedule>,
     containers: Containers,
     /// The container of the mapping's poller, and of a second poller.
-    poller: Arc<MskFunction<SlowLedger, DynamoDbStore>>,
-    second_poller: Arc<MskFunction<SlowLedger, DynamoDbStore>>,
+    poller: Arc<BatchFunction<SlowLedger, DynamoDbStore>>,
+    second_poller: Arc<BatchFunction<SlowLedger, DynamoDbStore>>,
     committed: Vec<usize>,
     /// Per partition: the offset at its head and how often it was reported.
     head_failures: Vec<(usize, u32)>,
@@ -366,13 +366,12 @@ impl Mapping {
                 let mut reported = BTreeSet::new();
                 for failure in invocation.response.batch_item_failures {
                     let id = failure.item_identifier;
-                    match self.place(&id.partition, id.offset, batch) {
+                    match self.place(&id, batch) {
                         Some(at) => {
                             reported.insert(at);
                         }
                         None => self.violations.push(format!(
-                            "the response reports {}@{}, which is not in the batch",
-                            id.partition, id.offset
+                            "the response reports {id:?}, which is not in the batch"
                         )),
                     }
                 }
@@ -399,7 +398,10 @@ impl Mapping {
     fn note_causes(&mut self, records: &[RecordReport], batch: &[At]) {
         let mut blockers: HashMap<String, String> = HashMap::new();
         for record in records.iter().filter(|r| r.reported) {
-            let Some(at) = self.place(&record.at.partition, record.at.offset, batch) else {
+            let Some(at) = self.place(
+                &BatchItemFailure::from(record.at.clone()).item_identifier,
+                batch,
+            ) else {
                 continue;
             };
             let blocker = blockers.get(&record.at.partition).map(String::as_str);
@@ -412,9 +414,12 @@ impl Mapping {
     }
 
     /// The record `partition@offset` of the answer, if it is in `batch`.
-    fn place(&self, partition: &str, offset: i64, batch: &[At]) -> Option<At> {
+    fn place(&self, id: &ItemIdentifier, batch: &[At]) -> Option<At> {
+        let ItemIdentifier::Kafka { partition, offset } = id else {
+            return None;
+        };
         let index = partition.strip_prefix("payments-")?.parse().ok()?;
-        let at = (index, usize::try_from(offset).ok()?);
+        let at = (index, usize::try_from(*offset).ok()?);
         batch.contains(&at).then_some(at)
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
-use exactly_once::lambda::KafkaRecord;
+use exactly_once::lambda::Record;
 use ledger::LedgerHandler;
 
 pub struct SlowLedger {
@@ -43,7 +43,7 @@ impl Slowness {
 }
 
 impl RecordHandler<TransactWriteItem> for SlowLedger {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     /// The ledger's own path: a wrapper that answered anything else would
     /// run every lock-free schedule on the locking path.
@@ -54,7 +54,7 @@ impl RecordHandler<TransactWriteItem> for SlowLedger {
     async fn handle(
         &self,
         token: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<TransactWriteItem>, HandlerError> {
         let pause = self.slowness.pause();
         if let Some((pause, false)) = pause {

@@ -167,7 +167,7 @@ pub mod msk {
     use exactly_once::engine::{CommitPath, Engine, RecordHandler};
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{
-        FunctionSettings, KafkaBatchResponse, KafkaRecord, MskFunction, OrderingMode,
+        BatchFunction, BatchResponse, FunctionSettings, ItemIdentifier, KafkaRecord, OrderingMode,
     };
     use exactly_once::store::Operator;
     use lambda_runtime::{Context, LambdaEvent};
@@ -310,14 +310,14 @@ pub mod msk {
 
     /// The demo function on the test tables, under a fresh key prefix, in
     /// the ledger mode of [`ledger_mode`].
-    pub async fn ledger_function(keys: KeySpec) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    pub async fn ledger_function(keys: KeySpec) -> BatchFunction<LedgerHandler, DynamoDbStore> {
         ledger_function_in(ledger_mode(), keys).await
     }
 
     pub async fn ledger_function_in(
         mode: LedgerMode,
         keys: KeySpec,
-    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    ) -> BatchFunction<LedgerHandler, DynamoDbStore> {
         ledger_function_with(mode, settings(keys), EngineConfig::default()).await
     }
 
@@ -325,7 +325,7 @@ pub mod msk {
     /// its lane), in the ledger mode of [`ledger_mode`].
     pub async fn reporting_ledger_function(
         keys: KeySpec,
-    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    ) -> BatchFunction<LedgerHandler, DynamoDbStore> {
         let engine = EngineConfig {
             poison: exactly_once::engine::PoisonPolicy::Report,
             ..EngineConfig::default()
@@ -338,14 +338,14 @@ pub mod msk {
         mode: LedgerMode,
         settings: FunctionSettings,
         engine: EngineConfig,
-    ) -> MskFunction<LedgerHandler, DynamoDbStore> {
+    ) -> BatchFunction<LedgerHandler, DynamoDbStore> {
         let client = super::client().await;
         let store = exactly_once::dynamodb::DynamoDbStore::new(
             client.clone(),
             super::store_config(std::time::Duration::from_secs(30)),
         );
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
-        MskFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+        BatchFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
     }
 
     /// A record of `payments-0` at offset 0 holding `value`, no key, no
@@ -365,22 +365,27 @@ pub mod msk {
         }
     }
 
-    pub fn function_with<H: RecordHandler<TransactWriteItem, Record = KafkaRecord>>(
+    pub fn function_with<
+        H: RecordHandler<TransactWriteItem, Record: exactly_once::lambda::FromRecord>,
+    >(
         store: exactly_once::dynamodb::DynamoDbStore,
         handler: H,
         keys: KeySpec,
-    ) -> MskFunction<H, DynamoDbStore> {
-        MskFunction::new(
+    ) -> BatchFunction<H, DynamoDbStore> {
+        BatchFunction::new(
             Engine::new(store, handler, EngineConfig::default()),
             settings(keys),
         )
         .without_metrics()
     }
 
-    pub async fn invoke<S: Operator, H: RecordHandler<S::Effect, Record = KafkaRecord>>(
-        function: &MskFunction<H, S>,
+    pub async fn invoke<
+        S: Operator,
+        H: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
+    >(
+        function: &BatchFunction<H, S>,
         event: &Value,
-    ) -> KafkaBatchResponse {
+    ) -> BatchResponse {
         function
             .handle(LambdaEvent::new(event.clone(), Context::default()))
             .await
@@ -393,9 +398,9 @@ pub mod msk {
     /// is reported.
     pub async fn invoke_until_done<
         S: Operator,
-        H: RecordHandler<S::Effect, Record = KafkaRecord>,
+        H: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
     >(
-        function: &MskFunction<H, S>,
+        function: &BatchFunction<H, S>,
         event: &Value,
     ) {
         for _ in 0..200 {
@@ -410,16 +415,31 @@ pub mod msk {
         panic!("the batch never finished");
     }
 
-    /// The reported records as `partition@offset`.
-    pub fn reported(response: &KafkaBatchResponse) -> Vec<String> {
+    /// The reported records: a Kafka record as `partition@offset`, another
+    /// source's by its id.
+    pub fn reported(response: &BatchResponse) -> Vec<String> {
         response
             .batch_item_failures
             .iter()
-            .map(|f| {
-                format!(
-                    "{}@{}",
-                    f.item_identifier.partition, f.item_identifier.offset
-                )
+            .map(|f| match &f.item_identifier {
+                ItemIdentifier::Kafka { partition, offset } => format!("{partition}@{offset}"),
+                ItemIdentifier::Id(id) => id.clone(),
+            })
+            .collect()
+    }
+
+    /// The records of a Kafka event, decoded, unit after unit (each
+    /// readable).
+    pub fn decoded(event: &Value) -> Vec<(exactly_once::lambda::Coordinates, KafkaRecord)> {
+        use exactly_once::lambda::{FromRecord as _, decode_event};
+        decode_event(event)
+            .expect("a Kafka event")
+            .units
+            .into_iter()
+            .flatten()
+            .map(|(at, record)| {
+                let record = KafkaRecord::from_record(record.expect("readable"));
+                (at, record.expect("a Kafka record"))
             })
             .collect()
     }

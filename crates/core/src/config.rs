@@ -18,6 +18,16 @@ pub struct StoreConfig {
     /// [`StoreConfig::check_prefix`]). Functions that share a table must each
     /// set one.
     pub key_prefix: String,
+    /// Whose items these are: written on every item this store creates
+    /// (`scope`) and checked on every item it finds, so that two functions
+    /// sharing one table and one key prefix never take each other's items
+    /// for their own (a key another scope holds is refused, never a
+    /// duplicate). On Lambda the function's name unless
+    /// `IDEMPOTENCY_SCOPE` says otherwise; functions that set the same
+    /// scope share their keys deliberately. An item without a scope
+    /// (written before scopes, or by a caller without one) belongs to
+    /// whoever finds it. `None`: this store writes no scope.
+    pub scope: Option<String>,
     /// What a key too long for the store's partition key becomes.
     pub long_keys: LongKeyPolicy,
     /// Length of a claim's lease. A crashed worker's key becomes claimable
@@ -44,6 +54,7 @@ impl StoreConfig {
         Self {
             table_name: table_name.into(),
             key_prefix: String::new(),
+            scope: None,
             long_keys: LongKeyPolicy::Reject,
             lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
             retention: Self::DEFAULT_RETENTION,
@@ -81,6 +92,27 @@ impl StoreConfig {
             );
         }
         Ok(())
+    }
+}
+
+impl StoreConfig {
+    /// Checks a scope (`IDEMPOTENCY_SCOPE`, or a Lambda function's name):
+    /// 1 to 140 letters, digits, `_`, `-`, `.` or `:` (a function name, or
+    /// a partial ARN).
+    pub fn check_scope(scope: &str) -> Result<(), String> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+        match !scope.is_empty() && scope.len() <= 140 && scope.chars().all(allowed) {
+            true => Ok(()),
+            false => Err("a scope is 1 to 140 letters, digits, '_', '-', '.' or ':' \
+                          (a Lambda function's name, e.g. payments-consumer)"
+                .to_owned()),
+        }
+    }
+
+    /// Whether an item written with `scope` is this store's own: written
+    /// with this store's scope, or with none (before scopes existed).
+    pub fn owns(&self, scope: Option<&str>) -> bool {
+        scope.is_none() || scope == self.scope.as_deref()
     }
 }
 
@@ -174,6 +206,30 @@ mod tests {
             &format!("{}#", "x".repeat(65)),
         ] {
             assert!(StoreConfig::check_prefix(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_item_is_its_scopes_own_or_everyones_without_one() {
+        let scoped = StoreConfig {
+            scope: Some("payments-a".into()),
+            ..StoreConfig::new("t")
+        };
+        assert!(scoped.owns(Some("payments-a")));
+        assert!(scoped.owns(None), "an item from before scopes stays usable");
+        assert!(!scoped.owns(Some("payments-b")));
+        let unscoped = StoreConfig::new("t");
+        assert!(unscoped.owns(None));
+        assert!(!unscoped.owns(Some("payments-a")));
+        for ok in [
+            "payments-a",
+            "arn:aws:lambda:eu-west-1:1:function:f",
+            "a.b_c",
+        ] {
+            assert_eq!(StoreConfig::check_scope(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a b", "a/b", &"x".repeat(141)] {
+            assert!(StoreConfig::check_scope(bad).is_err(), "{bad}");
         }
     }
 }

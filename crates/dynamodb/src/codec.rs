@@ -36,6 +36,7 @@ pub(super) fn parse(item: &RawItem) -> Result<StoredItem, StoreError> {
         result: optional_string(item, attr::RESULT),
         error: optional_string(item, attr::ERROR),
         last_error: optional_string(item, attr::LAST_ERROR),
+        scope: optional_string(item, attr::SCOPE),
         pk,
     })
 }

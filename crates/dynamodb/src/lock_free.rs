@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 use super::codec::{RawItem, n, s};
 use super::increment::{increment_action, numbers_found};
 use super::transact::{condition_failed, transaction_error};
-use super::write::{NEW_KEY, names_in, new_item, parse_old};
+use super::write::{NEW_KEY, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
@@ -43,7 +43,7 @@ impl DynamoDbStore {
         for (index, commit) in commits.into_iter().enumerate() {
             let request = commit.request();
             let pk = self.pk(request.key)?;
-            let mut item = new_item(&pk, Status::Completed, &commit.owner, request, now);
+            let mut item = self.new_item(&pk, Status::Completed, &commit.owner, request, now);
             item.insert("expires_at".to_owned(), n(expires_at_s));
             if let Some(result) = &commit.result {
                 item.insert("result".to_owned(), s(result));
@@ -107,7 +107,7 @@ impl DynamoDbStore {
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
-        let mut item = new_item(&pk, Status::Failed, owner, request, now);
+        let mut item = self.new_item(&pk, Status::Failed, owner, request, now);
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         item.insert("error".to_owned(), s(bounded(error)));
         // Invariant: one live item per key (see NEW_KEY).

@@ -19,7 +19,7 @@ use super::codec::{n, s, status_value};
 use super::increment::increment_action;
 use super::listing::started_shard;
 use super::transact::{TransactError, condition_failed, transaction_error};
-use super::write::{conditional, names_in, new_item};
+use super::write::{conditional, names_in};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
 use exactly_once_core::store::{
     ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
@@ -40,7 +40,7 @@ impl DynamoDbStore {
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
-        let mut item = new_item(pk, Status::Started, &lease.owner, request, now);
+        let mut item = self.new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         // In the index of STARTED items until completed or failed.
@@ -58,14 +58,27 @@ impl DynamoDbStore {
         let now = self.now_ms();
         let next = observed.version + 1;
         let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
-        let update = "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
-                      #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
-                      ADD #attempts :one";
-        // Invariant: of all takers that saw this version, exactly one wins, and
-        // only while the lock is still abandoned (not renewed, not finished).
-        let condition =
-            "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms";
-        let values = HashMap::from([
+        // Invariant: of all takers that saw this version, exactly one wins,
+        // only while the lock is still abandoned (not renewed, not finished),
+        // and only of its own scope's item (or one written before scopes,
+        // which then takes this scope).
+        let (update, condition) = match &self.config.scope {
+            Some(_) => (
+                "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+                 #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard, \
+                 #scope = :scope ADD #attempts :one",
+                "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
+                 AND (attribute_not_exists(#scope) OR #scope = :scope)",
+            ),
+            None => (
+                "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+                 #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
+                 ADD #attempts :one",
+                "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
+                 AND attribute_not_exists(#scope)",
+            ),
+        };
+        let mut values = HashMap::from([
             (":owner".to_owned(), s(&lease.owner)),
             (":next".to_owned(), n(lease.version)),
             (":lock".to_owned(), n(lease.lock_expires_at_ms)),
@@ -76,6 +89,9 @@ impl DynamoDbStore {
             (":started".to_owned(), status_value(Status::Started)),
             (":shard".to_owned(), n(started_shard(&observed.pk))),
         ]);
+        if let Some(scope) = &self.config.scope {
+            values.insert(":scope".to_owned(), s(scope));
+        }
         let result = self
             .update_item(&observed.pk, update, condition, values)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)

@@ -73,32 +73,37 @@ impl DynamoDbStore {
             .set_expression_attribute_names(Some(names_in(&[update, condition])))
             .set_expression_attribute_values(Some(values))
     }
-}
-/// The attributes every new item starts with (version 1, one attempt);
-/// the caller adds `expires_at` and what its status needs.
-pub(super) fn new_item(
-    pk: &str,
-    status: Status,
-    owner: &str,
-    request: ClaimRequest<'_>,
-    now: u64,
-) -> RawItem {
-    let mut item = HashMap::from([
-        ("pk".to_owned(), s(pk)),
-        ("status".to_owned(), status_value(status)),
-        ("version".to_owned(), n(1)),
-        ("owner".to_owned(), s(owner)),
-        ("payload_hash".to_owned(), s(request.payload_hash)),
-        ("created_at".to_owned(), n(now)),
-        ("updated_at".to_owned(), n(now)),
-        ("attempts".to_owned(), n(1)),
-    ]);
-    if let Some(origin) = request.origin {
-        item.insert("origin".to_owned(), s(bounded(origin)));
-    }
-    item
-}
 
+    /// The attributes every new item starts with (version 1, one attempt,
+    /// this store's scope); the caller adds `expires_at` and what its status
+    /// needs.
+    pub(super) fn new_item(
+        &self,
+        pk: &str,
+        status: Status,
+        owner: &str,
+        request: ClaimRequest<'_>,
+        now: u64,
+    ) -> RawItem {
+        let mut item = HashMap::from([
+            ("pk".to_owned(), s(pk)),
+            ("status".to_owned(), status_value(status)),
+            ("version".to_owned(), n(1)),
+            ("owner".to_owned(), s(owner)),
+            ("payload_hash".to_owned(), s(request.payload_hash)),
+            ("created_at".to_owned(), n(now)),
+            ("updated_at".to_owned(), n(now)),
+            ("attempts".to_owned(), n(1)),
+        ]);
+        if let Some(origin) = request.origin {
+            item.insert("origin".to_owned(), s(bounded(origin)));
+        }
+        if let Some(scope) = &self.config.scope {
+            item.insert("scope".to_owned(), s(scope));
+        }
+        item
+    }
+}
 /// `written` for a write that succeeded, or the stored item when its
 /// condition failed (`conflict` picks that item out of the service error).
 pub(super) fn conditional<T, O, E, R>(

@@ -14,7 +14,7 @@ use crate::record::{KafkaRecord, SchemaMetadata};
 /// The MSK event Lambda delivers with `records` (grouped by `<topic>-<partition>`,
 /// in the order given): base64 keys and values, headers as Java's signed
 /// bytes, the schema registry's metadata where a record has it. What
-/// [`crate::decode::decode_event`] reads back whole.
+/// [`crate::decode_event`] reads back whole.
 ///
 /// ```
 /// use exactly_once_lambda::{KafkaRecord, encode_event};
@@ -89,7 +89,7 @@ fn encode_record(record: &KafkaRecord) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::decode_event;
+    use crate::sources::{FromRecord as _, decode_event};
 
     #[test]
     fn an_encoded_event_decodes_to_the_same_records() {
@@ -119,9 +119,10 @@ mod tests {
         ];
         let decoded: Vec<KafkaRecord> = decode_event(&encode_event(&records))
             .expect("a Kafka event")
+            .units
             .into_iter()
             .flatten()
-            .map(|(_, record)| record.expect("a readable record"))
+            .map(|(_, record)| KafkaRecord::from_record(record.expect("readable")).expect("Kafka"))
             .collect();
         assert_eq!(decoded, records);
     }

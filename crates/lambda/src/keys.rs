@@ -2,8 +2,7 @@
 
 use serde_json::Value;
 
-use super::decode::Coordinates;
-use super::record::KafkaRecord;
+use super::sources::{Coordinates, Record};
 use exactly_once_core::redact::{json_error, json_type};
 
 /// A record's value parsed as JSON, when something needs it (parsed once per
@@ -13,12 +12,18 @@ pub type ParsedValue = Option<Result<Value, serde_json::Error>>;
 /// One source of (part of) the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyPart {
-    /// The value of the configured header (`IDEMPOTENCY_KEY_HEADER`).
+    /// The attribute `IDEMPOTENCY_KEY_HEADER` names: a Kafka header, an SQS
+    /// message attribute (a String's text).
     Header,
-    /// A string or number in the JSON payload, by JSON pointer (`/payment_id`).
+    /// A string or number in the JSON payload, by JSON pointer
+    /// (`/payment_id`): Kafka's value, SQS's body, Kinesis's data,
+    /// DynamoDB Streams' new image.
     JsonPointer(String),
-    /// The Kafka record key.
+    /// The record's key: Kafka's record key, Kinesis's partition key,
+    /// DynamoDB Streams' item keys (as JSON).
     RecordKey,
+    /// An SQS FIFO message's deduplication id.
+    DeduplicationId,
 }
 
 /// What to do with a record whose key is missing.
@@ -56,13 +61,14 @@ pub struct KeySpec {
 
 impl KeySpec {
     /// Parses `IDEMPOTENCY_KEY_SOURCE`: comma-separated parts, each `header`,
-    /// `record-key` or `json:<JSON pointer>`.
+    /// `record-key`, `deduplication-id` or `json:<JSON pointer>`.
     pub fn parse(source: &str, header: String, missing: MissingKeyPolicy) -> Result<Self, String> {
         let parts = source
             .split(',')
             .map(|part| match part.trim() {
                 "header" => Ok(KeyPart::Header),
                 "record-key" => Ok(KeyPart::RecordKey),
+                "deduplication-id" => Ok(KeyPart::DeduplicationId),
                 other => match other.strip_prefix("json:") {
                     Some(pointer) if pointer.starts_with('/') => {
                         Ok(KeyPart::JsonPointer(pointer.to_owned()))
@@ -71,7 +77,8 @@ impl KeySpec {
                         "JSON pointer {pointer:?} must start with '/', e.g. json:/payment_id"
                     )),
                     None => Err(format!(
-                        "unknown key source {other:?}; expected header, record-key or json:/pointer"
+                        "unknown key source {other:?}; expected header, record-key, \
+                         deduplication-id or json:/pointer"
                     )),
                 },
             })
@@ -103,7 +110,7 @@ impl KeySpec {
     /// The record's idempotency key, or why it has none usable.
     pub fn key_for(
         &self,
-        record: &KafkaRecord,
+        record: &Record,
         json: &ParsedValue,
         at: &Coordinates,
         payload_hash: &str,
@@ -135,20 +142,24 @@ impl KeySpec {
     fn part(
         &self,
         part: &KeyPart,
-        record: &KafkaRecord,
+        record: &Record,
         json: &ParsedValue,
     ) -> Result<Option<String>, String> {
         let text = |bytes: &[u8], what: &str| {
             String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not valid UTF-8"))
         };
         let value = match part {
-            KeyPart::Header => match record.header(&self.header) {
+            KeyPart::Header => match record.attribute(&self.header) {
                 Some(bytes) => Some(text(bytes, &format!("header {:?}", self.header))?),
                 None => None,
             },
-            KeyPart::RecordKey => match &record.key {
-                Some(bytes) => Some(text(bytes, "the record key")?),
+            KeyPart::RecordKey => match record.key() {
+                Some(bytes) => Some(text(&bytes, "the record key")?),
                 None => None,
+            },
+            KeyPart::DeduplicationId => match record {
+                Record::Sqs(message) => message.deduplication_id().map(str::to_owned),
+                _ => None,
             },
             KeyPart::JsonPointer(pointer) => {
                 let json = match json {
@@ -189,6 +200,7 @@ impl KeySpec {
                 match part {
                     KeyPart::Header => format!("header {:?}", self.header),
                     KeyPart::RecordKey => "the record key".into(),
+                    KeyPart::DeduplicationId => "the SQS FIFO deduplication id".into(),
                     KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
                 }
             )),

@@ -1,10 +1,11 @@
-//! The Lambda edge for Amazon MSK and self-managed Kafka: decode the event,
-//! derive keys, run the engine, answer with a partial batch response.
+//! The Lambda edge for the batch sources Lambda delivers at least once:
+//! Amazon MSK and self-managed Kafka, SQS (standard and FIFO), Kinesis and
+//! DynamoDB Streams. Decode the event (the source recognised from it), derive
+//! keys, run the engine, answer with the source's partial batch response.
 
 #![deny(missing_docs)]
 
 pub mod dead_letter;
-mod decode;
 mod encode;
 mod fingerprint;
 pub mod keys;
@@ -13,6 +14,7 @@ mod report;
 mod response;
 pub mod schema;
 mod settings;
+pub mod sources;
 mod stuck_check;
 pub mod telemetry;
 
@@ -24,7 +26,6 @@ use serde_json::Value;
 use tracing::{Instrument as _, Span, field};
 
 use dead_letter::{DeadLetters, Parked};
-pub use decode::{Coordinates, Decoded, EventError, decode_event};
 pub use encode::encode_event;
 use exactly_once_core::clock::now_ms;
 use exactly_once_core::engine::{
@@ -36,8 +37,12 @@ pub use fingerprint::Fingerprint;
 pub use record::{KafkaRecord, SchemaMetadata};
 use report::{InvocationReport, StoreRequests};
 pub use report::{KeyLogging, METRICS_NAMESPACE, key_hash, metric_names};
-pub use response::{BatchItemFailure, ItemIdentifier, KafkaBatchResponse};
+pub use response::{BatchItemFailure, BatchResponse, ItemIdentifier};
 pub use settings::{DEFAULT_SAFETY_MARGIN, ENV_VARS, FunctionSettings, Settings, StoreKind};
+pub use sources::{
+    Batch, Coordinates, Decoded, EventError, FromRecord, KinesisRecord, MessageAttribute, Record,
+    Source, SqsMessage, StreamRecord, decode_event,
+};
 pub use stuck_check::StartedKeys;
 use telemetry::TracingExport;
 
@@ -63,8 +68,9 @@ pub enum InvocationError {
 impl From<InvocationError> for lambda_runtime::Diagnostic {
     fn from(err: InvocationError) -> Self {
         let error_type = match &err {
-            InvocationError::Event(EventError::NotKafka(_)) => "NotKafkaEvent",
-            InvocationError::Event(EventError::Malformed(_)) => "MalformedKafkaEvent",
+            InvocationError::Event(EventError::UnknownSource(_)) => "UnknownEventSource",
+            InvocationError::Event(EventError::NotServed { .. }) => "EventSourceNotServed",
+            InvocationError::Event(EventError::Malformed(_)) => "MalformedEvent",
             InvocationError::StoreUnavailable { .. } => "StoreUnavailable",
             InvocationError::StuckKeyCheck(_) => "StuckKeyCheckFailed",
         };
@@ -75,13 +81,15 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
     }
 }
 
-/// How records of one partition may run relative to each other.
+/// How records of one ordering unit (a Kafka partition, an SQS FIFO
+/// message group, a shard) may run relative to each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderingMode {
-    /// Strict offset order, one record at a time (the default).
+    /// Strict order within the unit, one record at a time (the default).
     Partition,
-    /// Records with the same Kafka record key in offset order; different
-    /// keys concurrently (records without a key form one group).
+    /// Records with the same key ([`Record::key`]: Kafka's record key,
+    /// Kinesis's partition key, DynamoDB Streams' item keys) in order;
+    /// different keys concurrently (records without a key form one group).
     Key,
     /// Every record on its own.
     Unordered,
@@ -105,7 +113,7 @@ impl OrderingMode {
 #[derive(Debug)]
 pub struct Invocation {
     /// What Lambda is answered.
-    pub response: KafkaBatchResponse,
+    pub response: BatchResponse,
     /// Every record of the event, in the lanes' order.
     pub records: Vec<RecordReport>,
 }
@@ -127,16 +135,15 @@ pub struct RecordReport {
 type Label = (Coordinates, Option<String>);
 
 /// A batch's lanes of tagged records, and each record's span.
-type TaggedLanes = (
-    Vec<Vec<Tagged<Label, KafkaRecord>>>,
-    HashMap<Coordinates, Span>,
-);
+type TaggedLanes<R> = (Vec<Vec<Tagged<Label, R>>>, HashMap<Coordinates, Span>);
 
 /// Where a function's EMF documents go, one JSON line each.
 pub type MetricsWriter = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// The MSK function: one per container, shared by every invocation.
-pub struct MskFunction<H, S> {
+/// The function: one per container, shared by every invocation. It serves
+/// every source its handler's record type takes ([`FromRecord`]), each
+/// recognised from the event.
+pub struct BatchFunction<H, S> {
     engine: Arc<Engine<H, S>>,
     settings: FunctionSettings,
     /// Where each invocation's EMF documents go (stdout by default).
@@ -145,10 +152,11 @@ pub struct MskFunction<H, S> {
     dead_letters: Option<Arc<dyn DeadLetters>>,
 }
 
-impl<H, S> MskFunction<H, S>
+impl<H, S> BatchFunction<H, S>
 where
     S: Store,
-    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+    H: RecordHandler<S::Effect>,
+    H::Record: FromRecord,
 {
     /// The function of `engine`, reading events as `settings` say.
     pub fn new(engine: Engine<H, S>, settings: FunctionSettings) -> Self {
@@ -161,7 +169,7 @@ where
     }
 
     /// Forwards every parked record (`POISON_POLICY=park`) to `queue` (an
-    /// SQS [`dead_letter::DeadLetterQueue`], feature `sqs`, or your own),
+    /// SQS `dead_letter::DeadLetterQueue`, feature `sqs`, or your own),
     /// payload included; a record that cannot be sent is reported instead.
     pub fn with_dead_letter_queue(mut self, queue: impl DeadLetters) -> Self {
         self.dead_letters = Some(Arc::new(queue));
@@ -195,29 +203,36 @@ where
         // This invocation's store requests alone, however many others the
         // container serves at once.
         let counter = RequestCounter::default();
-        let partitions = decode::decode_event(&event.payload)?;
+        let batch = sources::decode_event(&event.payload)?;
+        if let Some(source) = batch.source {
+            self.serves(source)?;
+        }
         let traced = self.settings.tracing != TracingExport::Off;
         let batch_span = match traced {
-            true => tracing::info_span!(
-                "kafka.batch",
-                otel.name = "kafka batch",
-                messaging.batch.message_count = partitions.iter().map(Vec::len).sum::<usize>(),
-                exactly_once.reported = field::Empty,
-                exactly_once.store_requests = field::Empty,
-            ),
+            true => {
+                let source = batch.source.map_or("", Source::name);
+                tracing::info_span!(
+                    "messaging.batch",
+                    otel.name = %format!("{source} batch"),
+                    messaging.batch.message_count = batch.records().count(),
+                    exactly_once.source = source,
+                    exactly_once.reported = field::Empty,
+                    exactly_once.store_requests = field::Empty,
+                )
+            }
             false => Span::none(),
         };
         let holder = holder(&event.context);
-        let (lanes, spans) = batch_span.in_scope(|| self.tag(partitions, holder, traced));
+        let (lanes, spans) = batch_span.in_scope(|| self.tag(batch.units, holder, traced));
         let deadline = Deadline::new(event.context.deadline, self.settings.safety_margin);
-        let batch = requests::counted(
+        let ran = requests::counted(
             counter.clone(),
             self.engine
                 .run_batch(lanes, deadline)
                 .instrument(batch_span.clone()),
         )
         .await;
-        let results: Vec<(Coordinates, Option<String>, RecordOutcome)> = batch
+        let results: Vec<(Coordinates, Option<String>, RecordOutcome)> = ran
             .outcomes
             .into_iter()
             .map(|((at, key), result)| (at, key, result))
@@ -247,7 +262,7 @@ where
             finished = report.finished,
             parked = report.parked,
             reported = report.reported,
-            store_unavailable = batch.store_unavailable,
+            store_unavailable = ran.store_unavailable,
             elapsed_ms = report.elapsed().as_secs_f64() * 1000.0,
             "batch done"
         );
@@ -266,12 +281,12 @@ where
         );
         if let Some(write) = &self.metrics {
             let function_name = &event.context.env_config.function_name;
-            let failed_closed = batch.store_unavailable;
+            let failed_closed = ran.store_unavailable;
             for document in report.metrics(function_name, &requests, failed_closed, now_ms()) {
                 write(&document.to_string());
             }
         }
-        if batch.store_unavailable && report.finished == 0 && report.reported > 0 {
+        if ran.store_unavailable && report.finished == 0 && report.reported > 0 {
             // Nothing could be done: an invocation error retries the batch.
             return Err(InvocationError::StoreUnavailable {
                 reported: report.reported as usize,
@@ -279,7 +294,7 @@ where
         }
         failures.sort();
         Ok(Invocation {
-            response: KafkaBatchResponse {
+            response: BatchResponse {
                 batch_item_failures: failures.into_iter().map(Into::into).collect(),
             },
             records: reports,
@@ -318,16 +333,43 @@ where
         queue.forward(event, parked).await.into_iter().collect()
     }
 
+    /// Whether this function serves `source`'s events: its handler's
+    /// record type takes them, and `EVENT_SOURCES` (if set) names it.
+    fn serves(&self, source: Source) -> Result<(), EventError> {
+        let refused = |reason: String| EventError::NotServed {
+            event_source: source,
+            reason,
+        };
+        if !H::Record::accepts(source) {
+            return Err(refused(format!(
+                "the handler's record type is {}, which takes no {source} record; write it \
+                 against exactly_once::lambda::Record to serve every source",
+                std::any::type_name::<H::Record>()
+            )));
+        }
+        match &self.settings.sources {
+            Some(sources) if !sources.contains(&source) => Err(refused(format!(
+                "EVENT_SOURCES is {}",
+                sources
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The records in lanes, each tagged with its coordinates and key (for
     /// the log); with tracing, each record's span, to record its outcome on.
     fn tag(
         &self,
-        partitions: Vec<Vec<Decoded>>,
+        units: Vec<Vec<Decoded>>,
         holder: Option<Arc<str>>,
         traced: bool,
-    ) -> TaggedLanes {
+    ) -> TaggedLanes<H::Record> {
         let mut spans = HashMap::new();
-        let lanes = partitions
+        let lanes = units
             .into_iter()
             .flat_map(|records| self.lanes(records))
             .map(|lane| {
@@ -352,7 +394,7 @@ where
         (lanes, spans)
     }
 
-    /// Splits a partition's records (in offset order) into lanes that keep
+    /// Splits an ordering unit's records (in order) into lanes that keep
     /// the configured order.
     fn lanes(&self, records: Vec<Decoded>) -> Vec<Vec<Decoded>> {
         match self.settings.ordering {
@@ -363,7 +405,11 @@ where
                 let mut lane_of: HashMap<Option<Vec<u8>>, usize> = HashMap::new();
                 for record in records {
                     // An undecodable record has no key: it joins the keyless lane.
-                    let key = record.1.as_ref().ok().and_then(|r| r.key.clone());
+                    let key = record
+                        .1
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| Some(r.key()?.into_owned()));
                     let lane = *lane_of.entry(key).or_insert_with(|| {
                         lanes.push(Vec::new());
                         lanes.len() - 1
@@ -380,16 +426,21 @@ where
     fn message(
         &self,
         at: Coordinates,
-        record: Result<KafkaRecord, String>,
+        record: Result<Record, String>,
         span: Span,
         holder: Option<Arc<str>>,
-    ) -> Message<KafkaRecord> {
+    ) -> Message<H::Record> {
         let record = record?;
         let (keys, fingerprint) = (&self.settings.keys, &self.settings.fingerprint);
-        let json = (keys.reads_json() || fingerprint.reads_json())
-            .then(|| serde_json::from_slice(&record.value));
-        let payload_hash = fingerprint.of(&record.value, json.as_ref())?;
+        let body = record.body();
+        let json =
+            (keys.reads_json() || fingerprint.reads_json()).then(|| serde_json::from_slice(&body));
+        let payload_hash = fingerprint.of(&body, json.as_ref())?;
         let key = keys.key_for(&record, &json, &at, &payload_hash)?;
+        drop(body);
+        let source = record.source();
+        let record = H::Record::from_record(record)
+            .ok_or_else(|| format!("the handler takes no {source} record"))?;
         Ok(Work {
             key,
             payload_hash,
@@ -403,10 +454,11 @@ where
 
 /// The scheduled stuck-key check needs the store's listings
 /// ([`Operator`]); every store of this library has them.
-impl<H, S> MskFunction<H, S>
+impl<H, S> BatchFunction<H, S>
 where
     S: Operator,
-    H: RecordHandler<S::Effect, Record = KafkaRecord>,
+    H: RecordHandler<S::Effect>,
+    H::Record: FromRecord,
 {
     /// Handles one invocation. Every record is either finished (processed or
     /// a verified duplicate), parked (FAILED, under `POISON_POLICY=park`) or
@@ -416,11 +468,11 @@ where
     pub async fn handle(
         &self,
         event: LambdaEvent<Value>,
-    ) -> Result<KafkaBatchResponse, InvocationError> {
+    ) -> Result<BatchResponse, InvocationError> {
         if stuck_check::is_scheduled_event(&event.payload) {
             let function_name = &event.context.env_config.function_name;
             self.check_started_keys(function_name).await?;
-            return Ok(KafkaBatchResponse::default());
+            return Ok(BatchResponse::default());
         }
         self.invoke(event)
             .await
@@ -440,10 +492,16 @@ where
         let all_started = Listing::Stuck {
             older_than: std::time::Duration::ZERO,
         };
-        let listed = store
+        let mut listed = store
             .list(all_started)
             .await
             .map_err(InvocationError::StuckKeyCheck)?;
+        // This function's keys: another function sharing the table checks
+        // its own.
+        let config = store.config();
+        listed
+            .items
+            .retain(|item| config.owns(item.scope.as_deref()));
         let now = store.now_ms();
         let prefix = &store.config().key_prefix;
         for item in listed.items.iter().filter(|item| item.lock_expired(now)) {

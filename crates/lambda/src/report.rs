@@ -11,7 +11,19 @@ use exactly_once_core::engine::{Parking, RecordOutcome};
 use exactly_once_core::store::payload_hash;
 use exactly_once_core::store::requests::RequestStats;
 
-use super::Coordinates;
+use super::sources::Coordinates;
+
+/// A record's log line at `level`: a Kafka record named by `partition` and
+/// `offset`, another source's by `partition` (its ordering unit) and `id`
+/// (its message id or sequence number); then `fields` and the message.
+macro_rules! record_line {
+    ($level:ident, $at:expr, $message:literal, $($fields:tt)*) => {
+        match &$at.id {
+            None => tracing::$level!(partition = %$at.partition, offset = $at.offset, $($fields)* $message),
+            Some(id) => tracing::$level!(partition = %$at.partition, id = %id, $($fields)* $message),
+        }
+    };
+}
 
 /// The CloudWatch namespace of the function's metrics.
 pub const METRICS_NAMESPACE: &str = "MskExactlyOnce";
@@ -99,12 +111,12 @@ impl InvocationReport {
         self.records += 1;
         *self.outcomes.entry(name).or_default() += 1;
         if outcome.is_finished() {
-            tracing::info!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, "record finished");
+            record_line!(info, at, "record finished", %key, outcome = name, elapsed_ms,);
             self.finished += 1;
             false
         } else if parking.parks(outcome) && unparked.is_none() {
             let detail = outcome.detail().unwrap_or_default();
-            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record failed permanently, parked");
+            record_line!(warn, at, "record failed permanently, parked", %key, outcome = name, elapsed_ms, %detail,);
             self.parked += 1;
             false
         } else {
@@ -112,7 +124,7 @@ impl InvocationReport {
             if let Some(why) = unparked {
                 detail = format!("{detail}; not parked, {why}");
             }
-            tracing::warn!(partition = %at.partition, offset = at.offset, %key, outcome = name, elapsed_ms, %detail, "record not finished, reported");
+            record_line!(warn, at, "record not finished, reported", %key, outcome = name, elapsed_ms, %detail,);
             self.reported += 1;
             true
         }
@@ -258,6 +270,7 @@ const ALL_OUTCOMES: &[&str] = &[
     "replay-failed",
     "in-progress",
     "rejected",
+    "scope-conflict",
     "previously-failed",
     "failed",
     "retrying",
@@ -392,10 +405,7 @@ mod tests {
     #[test]
     fn an_invocation_report_is_a_valid_emf_document_with_every_outcome() {
         let mut report = InvocationReport::new();
-        let at = |offset| Coordinates {
-            partition: "payments-0".into(),
-            offset,
-        };
+        let at = |offset| Coordinates::kafka("payments-0", offset);
         let record = |outcome| RecordOutcome {
             outcome,
             elapsed: Duration::from_millis(3),

@@ -10,6 +10,7 @@ use super::OrderingMode;
 use super::fingerprint::Fingerprint;
 use super::keys::{KeySpec, MissingKeyPolicy};
 use super::report::KeyLogging;
+use super::sources::Source;
 use super::telemetry::TracingExport;
 
 /// The environment variables this crate reads (PostgreSQL's are in
@@ -23,6 +24,7 @@ pub const ENV_VARS: &[&str] = &[
     "IDEMPOTENCY_KEY_SOURCE",
     "MISSING_KEY_POLICY",
     "IDEMPOTENCY_KEY_PREFIX",
+    "IDEMPOTENCY_SCOPE",
     "LONG_KEY_POLICY",
     "PAYLOAD_HASH",
     "LOCK_TIMEOUT_SECONDS",
@@ -37,6 +39,7 @@ pub const ENV_VARS: &[&str] = &[
     "DEAD_LETTER_QUEUE_URL",
     "LOG_KEYS",
     "TRACING_EXPORT",
+    "EVENT_SOURCES",
 ];
 
 /// Which backend holds the idempotency items (`IDEMPOTENCY_STORE`), chosen
@@ -87,7 +90,7 @@ impl StoreKind {
 /// leaves a DynamoDB write (2 s at most, retries included) time to finish.
 pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(5000);
 
-/// How the Kafka edge reads an event: keys, order, time.
+/// How the edge reads an event: which sources, keys, order, time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSettings {
     /// Where idempotency keys come from.
@@ -105,6 +108,9 @@ pub struct FunctionSettings {
     pub dead_letter_queue_url: Option<String>,
     /// Whether invocations and records get spans (`TRACING_EXPORT`).
     pub tracing: TracingExport,
+    /// The only sources served (`EVENT_SOURCES`); `None`: every source the
+    /// handler's record type takes.
+    pub sources: Option<Vec<Source>>,
 }
 
 impl FunctionSettings {
@@ -118,6 +124,7 @@ impl FunctionSettings {
             log_keys: KeyLogging::Plain,
             dead_letter_queue_url: None,
             tracing: TracingExport::Off,
+            sources: None,
         }
     }
 }
@@ -131,7 +138,7 @@ pub struct Settings {
     pub store: StoreConfig,
     /// The engine's settings.
     pub engine: EngineConfig,
-    /// The Kafka edge's settings.
+    /// The edge's settings.
     pub function: FunctionSettings,
 }
 
@@ -157,6 +164,7 @@ impl Settings {
             key_prefix: parsed(var, "IDEMPOTENCY_KEY_PREFIX", String::new(), |text| {
                 StoreConfig::check_prefix(text).map(|()| text.to_owned())
             })?,
+            scope: scope(var)?,
             long_keys: parsed(
                 var,
                 "LONG_KEY_POLICY",
@@ -249,6 +257,13 @@ impl Settings {
                 TracingExport::Off,
                 TracingExport::parse,
             )?,
+            sources: parsed(var, "EVENT_SOURCES", None, |names| {
+                names
+                    .split(',')
+                    .map(|name| Source::parse(name.trim()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some)
+            })?,
         };
         // Refused records are parked only where they go whole to a queue.
         engine.park_refused = function.dead_letter_queue_url.is_some();
@@ -258,6 +273,17 @@ impl Settings {
             engine,
             function,
         })
+    }
+}
+
+/// Whose items the function's are: `IDEMPOTENCY_SCOPE`, else the Lambda
+/// function's name (`AWS_LAMBDA_FUNCTION_NAME`, which Lambda sets), else
+/// none (a caller outside Lambda; its items belong to whoever finds them).
+fn scope(var: impl Fn(&str) -> Option<String>) -> Result<Option<String>, SettingsError> {
+    let check = |text: &str| StoreConfig::check_scope(text).map(|()| Some(text.to_owned()));
+    match parsed(&var, "IDEMPOTENCY_SCOPE", None, check)? {
+        Some(scope) => Ok(Some(scope)),
+        None => parsed(&var, "AWS_LAMBDA_FUNCTION_NAME", None, check),
     }
 }
 
@@ -406,5 +432,28 @@ mod tests {
                     .starts_with(&format!("environment variable {variable}: "))
             );
         }
+    }
+
+    #[test]
+    fn the_scope_is_the_functions_name_unless_set() {
+        let scope = |vars: &[(&str, &str)]| {
+            let mut all = vec![("IDEMPOTENCY_TABLE", "t")];
+            all.extend_from_slice(vars);
+            settings(&all).map(|settings| settings.store.scope)
+        };
+        assert_eq!(scope(&[]), Ok(None));
+        assert_eq!(
+            scope(&[("AWS_LAMBDA_FUNCTION_NAME", "payments-a")]),
+            Ok(Some("payments-a".into()))
+        );
+        assert_eq!(
+            scope(&[
+                ("AWS_LAMBDA_FUNCTION_NAME", "payments-green"),
+                ("IDEMPOTENCY_SCOPE", "payments")
+            ]),
+            Ok(Some("payments".into()))
+        );
+        let refused = scope(&[("IDEMPOTENCY_SCOPE", "a b")]).expect_err("not a scope");
+        assert_eq!(refused.variable, "IDEMPOTENCY_SCOPE");
     }
 }

@@ -307,8 +307,13 @@ impl LedgerHandler {
 
 /// The same on every store: the balance update is an increment, which every
 /// backend commits.
+///
+/// A payment is the JSON body of a record of any source: a Kafka record's
+/// value, an SQS message's body, a Kinesis record's data, or the new image
+/// of an item a DynamoDB Streams record INSERTs (a change of another kind
+/// is not a payment, and is done without effect).
 impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for LedgerHandler {
-    type Record = KafkaRecord;
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         LedgerHandler::commit_path(self)
@@ -317,9 +322,17 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for LedgerHandler {
     async fn handle(
         &self,
         _: &FencingToken,
-        record: &KafkaRecord,
+        record: &Record,
     ) -> Result<Completion<E>, HandlerError> {
-        let payment = Payment::parse(&record.value)?;
+        if let Record::DynamoDb(change) = record
+            && change.event_name != "INSERT"
+        {
+            return Ok(Completion::done(format!(
+                "not a payment: {} of an item",
+                change.event_name
+            )));
+        }
+        let payment = Payment::parse(&record.body())?;
         match self.mode {
             // The effect as an increment, committed by the engine (no side
             // effect); below the floor: insufficient funds, permanent.

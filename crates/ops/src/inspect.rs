@@ -13,7 +13,7 @@ use exactly_once::store::{Status, StoredItem, attr};
 /// The attributes [`StoredItem`] holds; [`others`] returns the rest.
 /// Attributes shown by name (or, `started_shard`, kept for the index of
 /// STARTED items only), not among the others.
-const KNOWN: [&str; 14] = [
+const KNOWN: [&str; 15] = [
     attr::STARTED_SHARD,
     attr::PK,
     attr::STATUS,
@@ -28,6 +28,7 @@ const KNOWN: [&str; 14] = [
     attr::ORIGIN,
     attr::RESULT,
     attr::ERROR,
+    attr::SCOPE,
 ];
 
 /// The attributes of `raw` that [`StoredItem`] does not hold (e.g.
@@ -59,6 +60,7 @@ pub fn render(
     if let Some(invocation) = invocation(&item.owner) {
         row("held by", &invocation);
     }
+    row(attr::SCOPE, &scope_text(item.scope.as_deref()));
     row(attr::PAYLOAD_HASH, &item.payload_hash);
     row(attr::LOCK_EXPIRES_AT, &lock_text(item, now_ms));
     row(attr::EXPIRES_AT, &expiry_text(item.expires_at_s, now_ms));
@@ -164,6 +166,17 @@ pub fn next_delivery(key: &str, item: &StoredItem, now_ms: u64) -> Vec<String> {
                 mismatch.into(),
             ]
         }
+    }
+}
+
+/// Whose item it is: a function's (its scope), or any function's.
+fn scope_text(scope: Option<&str>) -> String {
+    match scope {
+        Some(scope) => format!(
+            "{scope:?}: the function whose item it is; another function (another \
+             IDEMPOTENCY_SCOPE) that finds it refuses its record as scope-conflict"
+        ),
+        None => "- (written before scopes: whichever function finds it takes it as its own)".into(),
     }
 }
 
@@ -278,11 +291,30 @@ mod tests {
             result: None,
             error: None,
             last_error: None,
+            scope: None,
         }
     }
 
     fn text(item: &StoredItem) -> String {
         render("k-1", item, &BTreeMap::new(), NOW)
+    }
+
+    #[test]
+    fn an_item_names_the_function_whose_it_is() {
+        let scoped = StoredItem {
+            scope: Some("payments-a".into()),
+            ..item(Status::Completed)
+        };
+        let text = text(&scoped);
+        assert!(
+            text.contains("scope            \"payments-a\": the function whose item it is"),
+            "{text}"
+        );
+        let text = super::tests::text(&item(Status::Completed));
+        assert!(
+            text.contains("scope            - (written before scopes"),
+            "{text}"
+        );
     }
 
     #[test]

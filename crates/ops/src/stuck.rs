@@ -65,12 +65,13 @@ pub fn reasons(key: &StoredItem, query: &Query) -> Vec<String> {
 pub fn line(key: &StoredItem, query: &Query) -> String {
     if query.listing == Listing::Failed {
         return format!(
-            "{}\tversion={}\tfailed_at={}\tattempts={}\torigin={}\terror={}",
+            "{}\tversion={}\tfailed_at={}\tattempts={}\torigin={}\tscope={}\terror={}",
             query.key(key),
             key.version,
             key.updated_at_ms.map_or("-".to_owned(), time_ms),
             key.attempts.map_or("-".to_owned(), |a| a.to_string()),
             key.origin.as_deref().unwrap_or("-"),
+            key.scope.as_deref().unwrap_or("-"),
             key.error.as_deref().unwrap_or("-"),
         );
     }
@@ -91,12 +92,13 @@ pub fn line(key: &StoredItem, query: &Query) -> String {
         format!("{} ({} ago)", time_ms(at), span_s(age))
     });
     format!(
-        "{}\tversion={}\tlock={lock}\tcreated_at={created}\tupdated_at={}\tattempts={}\torigin={}\treason={}",
+        "{}\tversion={}\tlock={lock}\tcreated_at={created}\tupdated_at={}\tattempts={}\torigin={}\tscope={}\treason={}",
         query.key(key),
         key.version,
         key.updated_at_ms.map_or("-".to_owned(), time_ms),
         key.attempts.map_or("-".to_owned(), |a| a.to_string()),
         key.origin.as_deref().unwrap_or("-"),
+        key.scope.as_deref().unwrap_or("-"),
         reasons(key, query).join(", "),
     )
 }
@@ -178,6 +180,7 @@ mod tests {
             result: None,
             error: None,
             last_error: None,
+            scope: None,
         }
     }
 

@@ -34,6 +34,7 @@ use tokio_postgres::error::SqlState;
 
 pub use connect::{DatabaseSettings, SslMode};
 /// The connection pool a store runs on (`deadpool-postgres`).
+#[doc(no_inline)]
 pub use deadpool_postgres::Pool;
 pub use effect::{SqlEffect, SqlValue};
 /// The PostgreSQL client this crate is built with.

@@ -46,7 +46,7 @@ impl PostgresStore {
         let mut statements = Vec::new();
         for (index, commit) in commits.iter().enumerate() {
             let pk = self.pk(&commit.key)?;
-            let row = NewItem::completed(&pk, commit, expires_at_s, now);
+            let row = NewItem::completed(&pk, commit, &self.config, now);
             // Invariant: one live row per key (see Statements::insert_new).
             statements.push(Statement::new(self.sql.insert_new.as_str(), new_row(&row)));
             actions.push(Action::Row(index));
@@ -134,8 +134,7 @@ impl PostgresStore {
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let row = NewItem::failed(&pk, request, owner, error, expires_at_s, now);
+        let row = NewItem::failed(&pk, request, owner, error, &self.config, now);
         // Invariant: one live row per key (see Statements::insert_new).
         let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
         self.conditional_write("fail new", statement, ()).await

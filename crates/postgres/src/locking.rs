@@ -28,13 +28,16 @@ macro_rules! fenced {
     };
 }
 
-/// Take over (`$7` the version observed, `$6` now).
+/// Take over (`$7` the version observed, `$6` now, `$8` this store's scope).
 /// Invariant: of all takers that saw this version, exactly one wins (the
-/// others wait on the row, then find another version), and only while the
-/// lock is still abandoned (not renewed, not finished).
+/// others wait on the row, then find another version), only while the lock
+/// is still abandoned (not renewed, not finished), and only of its own
+/// scope's row (or one written before scopes, which then takes this scope).
 pub(super) const TAKE_OVER: &str = "UPDATE {table} SET owner = $2, version = $3, \
-    lock_expires_at = $4, expires_at = $5, updated_at = $6, attempts = COALESCE(attempts, 0) + 1 \
-    WHERE pk = $1 AND version = $7 AND status = 'STARTED' AND lock_expires_at < $6";
+    lock_expires_at = $4, expires_at = $5, updated_at = $6, attempts = COALESCE(attempts, 0) + 1, \
+    scope = COALESCE(scope, $8) \
+    WHERE pk = $1 AND version = $7 AND status = 'STARTED' AND lock_expires_at < $6 \
+    AND (scope IS NULL OR scope = $8)";
 /// Complete (fenced).
 pub(super) const COMPLETE: &str = fenced!(
     "status = 'COMPLETED', expires_at = $4, updated_at = $5, result = COALESCE($6, result), \
@@ -59,7 +62,7 @@ impl PostgresStore {
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
-        let row = NewItem::started(&lease, request, self.config.expires_at_s(now), now);
+        let row = NewItem::started(&lease, request, &self.config, now);
         // Invariant: one live row per key (see Statements::insert_new).
         let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
         self.conditional_write("claim", statement, lease).await
@@ -83,6 +86,7 @@ impl PostgresStore {
             number(Some(self.config.expires_at_s(now))),
             number(Some(now)),
             number(Some(observed.version)),
+            self.config.scope.as_deref().into(),
         ];
         let statement = Statement::new(self.sql.take_over.as_str(), params);
         self.conditional_write("take over", statement, lease).await

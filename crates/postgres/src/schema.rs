@@ -41,7 +41,10 @@ impl TableSchema {
 /// The idempotency table (one row per key).
 pub const IDEMPOTENCY: TableSchema = TableSchema {
     kind: "idempotency",
-    migrations: &[include_str!("migrations/idempotency_v1.sql")],
+    migrations: &[
+        include_str!("migrations/idempotency_v1.sql"),
+        include_str!("migrations/idempotency_v2.sql"),
+    ],
     columns: Some(COLUMNS),
 };
 

@@ -1,10 +1,13 @@
 //! `DUPLICATE_CACHE=redis`: Redis as the cache of COMPLETED keys that every
 //! container shares, in front of a durable store (DynamoDB, PostgreSQL). An
 //! entry is a hash at `<IDEMPOTENCY_TABLE>:completed:<pk>` holding the
-//! payload hash, the durable item's `expires_at` and its result, deleted by
-//! Redis just after that `expires_at`. The engine writes an entry only with
-//! what the durable store said COMPLETED, and trusts it only for the same
-//! payload hash before `expires_at` ([`exactly_once_core::engine::SharedCache`]).
+//! payload hash, the durable item's `expires_at`, its result and the scope
+//! of the function that wrote it, deleted by Redis just after that
+//! `expires_at`. The engine writes an entry only with what the durable
+//! store said COMPLETED, and trusts it only for the same payload hash
+//! before `expires_at` ([`exactly_once_core::engine::SharedCache`]); this
+//! cache hands out only the entries of its own scope (or of none), so two
+//! functions sharing a table never read each other's keys as duplicates.
 //!
 //! Every call is bounded by `DUPLICATE_CACHE_TIMEOUT_MS`: a Redis that is
 //! slow, down or flushed is a miss, and the durable store decides.
@@ -28,6 +31,8 @@ pub struct RedisDuplicateCache {
     connection: RedisConnection,
     /// `<table>:completed:<key prefix>`: the keys of one function.
     namespace: String,
+    /// The store's configuration: whose entries are this cache's own.
+    store: StoreConfig,
     timeout: Duration,
 }
 
@@ -78,6 +83,7 @@ impl RedisDuplicateCache {
         Self {
             connection,
             namespace: format!("{}:completed:{}", store.table_name, store.key_prefix),
+            store: store.clone(),
             timeout,
         }
     }
@@ -87,6 +93,9 @@ impl RedisDuplicateCache {
     }
 }
 
+/// An entry's `payload_hash`, `expires_at`, `result` and `scope`.
+type Fields = (Option<String>, Option<u64>, Option<String>, Option<String>);
+
 impl SharedCache for RedisDuplicateCache {
     fn get<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, HashMap<String, CachedEntry>> {
         Box::pin(async move {
@@ -94,14 +103,12 @@ impl SharedCache for RedisDuplicateCache {
             for key in keys {
                 pipe.cmd("HMGET")
                     .arg(self.key(key))
-                    .arg(&["payload_hash", "expires_at", "result"][..]);
+                    .arg(&["payload_hash", "expires_at", "result", "scope"][..]);
             }
             let mut connection = self.connection.clone();
             let found = tokio::time::timeout(
                 self.timeout,
-                pipe.query_async::<Vec<(Option<String>, Option<u64>, Option<String>)>>(
-                    &mut connection,
-                ),
+                pipe.query_async::<Vec<Fields>>(&mut connection),
             )
             .await;
             let found = match found {
@@ -118,7 +125,9 @@ impl SharedCache for RedisDuplicateCache {
             keys.iter()
                 .zip(found)
                 .filter_map(|(key, entry)| match entry {
-                    (Some(hash), Some(expires_at_s), result) => Some((
+                    // Another function's key is never this one's duplicate.
+                    (_, _, _, scope) if !self.store.owns(scope.as_deref()) => None,
+                    (Some(hash), Some(expires_at_s), result, _) => Some((
                         (*key).to_owned(),
                         (Completed::new(&hash, result.as_deref()), expires_at_s),
                     )),
@@ -139,6 +148,9 @@ impl SharedCache for RedisDuplicateCache {
                 ];
                 if let Some(result) = &completed.result {
                     fields.push(("result", result.to_string()));
+                }
+                if let Some(scope) = &self.store.scope {
+                    fields.push(("scope", scope.clone()));
                 }
                 pipe.hset_multiple(&key, &fields)
                     .ignore()

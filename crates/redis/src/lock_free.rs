@@ -65,7 +65,7 @@ impl RedisStore {
             items.push(new_fields(&NewItem::completed(
                 &pk,
                 commit,
-                expires_at_s,
+                &self.config,
                 now,
             )));
             keys.push(self.item_key(&pk));
@@ -138,8 +138,7 @@ impl RedisStore {
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
         let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let item = NewItem::failed(&pk, request, owner, error, expires_at_s, now);
+        let item = NewItem::failed(&pk, request, owner, error, &self.config, now);
         self.create("fail new", item).await
     }
 

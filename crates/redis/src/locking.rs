@@ -44,17 +44,21 @@ return 1
 
 /// Take over (`KEYS[2]` the set of STARTED items): `ARGV[1]` the version
 /// observed, `ARGV[2]` now (ms), then the new owner, version, lease end,
-/// `expires_at` and deletion time.
+/// `expires_at`, deletion time and this store's scope ('' for none).
 pub(super) const TAKE_OVER: &str = r#"
-local found = redis.call('HMGET', KEYS[1], 'version', 'status', 'lock_expires_at')
--- Invariant: of all takers that saw this version, exactly one wins, and
--- only while the lock is still abandoned (not renewed, not finished).
+local found = redis.call('HMGET', KEYS[1], 'version', 'status', 'lock_expires_at', 'scope')
+-- Invariant: of all takers that saw this version, exactly one wins, only
+-- while the lock is still abandoned (not renewed, not finished), and only
+-- of its own scope's item (or one written before scopes, which then takes
+-- this scope).
 if found[1] ~= ARGV[1] or found[2] ~= 'STARTED'
-    or tonumber(found[3] or '0') >= tonumber(ARGV[2]) then
+    or tonumber(found[3] or '0') >= tonumber(ARGV[2])
+    or (found[4] and found[4] ~= ARGV[8]) then
   return {'found', redis.call('HGETALL', KEYS[1])}
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[3], 'version', ARGV[4],
   'lock_expires_at', ARGV[5], 'expires_at', ARGV[6], 'updated_at', ARGV[2])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'scope', ARGV[8]) end
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 -- Still STARTED: in the set of STARTED items.
@@ -101,18 +105,7 @@ impl RedisStore {
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
-        let item = NewItem {
-            pk,
-            status: Status::Started,
-            owner: &lease.owner,
-            payload_hash: request.payload_hash,
-            lock_expires_at_ms: Some(lease.lock_expires_at_ms),
-            expires_at_s: self.config.expires_at_s(now),
-            now_ms: now,
-            origin: request.origin,
-            result: None,
-            error: None,
-        };
+        let item = NewItem::started(&lease, request, &self.config, now);
         self.create("claim", item)
             .await
             .map(|written| match written {
@@ -158,7 +151,8 @@ impl RedisStore {
             .arg(lease.version)
             .arg(lease.lock_expires_at_ms)
             .arg(expires_at_s)
-            .arg(deleted_at_ms(expires_at_s));
+            .arg(deleted_at_ms(expires_at_s))
+            .arg(self.config.scope.as_deref().unwrap_or_default());
         match self.run("take over", &invocation).await? {
             Answer::Written => Ok(Conditional::Written(lease)),
             Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),

@@ -33,6 +33,17 @@ pub enum Outcome {
     InProgress,
     /// The key was used before with another payload; the work never runs.
     PayloadMismatch,
+    /// Another function (another scope) holds the key in the same table
+    /// under the same key prefix: its item is not this function's, so the
+    /// work does not run and the message is reported until the functions'
+    /// keys are told apart (`IDEMPOTENCY_KEY_PREFIX`) or deliberately
+    /// shared (`IDEMPOTENCY_SCOPE`).
+    OtherScope {
+        /// The scope on the item found (the other function's name).
+        theirs: String,
+        /// This function's scope (`None`: it writes none).
+        ours: Option<String>,
+    },
     /// The key failed permanently before; the work never runs again.
     PreviouslyFailed {
         /// The stored error.
@@ -68,6 +79,23 @@ pub enum Outcome {
     /// redelivery may run the effect again. Reported, and counted apart
     /// (`UnrecordedEffects`) because an operator must check the effect.
     Unrecorded(StoreError),
+}
+
+/// Why a key of another scope is refused, naming both functions and the fix.
+fn scope_conflict(theirs: &str, ours: Option<&str>) -> String {
+    let (ours, prefix) = match ours {
+        Some(ours) => (
+            format!("{ours:?}"),
+            ours.chars().take(64).collect::<String>(),
+        ),
+        None => ("unscoped".to_owned(), "consumer-b".to_owned()),
+    };
+    format!(
+        "the key belongs to function {theirs:?}, not to this one ({ours}): both use the same \
+         idempotency table and key prefix. Set IDEMPOTENCY_KEY_PREFIX on one of them \
+         (e.g. {prefix}#) to give it keys of its own, or the same IDEMPOTENCY_SCOPE on both \
+         to share keys on purpose; the record is reported until then"
+    )
 }
 
 /// What becomes of a message whose permanent failure is durably stored
@@ -157,6 +185,7 @@ impl Outcome {
             Self::ReplayFailed { .. } => "replay-failed",
             Self::InProgress => "in-progress",
             Self::PayloadMismatch => "rejected",
+            Self::OtherScope { .. } => "scope-conflict",
             Self::PreviouslyFailed { .. } => "previously-failed",
             Self::Failed { .. } => "failed",
             Self::Retrying { .. } => "retrying",
@@ -182,6 +211,7 @@ impl Outcome {
             )),
             Self::Invalid { reason } => Some(reason.clone()),
             Self::PayloadMismatch => Some("key reused with another payload".into()),
+            Self::OtherScope { theirs, ours } => Some(scope_conflict(theirs, ours.as_deref())),
             Self::NotStarted(reason) => Some(reason.text().into()),
             _ => None,
         }

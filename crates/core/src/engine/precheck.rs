@@ -81,8 +81,10 @@ where
             }
         };
         let mut any = false;
+        let config = self.store.config();
         for (key, item) in items {
-            if item.status == Status::Completed {
+            // Another function's COMPLETED key is never this one's duplicate.
+            if item.status == Status::Completed && config.owns(item.scope.as_deref()) {
                 let completed = Completed::new(&item.payload_hash, item.result.as_deref());
                 self.cache
                     .insert(&key, completed.clone(), item.expires_at_s);

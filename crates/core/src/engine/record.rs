@@ -92,11 +92,20 @@ where
                     None => Err(Outcome::InProgress),
                 },
                 Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
+                Ok(ClaimOutcome::OtherScope(item)) => Err(self.other_scope(item)),
                 Ok(ClaimOutcome::PreviouslyFailed(item)) => {
                     Err(Outcome::PreviouslyFailed { error: item.error })
                 }
                 Err(err) => Err(store_failure(err)),
             };
+        }
+    }
+
+    /// A key another scope holds: refused, naming both scopes.
+    pub(super) fn other_scope(&self, item: StoredItem) -> Outcome {
+        Outcome::OtherScope {
+            theirs: item.scope.unwrap_or_default(),
+            ours: self.store.config().scope.clone(),
         }
     }
 

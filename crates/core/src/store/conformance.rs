@@ -96,7 +96,11 @@ macro_rules! conformance_suite {
             a_refused_increment_refuses_the_completion,
             lock_free_commits_and_claims_racing_on_one_key_have_one_winner,
             a_lock_free_failure_is_written_only_for_a_new_key,
-            batch_reads_return_live_items_by_key
+            batch_reads_return_live_items_by_key,
+            a_key_another_scope_holds_is_never_its_duplicate_lock_or_failure,
+            an_abandoned_lock_of_another_scope_is_never_taken_over,
+            items_written_before_scopes_belong_to_whoever_finds_them,
+            claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -941,6 +945,211 @@ pub async fn a_lock_free_failure_is_written_only_for_a_new_key<B: Backend>(backe
     match store.claim(request("poison", "h1")).await.expect("claim") {
         ClaimOutcome::PreviouslyFailed(found) => assert_eq!(found, item),
         other => panic!("expected previously failed, got {other:?}"),
+    }
+}
+
+/// The same items as `store`, seen by the function whose scope is `scope`
+/// (`None`: a caller that writes no scope, as before scopes existed).
+pub fn in_scope<B: Backend>(backend: &B, store: &B::S, scope: Option<&str>) -> B::S {
+    let config = StoreConfig {
+        scope: scope.map(str::to_owned),
+        ..store.config().clone()
+    };
+    backend.with_config(store, config)
+}
+
+/// Two functions on one table and one key prefix: a key that function A
+/// completed, failed or holds is, for function B, neither a duplicate, nor
+/// its failure, nor its lock to wait for: B is refused on every path (claim,
+/// lock-free commit, lock-free failure) and A's items stay as they were.
+/// A third function that shares A's scope on purpose sees A's items as its
+/// own.
+pub async fn a_key_another_scope_holds_is_never_its_duplicate_lock_or_failure<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(LONG_LOCK).await;
+    let a = in_scope(backend, &store, Some("payments-a"));
+    let b = in_scope(backend, &store, Some("payments-b"));
+    let completed = acquire(&a, "completed", "h1").await;
+    a.complete(&completed, Some("paid"), vec![].into())
+        .await
+        .expect("complete");
+    acquire(&a, "started", "h1").await;
+    let failed = acquire(&a, "failed", "h1").await;
+    a.fail(&failed, "bad amount").await.expect("fail");
+    let keys = ["completed", "started", "failed"];
+    let mut items = HashMap::new();
+    for key in keys {
+        let item = a.get(key).await.expect("get").expect("item");
+        assert_eq!(item.scope.as_deref(), Some("payments-a"), "{key}");
+        items.insert(key, item);
+    }
+
+    for key in keys {
+        match b.claim(request(key, "h1")).await.expect("claim") {
+            ClaimOutcome::OtherScope(found) => assert_eq!(found, items[key]),
+            other => panic!("{key}: B must be refused, got {other:?}"),
+        }
+        let counter = format!("c-{}", uuid::Uuid::new_v4());
+        let commit = NewCommit {
+            key: key.to_owned(),
+            payload_hash: "h1".into(),
+            origin: None,
+            owner: "b-owner".into(),
+            result: Some("paid by b".into()),
+            effects: vec![backend.effect(&b, &counter, 5, None)].into(),
+        };
+        match b.commit_new(vec![commit]).await.expect("commit") {
+            CommitOutcome::KeyTaken {
+                index: 0,
+                item: Some(found),
+            } => {
+                let standing = found.standing(b.config(), "h1", b.now_ms());
+                assert_eq!(standing, crate::store::Standing::OtherScope, "{key}");
+            }
+            other => panic!("{key}: B's lock-free commit must find A's item, got {other:?}"),
+        }
+        assert_eq!(backend.counter(&b, &counter).await, 0, "{key}: no effect");
+        match b.fail_new(request(key, "h1"), "b-owner", "x").await {
+            Ok(Conditional::Conflict(Some(found))) => assert_eq!(*found, items[key]),
+            other => panic!("{key}: B's lock-free failure must find A's item, got {other:?}"),
+        }
+        assert_eq!(a.get(key).await.expect("get").as_ref(), Some(&items[key]));
+    }
+    // A hint only: B's batch read shows A's items with their scope.
+    let found = b.batch_get(&["completed"]).await.expect("batch get");
+    assert_eq!(found["completed"].scope.as_deref(), Some("payments-a"));
+
+    // A itself, and a function sharing A's scope on purpose, see its items.
+    let shared = in_scope(backend, &store, Some("payments-a"));
+    for who in [&a, &shared] {
+        match who.claim(request("completed", "h1")).await.expect("claim") {
+            ClaimOutcome::Duplicate(found) => assert_eq!(found.result.as_deref(), Some("paid")),
+            other => panic!("expected a duplicate, got {other:?}"),
+        }
+        assert!(matches!(
+            who.claim(request("started", "h1")).await.expect("claim"),
+            ClaimOutcome::InProgress(_)
+        ));
+        assert!(matches!(
+            who.claim(request("failed", "h1")).await.expect("claim"),
+            ClaimOutcome::PreviouslyFailed(_)
+        ));
+    }
+}
+
+/// An abandoned lock of function A is not function B's to take over: B's
+/// claim is refused, a takeover B attempts from what it read is refused by
+/// the store's own condition, and A then takes it over as version 2.
+pub async fn an_abandoned_lock_of_another_scope_is_never_taken_over<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let a = in_scope(backend, &store, Some("payments-a"));
+    let b = in_scope(backend, &store, Some("payments-b"));
+    acquire(&a, "stale", "h1").await;
+    wait_for_lock_expiry().await;
+    let observed = b.get("stale").await.expect("get").expect("item");
+
+    assert!(matches!(
+        b.claim(request("stale", "h1")).await.expect("claim"),
+        ClaimOutcome::OtherScope(_)
+    ));
+    match b
+        .take_over(&observed, request("stale", "h1"))
+        .await
+        .expect("take over")
+    {
+        Conditional::Conflict(Some(found)) => assert_eq!(*found, observed),
+        other => panic!("B's takeover of A's lock must be refused, got {other:?}"),
+    }
+    let taken = match a.claim(request("stale", "h1")).await.expect("claim") {
+        ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("A takes its own lock over, got {other:?}"),
+    };
+    assert_eq!(taken.version, 2);
+    let item = a.get("stale").await.expect("get").expect("item");
+    assert_eq!(
+        (item.version, item.scope.as_deref()),
+        (2, Some("payments-a"))
+    );
+}
+
+/// Items written before scopes (none on the item) stay usable after an
+/// upgrade: a completed one is the finding function's duplicate (nothing
+/// runs again), and an abandoned lock is taken over and then carries the
+/// taker's scope, so another function is refused from then on.
+pub async fn items_written_before_scopes_belong_to_whoever_finds_them<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let old = in_scope(backend, &store, None);
+    let a = in_scope(backend, &store, Some("payments-a"));
+    let b = in_scope(backend, &store, Some("payments-b"));
+    let done = acquire(&old, "done", "h1").await;
+    old.complete(&done, Some("paid"), vec![].into())
+        .await
+        .expect("complete");
+    assert_eq!(
+        old.get("done").await.expect("get").expect("item").scope,
+        None
+    );
+    match a.claim(request("done", "h1")).await.expect("claim") {
+        ClaimOutcome::Duplicate(found) => assert_eq!(found.result.as_deref(), Some("paid")),
+        other => panic!("an item from before scopes is a duplicate, got {other:?}"),
+    }
+
+    acquire(&old, "abandoned", "h1").await;
+    wait_for_lock_expiry().await;
+    let taken = acquire(&a, "abandoned", "h1").await;
+    assert_eq!(taken.version, 2);
+    let item = a.get("abandoned").await.expect("get").expect("item");
+    assert_eq!(item.scope.as_deref(), Some("payments-a"));
+    assert!(matches!(
+        b.claim(request("abandoned", "h1")).await.expect("claim"),
+        ClaimOutcome::OtherScope(_)
+    ));
+    // An unscoped caller meets a scoped item as another scope's.
+    assert!(matches!(
+        old.claim(request("abandoned", "h1")).await.expect("claim"),
+        ClaimOutcome::OtherScope(_)
+    ));
+}
+
+/// 8 claimers of function A and 8 of function B claim one fresh key at the
+/// same moment: exactly one wins; the others of its scope find it in
+/// progress, every one of the other scope is refused.
+pub async fn claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let scopes = ["payments-a", "payments-b"];
+    let barrier = Arc::new(Barrier::new(16));
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let scope = scopes[i % 2];
+            let claimer = in_scope(backend, &store, Some(scope));
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (scope, claimer.claim(request("fresh", "h1")).await)
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        let (scope, outcome) = task.await.expect("claimer task");
+        outcomes.push((scope, outcome.expect("claim")));
+    }
+    let winners: Vec<&str> = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, ClaimOutcome::Acquired(_)))
+        .map(|(scope, _)| *scope)
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    for (scope, outcome) in &outcomes {
+        match outcome {
+            ClaimOutcome::Acquired(_) => {}
+            ClaimOutcome::InProgress(_) if *scope == winners[0] => {}
+            ClaimOutcome::OtherScope(item) if *scope != winners[0] => {
+                assert_eq!(item.scope.as_deref(), Some(winners[0]))
+            }
+            other => panic!("{scope}: {other:?} (winner {})", winners[0]),
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! attribute names are a public contract that operators query and
 //! `template.yaml` (and each backend's schema) declares.
 
+use crate::config::StoreConfig;
+
 /// Attribute names of the idempotency item.
 pub mod attr {
     /// Partition key: key prefix + idempotency key.
@@ -32,6 +34,9 @@ pub mod attr {
     pub const ERROR: &str = "error";
     /// The error of a FAILED item an operator let run again.
     pub const LAST_ERROR: &str = "last_error";
+    /// Whose item it is ([`crate::config::StoreConfig::scope`]: on Lambda
+    /// the function's name); absent on items written before scopes.
+    pub const SCOPE: &str = "scope";
     /// DynamoDB only: the shard (0-15) of a STARTED item in the sparse index
     /// `started`; set by the claim and the take-over, removed by completion
     /// and failure, so the index holds STARTED items only.
@@ -75,6 +80,9 @@ impl Status {
 pub enum Standing {
     /// Past its TTL: counts as absent (stores delete lazily).
     Expired,
+    /// Another scope's (another function's) live item: never this
+    /// function's duplicate, lock or failure; the work does not run here.
+    OtherScope,
     /// The key was used with another payload: the work never runs.
     OtherPayload,
     /// Done for this payload: a duplicate.
@@ -118,6 +126,9 @@ pub struct StoredItem {
     pub error: Option<String>,
     /// The error of a FAILED item an operator let run again.
     pub last_error: Option<String>,
+    /// Whose item it is (on Lambda the function's name); `None` on items
+    /// written before scopes, which belong to whoever finds them.
+    pub scope: Option<String>,
 }
 
 impl StoredItem {
@@ -133,11 +144,14 @@ impl StoredItem {
         self.lock_expires_at_ms.unwrap_or(0) < now_ms
     }
 
-    /// What this item means for a message with `payload_hash` at `now_ms`:
-    /// the one place where a found item is judged (claims, lock-free commits).
-    pub fn standing(&self, payload_hash: &str, now_ms: u64) -> Standing {
+    /// What this item means, to the store configured as `config`, for a
+    /// message with `payload_hash` at `now_ms`: the one place where a found
+    /// item is judged (claims, lock-free commits).
+    pub fn standing(&self, config: &StoreConfig, payload_hash: &str, now_ms: u64) -> Standing {
         if self.is_expired(now_ms) {
             Standing::Expired
+        } else if !config.owns(self.scope.as_deref()) {
+            Standing::OtherScope
         } else if self.payload_hash != payload_hash {
             Standing::OtherPayload
         } else {
@@ -174,14 +188,17 @@ pub struct NewItem<'a> {
     pub result: Option<&'a str>,
     /// A FAILED item's error.
     pub error: Option<&'a str>,
+    /// Whose item it is ([`StoreConfig::scope`]).
+    pub scope: Option<&'a str>,
 }
 
 impl<'a> NewItem<'a> {
-    /// A claim's STARTED item, held by `lease` from `now_ms`.
+    /// A claim's STARTED item, held by `lease` from `now_ms`, in `config`'s
+    /// scope and retained as it says.
     pub fn started(
         lease: &'a super::Lease,
         request: super::ClaimRequest<'a>,
-        expires_at_s: u64,
+        config: &'a StoreConfig,
         now_ms: u64,
     ) -> Self {
         Self {
@@ -190,11 +207,12 @@ impl<'a> NewItem<'a> {
             owner: &lease.owner,
             payload_hash: request.payload_hash,
             lock_expires_at_ms: Some(lease.lock_expires_at_ms),
-            expires_at_s,
+            expires_at_s: config.expires_at_s(now_ms),
             now_ms,
             origin: request.origin,
             result: None,
             error: None,
+            scope: config.scope.as_deref(),
         }
     }
 
@@ -202,7 +220,7 @@ impl<'a> NewItem<'a> {
     pub fn completed<E>(
         pk: &'a str,
         commit: &'a super::NewCommit<E>,
-        expires_at_s: u64,
+        config: &'a StoreConfig,
         now_ms: u64,
     ) -> Self {
         Self {
@@ -211,11 +229,12 @@ impl<'a> NewItem<'a> {
             owner: &commit.owner,
             payload_hash: &commit.payload_hash,
             lock_expires_at_ms: None,
-            expires_at_s,
+            expires_at_s: config.expires_at_s(now_ms),
             now_ms,
             origin: commit.origin.as_deref(),
             result: commit.result.as_deref(),
             error: None,
+            scope: config.scope.as_deref(),
         }
     }
 
@@ -225,7 +244,7 @@ impl<'a> NewItem<'a> {
         request: super::ClaimRequest<'a>,
         owner: &'a str,
         error: &'a str,
-        expires_at_s: u64,
+        config: &'a StoreConfig,
         now_ms: u64,
     ) -> Self {
         Self {
@@ -234,11 +253,12 @@ impl<'a> NewItem<'a> {
             owner,
             payload_hash: request.payload_hash,
             lock_expires_at_ms: None,
-            expires_at_s,
+            expires_at_s: config.expires_at_s(now_ms),
             now_ms,
             origin: request.origin,
             result: None,
             error: Some(error),
+            scope: config.scope.as_deref(),
         }
     }
 }

@@ -114,6 +114,7 @@ impl MemoryStore {
             result: None,
             error: None,
             last_error: None,
+            scope: self.config.scope.clone(),
         }
     }
 
@@ -271,11 +272,12 @@ impl Store for MemoryStore {
             return Ok(Conditional::Conflict(None));
         };
         // Invariant: of all takers that saw this version, exactly one wins,
-        // and only while the lock is still abandoned (not renewed, not
-        // finished).
+        // only while the lock is still abandoned (not renewed, not
+        // finished), and only of its own scope's item (or one without any).
         if !(item.version == observed.version
             && item.status == Status::Started
-            && item.lock_expired(now))
+            && item.lock_expired(now)
+            && self.config.owns(item.scope.as_deref()))
         {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
@@ -287,6 +289,9 @@ impl Store for MemoryStore {
         item.expires_at_s = self.config.expires_at_s(now);
         item.updated_at_ms = Some(now);
         item.attempts = Some(item.attempts.unwrap_or(0) + 1);
+        if item.scope.is_none() {
+            item.scope = self.config.scope.clone();
+        }
         Ok(Conditional::Written(lease))
     }
 

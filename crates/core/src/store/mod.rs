@@ -130,6 +130,11 @@ pub enum ClaimOutcome {
     PreviouslyFailed(StoredItem),
     /// Another worker holds a live lease on the key: try again later.
     InProgress(StoredItem),
+    /// Another scope (another function sharing the table and the key
+    /// prefix) holds the key: never this function's duplicate; the work
+    /// does not run until the functions' keys are told apart
+    /// (`IDEMPOTENCY_KEY_PREFIX`), or shared (`IDEMPOTENCY_SCOPE`).
+    OtherScope(StoredItem),
 }
 
 /// A conditional write that creates or takes an item: written, or the
@@ -366,7 +371,8 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Take over: become the owner of `observed` (STARTED, lock ended) at
     /// version + 1 (the lease as `request` asks), only if it is still at
-    /// that version, STARTED and abandoned; else the item found.
+    /// that version, STARTED, abandoned and this store's own (its scope, or
+    /// none: the item then takes this store's scope); else the item found.
     fn take_over(
         &self,
         observed: &StoredItem,
@@ -485,9 +491,10 @@ pub trait Store: Clone + Send + Sync + 'static {
                     continue;
                 };
                 let item = *item;
-                match item.standing(request.payload_hash, self.now_ms()) {
+                match item.standing(self.config(), request.payload_hash, self.now_ms()) {
                     // Past its TTL: absent, even if the store still has it.
                     Standing::Expired => observed = None,
+                    Standing::OtherScope => return Ok(ClaimOutcome::OtherScope(item)),
                     Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
                     Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
                     Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),

@@ -2,10 +2,11 @@
 //! (`DEAD_LETTER_QUEUE_URL`, an SQS queue): the event source mapping's own
 //! on-failure destination keeps only a record's coordinates, and a parked
 //! record is never sent there at all. Each message holds the record exactly
-//! as Lambda delivered it (base64 key and value, headers), why it was parked
-//! and the event's source, so that it can be inspected and fed through the
-//! function again. Sent at least once: a parked record delivered again is
-//! sent again.
+//! as Lambda delivered it (a Kafka record with its base64 key and value and
+//! headers, an SQS message, a Kinesis or DynamoDB Streams record), why it
+//! was parked and the event's source, so that it can be inspected and fed
+//! through the function again. Sent at least once: a parked record
+//! delivered again is sent again.
 
 #[cfg(feature = "sqs")]
 mod sqs;
@@ -15,7 +16,7 @@ use std::pin::Pin;
 
 use serde_json::{Value, json};
 
-use crate::decode::Coordinates;
+use crate::sources::{Coordinates, raw_record};
 #[cfg(feature = "sqs")]
 pub use sqs::DeadLetterQueue;
 
@@ -37,7 +38,7 @@ pub type Unsent = Vec<(Coordinates, String)>;
 pub type Forwarding<'a> = Pin<Box<dyn Future<Output = Unsent> + Send + 'a>>;
 
 /// Where parked records are forwarded, whole: an SQS queue
-/// ([`DeadLetterQueue`], feature `sqs`), or a destination of your own.
+/// (`DeadLetterQueue`, feature `sqs`), or a destination of your own.
 pub trait DeadLetters: Send + Sync + 'static {
     /// Sends every parked record of `event` (the invocation's payload, as
     /// Lambda sent it); returns the ones that could not be sent, with why:
@@ -46,30 +47,33 @@ pub trait DeadLetters: Send + Sync + 'static {
     fn forward<'a>(&'a self, event: &'a Value, parked: Vec<Parked>) -> Forwarding<'a>;
 }
 
-/// The message of one parked record: why it was parked, where it sits, the
-/// event's source, and the record as Lambda sent it (`None` if `event` does
-/// not hold it).
+/// The message of one parked record: why it was parked, where it sits (a
+/// Kafka record's `partition` and `offset`; another source's `partition`,
+/// its ordering unit, and `id`), the event's source, and the record as
+/// Lambda sent it (`None` if `event` does not hold it).
 pub fn message(event: &Value, parked: &Parked) -> Option<String> {
-    let records = event
-        .get("records")?
-        .get(&parked.at.partition)?
-        .as_array()?;
-    let record = records
-        .iter()
-        .find(|r| r.get("offset").and_then(Value::as_i64) == Some(parked.at.offset))?;
-    Some(
-        json!({
-            "reason": parked.outcome,
-            "error": parked.error,
-            "partition": parked.at.partition,
-            "offset": parked.at.offset,
-            "eventSource": event.get("eventSource"),
-            "eventSourceArn": event.get("eventSourceArn"),
-            "bootstrapServers": event.get("bootstrapServers"),
-            "record": record,
-        })
-        .to_string(),
-    )
+    let record = raw_record(event, &parked.at)?;
+    let at = &parked.at;
+    let mut message = json!({
+        "reason": parked.outcome,
+        "error": parked.error,
+        "partition": at.partition,
+        "record": record,
+    });
+    match &at.id {
+        None => {
+            message["offset"] = json!(at.offset);
+            message["eventSource"] = json!(event.get("eventSource"));
+            message["eventSourceArn"] = json!(event.get("eventSourceArn"));
+            message["bootstrapServers"] = json!(event.get("bootstrapServers"));
+        }
+        Some(id) => {
+            message["id"] = json!(id);
+            message["eventSource"] = json!(record.get("eventSource"));
+            message["eventSourceArn"] = json!(record.get("eventSourceARN"));
+        }
+    }
+    Some(message.to_string())
 }
 
 /// A shared destination.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::{DeadLetters, Forwarding, Parked, message};
-use crate::decode::Coordinates;
+use crate::sources::Coordinates;
 
 /// An SQS queue parked records go to (`DEAD_LETTER_QUEUE_URL`).
 #[derive(Debug, Clone)]

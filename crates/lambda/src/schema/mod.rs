@@ -1,7 +1,8 @@
 //! Reading values a schema registry framed (`EventRecordFormat: SOURCE`):
 //! the registry header ([`wire`]), then the datum with a schema the function
-//! ships: Avro ([`avro`], feature `avro`) or Protobuf ([`protobuf`], feature
-//! `protobuf`), both on by default.
+//! ships: Avro (the module `avro`, feature `avro`) or Protobuf (the module
+//! `protobuf`, feature `protobuf`), both off by default (`exactly-once`'s
+//! features of the same names, or `full`).
 //!
 //! With `EventRecordFormat: JSON` Lambda has already decoded the value to
 //! JSON text and none of this is needed: keys (`json:/pointer`), fingerprints

@@ -15,9 +15,8 @@ pub use otlp::subscriber;
 
 use tracing::{Span, field};
 
-use crate::decode::Coordinates;
-use crate::record::KafkaRecord;
 use crate::report::key_hash;
+use crate::sources::{Coordinates, Record};
 use exactly_once_core::engine::Outcome;
 
 /// Where spans go (`TRACING_EXPORT`).
@@ -72,23 +71,41 @@ pub fn init(export: TracingExport) -> Result<Option<Traces>, String> {
 }
 
 /// The span a record's work runs in: its coordinates and key hash, child of
-/// the producer's span when the record has a `traceparent` header, else of
-/// the batch's.
-pub fn record_span(at: &Coordinates, record: &KafkaRecord) -> Span {
+/// the producer's span when the record carries a `traceparent` (a Kafka
+/// header, an SQS message attribute), else of the batch's. Its attributes
+/// are OpenTelemetry's messaging conventions for the record's source.
+pub fn record_span(at: &Coordinates, record: &Record) -> Span {
+    let (system, destination) = match record {
+        Record::Kafka(record) => ("kafka", record.topic.as_str()),
+        Record::Sqs(message) => ("aws_sqs", message.queue_name()),
+        Record::Kinesis(record) => ("aws_kinesis", record.stream_name()),
+        Record::DynamoDb(record) => ("aws_dynamodb_streams", record.table_name()),
+    };
     let span = tracing::info_span!(
-        "kafka.record",
-        otel.name = %format!("{} process", record.topic),
+        "messaging.record",
+        otel.name = %format!("{destination} process"),
         otel.kind = "consumer",
         otel.status_code = field::Empty,
-        messaging.system = "kafka",
+        messaging.system = system,
         messaging.operation.type = "process",
-        messaging.destination.name = %record.topic,
-        messaging.destination.partition.id = %record.partition,
-        messaging.kafka.offset = at.offset,
+        messaging.destination.name = %destination,
+        messaging.destination.partition.id = field::Empty,
+        messaging.kafka.offset = field::Empty,
+        messaging.message.id = field::Empty,
         idempotency.key_hash = field::Empty,
         exactly_once.outcome = field::Empty,
         exactly_once.reported = field::Empty,
     );
+    match record {
+        Record::Kafka(kafka) => {
+            span.record("messaging.destination.partition.id", kafka.partition);
+            span.record("messaging.kafka.offset", at.offset);
+        }
+        _ => {
+            span.record("messaging.destination.partition.id", at.partition.as_str());
+            span.record("messaging.message.id", at.id.as_deref().unwrap_or_default());
+        }
+    }
     #[cfg(feature = "opentelemetry")]
     otlp::continue_trace(&span, record);
     span

@@ -12,7 +12,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::{Span, Subscriber};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::record::KafkaRecord;
+use crate::sources::Record;
 
 /// The OTLP/HTTP exporter (`OTEL_EXPORTER_OTLP_ENDPOINT`), installed with
 /// Lambda's log lines as the global subscriber.
@@ -64,31 +64,39 @@ pub fn subscriber(provider: &SdkTracerProvider) -> impl Subscriber + Send + Sync
 }
 
 /// Makes `span` a child of the producer's span, when `record` carries a
-/// W3C `traceparent` header.
-pub(super) fn continue_trace(span: &Span, record: &KafkaRecord) {
-    if record.header("traceparent").is_some() {
-        let parent = TraceContextPropagator::new().extract(&Headers(record));
+/// W3C `traceparent` (a Kafka header, an SQS message attribute).
+pub(super) fn continue_trace(span: &Span, record: &Record) {
+    if record.attribute("traceparent").is_some() {
+        let parent = TraceContextPropagator::new().extract(&Attributes(record));
         // Fails only without the OpenTelemetry layer, where spans go nowhere.
         let _ = span.set_parent(parent);
     }
 }
 
-/// A record's headers as the W3C propagator reads them (`traceparent`,
-/// `tracestate`; the last of a repeated name, as Kafka's `lastHeader`).
-struct Headers<'a>(&'a KafkaRecord);
+/// A record's attributes as the W3C propagator reads them (`traceparent`,
+/// `tracestate`; the last of a repeated Kafka header, as its `lastHeader`).
+struct Attributes<'a>(&'a Record);
 
-impl Extractor for Headers<'_> {
+impl Extractor for Attributes<'_> {
     fn get(&self, key: &str) -> Option<&str> {
         self.0
-            .header(key)
+            .attribute(key)
             .and_then(|value| std::str::from_utf8(value).ok())
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.0
-            .headers
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect()
+        match self.0 {
+            Record::Kafka(record) => record
+                .headers
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect(),
+            Record::Sqs(message) => message
+                .message_attributes
+                .keys()
+                .map(String::as_str)
+                .collect(),
+            Record::Kinesis(_) | Record::DynamoDb(_) => Vec::new(),
+        }
     }
 }

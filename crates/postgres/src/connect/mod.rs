@@ -30,6 +30,7 @@ pub const ENV_VARS: &[&str] = &[
     "DATABASE_POOL_SIZE",
     "DATABASE_CONNECT_TIMEOUT_MS",
     "DATABASE_STATEMENT_TIMEOUT_MS",
+    "DATABASE_MIGRATE",
 ];
 
 /// How the connection is encrypted (`sslmode` of `DATABASE_URL`).
@@ -77,6 +78,23 @@ pub struct DatabaseSettings {
     /// given up (default 1500; the client gives up
     /// [`Self::CLIENT_GRACE`] later, see [`Self::call_timeout`]).
     pub statement_timeout: Duration,
+    /// `DATABASE_MIGRATE=true`: the function applies this build's schema to
+    /// its tables at start (as `exactly-once-ops migrate` does: one
+    /// transaction, serialised with any other) before it checks them.
+    /// Default `false`: the tables are only checked, and a role without
+    /// DDL rights suffices.
+    pub migrate: bool,
+}
+
+/// `DATABASE_MIGRATE` read through `lookup`: `true` or `false` (unset:
+/// false).
+pub fn migrate_requested(lookup: impl Fn(&str) -> Option<String>) -> Result<bool, SettingsError> {
+    let var = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+    parsed(var, "DATABASE_MIGRATE", false, |text| match text {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("expected true or false".to_owned()),
+    })
 }
 
 impl DatabaseSettings {
@@ -142,6 +160,7 @@ impl DatabaseSettings {
                 Duration::from_millis(1500),
                 millis,
             )?,
+            migrate: migrate_requested(&lookup)?,
         })
     }
 

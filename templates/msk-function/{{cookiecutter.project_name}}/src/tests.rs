@@ -16,7 +16,7 @@ use exactly_once::dynamodb::aws_sdk_dynamodb::types::{
 };
 use exactly_once::dynamodb::{Client, DynamoDbStore};
 use exactly_once::engine::Engine;
-use exactly_once::lambda::{MskFunction, Settings, decode_event};
+use exactly_once::lambda::{BatchFunction, Settings, decode_event};
 use exactly_once::lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 
@@ -50,13 +50,9 @@ async fn table(client: &Client, name: &str, key: &str) {
 /// Each account's balance after `event`'s payments, each applied once.
 fn balances(event: &Value) -> HashMap<String, i64> {
     let mut balances = HashMap::new();
-    for record in decode_event(event)
-        .expect("a Kafka event")
-        .into_iter()
-        .flatten()
-    {
+    for record in decode_event(event).expect("a Kafka event").units.into_iter().flatten() {
         let record = record.1.expect("a readable record");
-        let payment: Payment = serde_json::from_slice(&record.value).expect("a payment");
+        let payment: Payment = serde_json::from_slice(&record.body()).expect("a payment");
         *balances.entry(payment.account_id).or_default() += payment.amount_cents;
     }
     balances
@@ -86,7 +82,7 @@ async fn each_payment_is_applied_once_however_often_it_is_delivered() {
     let handler = Ledger {
         table: ledger.clone(),
     };
-    let function = MskFunction::new(
+    let function = BatchFunction::new(
         Engine::new(store, handler, settings.engine),
         settings.function,
     )

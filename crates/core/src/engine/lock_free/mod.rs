@@ -445,8 +445,9 @@ where
     ) -> Option<Outcome> {
         let item = *item?;
         Some(
-            match item.standing(&work.payload_hash, self.store.now_ms()) {
+            match item.standing(self.store.config(), &work.payload_hash, self.store.now_ms()) {
                 Standing::Expired => return None,
+                Standing::OtherScope => self.other_scope(item),
                 Standing::OtherPayload => Outcome::PayloadMismatch,
                 Standing::Completed => {
                     let completed = Completed::new(&item.payload_hash, item.result.as_deref());

@@ -1,65 +1,25 @@
-//! From Lambda's Kafka event to records: base64 key and value, headers as
-//! bytes, the coordinates Lambda wants back in a partial batch response.
-//!
-//! Records are read field by field (not through a generic deserializer) so
-//! that an error names the field and never echoes a value: keys, headers
-//! and payloads stay out of log lines. Fields this module does not know are
-//! ignored.
+//! Kafka (Amazon MSK, self-managed Kafka): records by `<topic>-<partition>`
+//! in a map, base64 key and value, headers as Java's signed bytes; a
+//! partition is the ordering unit, a record is named by partition and
+//! offset.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::record::{KafkaRecord, SchemaMetadata};
+use super::{Coordinates, Decoded, EventError, Record};
+use crate::record::{KafkaRecord, SchemaMetadata};
 
-/// Event sources whose events this function reads: MSK, and self-managed
-/// Kafka (spelt both ways seen in the wild).
-const KAFKA_SOURCES: &[&str] = &["aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"];
+/// The `eventSource` of MSK and of self-managed Kafka (spelt both ways seen
+/// in the wild).
+pub(super) const EVENT_SOURCES: &[&str] =
+    &["aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"];
 
-/// An event that cannot be processed at all: an invocation error, so Lambda
-/// retries the whole batch and nothing is lost.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EventError {
-    #[error("not a Kafka event: eventSource is {0}; expected aws:kafka or SelfManagedKafka")]
-    /// `eventSource` is missing or names another service.
-    NotKafka(String),
-    #[error("malformed Kafka event: {0}")]
-    /// The event's shape is wrong (records not a map of lists, a record without offset).
-    Malformed(String),
-}
-
-/// Where a record sits: what Lambda wants in `itemIdentifier`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Coordinates {
-    /// `<topic>-<partition>`, the key of the event's `records` map.
-    pub partition: String,
-    /// The record's offset in its partition.
-    pub offset: i64,
-}
-
-impl fmt::Display for Coordinates {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.partition, self.offset)
-    }
-}
-
-/// A record as decoded: its coordinates and the record, or why it could not
-/// be read.
-pub type Decoded = (Coordinates, Result<KafkaRecord, String>);
-
-/// Decodes an event into partitions (sorted by name), each a list of records
-/// in offset order. A record that cannot be decoded is an error of that
-/// record only; an event that is not a Kafka event is an [`EventError`].
-pub fn decode_event(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
-    match event.get("eventSource") {
-        Some(Value::String(source)) if KAFKA_SOURCES.contains(&source.as_str()) => {}
-        // A string shows quoted, anything else as JSON (42, null, {...}).
-        Some(other) => return Err(EventError::NotKafka(other.to_string())),
-        None => return Err(EventError::NotKafka("missing".into())),
-    }
+/// The event's partitions (sorted by name), each a list of records in
+/// offset order.
+pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
     let partitions: BTreeMap<&str, &Vec<Value>> = match event.get("records") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(map)) => map
@@ -86,6 +46,16 @@ pub fn decode_event(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
         .collect()
 }
 
+/// The record at `at` as the event holds it.
+pub(super) fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
+    event
+        .get("records")?
+        .get(&at.partition)?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("offset").and_then(Value::as_i64) == Some(at.offset))
+}
+
 fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError> {
     // Without its offset a record cannot be reported: fail the invocation.
     let offset = record
@@ -94,10 +64,7 @@ fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError>
         .ok_or_else(|| {
             EventError::Malformed(format!("a record of {partition:?} has no integer offset"))
         })?;
-    let at = Coordinates {
-        partition: partition.to_owned(),
-        offset,
-    };
+    let at = Coordinates::kafka(partition, offset);
     let fields = match record {
         Value::Object(fields) => Ok(fields),
         _ => Err("malformed record: not an object".to_owned()),
@@ -107,7 +74,7 @@ fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError>
         .map_err(|reason| format!("malformed record: {reason}"));
     // Base64 errors carry their own wording.
     let decoded = decoded.and_then(|fields| fields.map_err(str::to_owned));
-    Ok((at, decoded))
+    Ok((at, decoded.map(Record::Kafka)))
 }
 
 /// The record's fields; the outer error is a malformed field, the inner one
