@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the sample MSK events of events/ (python3 standard library only).
+"""Writes the sample events of events/ (python3 standard library only).
 
     python3 events/generate.py            # (re)writes events/*.json
     python3 events/generate.py --check    # fails if a file differs from what it would write
+    python3 events/generate.py --balances [FILE]   # FILE's expected balances
 
 Deterministic: same input, same bytes (fixed timestamps, no randomness), so the
 files can be committed and regenerated without noise. events/README.md says
@@ -11,10 +12,14 @@ what each file shows and the response it should get.
 The events look like what Lambda sends for Amazon MSK: `records` keyed by
 "<topic>-<partition>", each list in offset order, base64 `key` and `value`,
 headers as lists of Java's signed bytes (bytes >= 128 become negative).
+sqs.json, sqs-fifo.json, kinesis.json and dynamodb-streams.json are shaped
+as Lambda delivers those sources (`Records`, each with its `eventSource`),
+as in AWS's samples and Powertools' test events.
 """
 
 import argparse
 import base64
+import hashlib
 import json
 import pathlib
 import sys
@@ -358,26 +363,227 @@ def scheduled():
     }
 
 
-def not_kafka():
-    # An SQS event: no top-level eventSource. The function must fail the invocation.
-    body = payment("p-sqs-1", "acc-10", 999)
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+# SQS's SenderId of a producer (an IAM user's id), as in AWS's samples.
+SENDER_ID = "AIDAIENQZJOLO23YVJ4VO"
+
+
+def stable_uuid(name):
+    """A fixed UUID for `name` (messageId, eventID): deterministic files."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"exactly-once/events/{name}"))
+
+
+def receipt_handle(name):
+    """A receipt handle's shape (base64 text after "AQEB"), fixed for `name`."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest() + hashlib.sha256(name[::-1].encode("utf-8")).digest()
+    return "AQEB" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+def tally(payments):
+    """Expected balances: {account: (cents, payments)} of unique payment ids."""
+    totals, seen = {}, set()
+    for payment_id, account, amount in payments:
+        if payment_id in seen:
+            continue
+        seen.add(payment_id)
+        balance, count = totals.get(account, (0, 0))
+        totals[account] = (balance + amount, count + 1)
+    return totals
+
+
+# SQS standard: 5 payments and a producer's retry of one of them (the same
+# payment and key in a message of its own). acc-sqs-1: 1250 + 250 + 2000 =
+# 3500 (3 payments); acc-sqs-2: 500 + 1000 = 1500 (2).
+SQS_PAYMENTS = [
+    ("pay-sqs-1", "acc-sqs-1", 1250),
+    ("pay-sqs-2", "acc-sqs-2", 500),
+    ("pay-sqs-3", "acc-sqs-1", 250),
+    ("pay-sqs-2", "acc-sqs-2", 500),
+    ("pay-sqs-4", "acc-sqs-2", 1000),
+    ("pay-sqs-5", "acc-sqs-1", 2000),
+]
+
+# SQS FIFO: one message group per account, interleaved; each payment's id is
+# its deduplication id. acc-fifo-1: 1250 + 250 + 2000 = 3500 (3);
+# acc-fifo-2: 500 + 1000 + 75 = 1575 (3).
+FIFO_PAYMENTS = [
+    ("pay-fifo-1", "acc-fifo-1", 1250),
+    ("pay-fifo-2", "acc-fifo-2", 500),
+    ("pay-fifo-3", "acc-fifo-1", 250),
+    ("pay-fifo-4", "acc-fifo-2", 1000),
+    ("pay-fifo-5", "acc-fifo-1", 2000),
+    ("pay-fifo-6", "acc-fifo-2", 75),
+]
+
+# Kinesis: one shard's records (an event holds one shard), the partition
+# key the payment id; the producer's PutRecord of pay-kin-2 retried (a
+# record of its own, a later sequence number). acc-kinesis-1: 1250 + 250 +
+# 2000 = 3500 (3); acc-kinesis-2: 500 + 1000 = 1500 (2).
+KINESIS_PAYMENTS = [
+    ("pay-kin-1", "acc-kinesis-1", 1250),
+    ("pay-kin-2", "acc-kinesis-2", 500),
+    ("pay-kin-3", "acc-kinesis-1", 250),
+    ("pay-kin-2", "acc-kinesis-2", 500),
+    ("pay-kin-4", "acc-kinesis-2", 1000),
+    ("pay-kin-5", "acc-kinesis-1", 2000),
+]
+
+# DynamoDB Streams: INSERTs of payment items into a table `payments` (hash
+# key payment_id), one shard. acc-ddb-1: 1250 + 250 + 2000 = 3500 (3);
+# acc-ddb-2: 500 + 1000 + 75 = 1575 (3).
+STREAM_PAYMENTS = [
+    ("pay-ddb-1", "acc-ddb-1", 1250),
+    ("pay-ddb-2", "acc-ddb-2", 500),
+    ("pay-ddb-3", "acc-ddb-1", 250),
+    ("pay-ddb-4", "acc-ddb-2", 1000),
+    ("pay-ddb-5", "acc-ddb-1", 2000),
+    ("pay-ddb-6", "acc-ddb-2", 75),
+]
+
+
+def sqs_message(name, n, payment_id, account_id, amount_cents, queue, fifo=None):
+    """Message n of an SQS event as Lambda delivers it (the shape of AWS's
+    and Powertools' samples); `fifo`: (group, deduplication id, sequence
+    number)."""
+    body = payment(payment_id.replace("pay-", "p-"), account_id, amount_cents)
+    sent = BASE_MS + 1000 * n
+    attributes = {"ApproximateReceiveCount": "1", "SentTimestamp": str(sent)}
+    if fifo:
+        group, deduplication_id, sequence_number = fifo
+        attributes.update({"SequenceNumber": sequence_number, "MessageGroupId": group})
+    attributes["SenderId"] = SENDER_ID
+    if fifo:
+        attributes["MessageDeduplicationId"] = deduplication_id
+    attributes["ApproximateFirstReceiveTimestamp"] = str(sent + 37)
+    return {
+        "messageId": stable_uuid(f"{name}/{n}"),
+        "receiptHandle": receipt_handle(f"{name}/{n}"),
+        "body": body,
+        "attributes": attributes,
+        "messageAttributes": {
+            HEADER: {
+                "stringValue": payment_id,
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": "String",
+            }
+        },
+        "md5OfBody": hashlib.md5(body.encode("utf-8")).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{queue}",
+        "awsRegion": REGION,
+    }
+
+
+def sqs_event():
+    return {"Records": [sqs_message("sqs", n, *p, queue="payments")
+                        for n, p in enumerate(SQS_PAYMENTS)]}
+
+
+def sqs_fifo_event():
+    records = []
+    for n, (payment_id, account_id, amount) in enumerate(FIFO_PAYMENTS):
+        sequence_number = str(18849496460467696128 + n)
+        records.append(sqs_message("sqs-fifo", n, payment_id, account_id, amount, queue="payments.fifo",
+                                   fifo=(account_id, payment_id, sequence_number)))
+    return {"Records": records}
+
+
+KINESIS_SHARD = "shardId-000000000000"
+# A sequence number of the shape Kinesis gives (56 digits); record n adds n * 10^24.
+KINESIS_SEQUENCE = 49590338271490256608559692538361571095921575989136588898
+
+
+def kinesis_event():
+    records = []
+    for n, (payment_id, account_id, amount) in enumerate(KINESIS_PAYMENTS):
+        sequence_number = str(KINESIS_SEQUENCE + n * 10**24)
+        records.append({
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": payment_id,
+                "sequenceNumber": sequence_number,
+                "data": b64(payment(payment_id.replace("pay-", "p-"), account_id, amount)),
+                "approximateArrivalTimestamp": BASE_MS / 1000 + n + 0.123,
+            },
+            "eventSource": "aws:kinesis",
+            "eventVersion": "1.0",
+            "eventID": f"{KINESIS_SHARD}:{sequence_number}",
+            "eventName": "aws:kinesis:record",
+            "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/lambda-role",
+            "awsRegion": REGION,
+            "eventSourceARN": f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/payments",
+        })
+    return {"Records": records}
+
+
+STREAM_ARN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/payments/stream/2025-01-01T00:00:00.000"
+
+
+def dynamodb_streams_event():
+    records = []
+    for n, (payment_id, account_id, amount) in enumerate(STREAM_PAYMENTS):
+        image = {
+            "payment_id": {"S": payment_id},
+            "account_id": {"S": account_id},
+            "amount_cents": {"N": str(amount)},
+            "currency": {"S": "EUR"},
+        }
+        records.append({
+            "eventID": hashlib.md5(f"dynamodb-streams/{n}".encode()).hexdigest(),
+            "eventName": "INSERT",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": REGION,
+            "dynamodb": {
+                "ApproximateCreationDateTime": BASE_MS // 1000 + n,
+                "Keys": {"payment_id": {"S": payment_id}},
+                "NewImage": image,
+                "SequenceNumber": str(4421584500000000017450439091 + 100 * n),
+                "SizeBytes": len(json.dumps(image, separators=(",", ":"))),
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+            },
+            "eventSourceARN": STREAM_ARN,
+        })
+    return {"Records": records}
+
+
+# The expected balances of each source's sample event, by file.
+SOURCE_BALANCES = {
+    "sqs.json": SQS_PAYMENTS,
+    "sqs-fifo.json": FIFO_PAYMENTS,
+    "kinesis.json": KINESIS_PAYMENTS,
+    "dynamodb-streams.json": STREAM_PAYMENTS,
+}
+
+
+def not_a_batch_source():
+    # An SNS notification (the shape of AWS's and Powertools' samples): a
+    # source the function does not read. Its record names it with
+    # "EventSource" (SNS's own spelling), so no record has an `eventSource`:
+    # an invocation error UnknownEventSource.
     return {
         "Records": [
             {
-                "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d",
-                "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
-                "body": body,
-                "attributes": {
-                    "ApproximateReceiveCount": "1",
-                    "SentTimestamp": str(BASE_MS),
-                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-                    "ApproximateFirstReceiveTimestamp": str(BASE_MS + 1),
+                "EventVersion": "1.0",
+                "EventSubscriptionArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:payments:{stable_uuid('sns/subscription')}",
+                "EventSource": "aws:sns",
+                "Sns": {
+                    "SignatureVersion": "1",
+                    "Timestamp": "2025-01-01T00:00:00.000Z",
+                    "Signature": "EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=",
+                    "SigningCertUrl": f"https://sns.{REGION}.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem",
+                    "MessageId": stable_uuid("sns/1"),
+                    "Message": payment("p-sns-1", "acc-10", 999),
+                    "MessageAttributes": {
+                        HEADER: {"Type": "String", "Value": "pay-sns-1"},
+                    },
+                    "Type": "Notification",
+                    "UnsubscribeUrl": f"https://sns.{REGION}.amazonaws.com/?Action=Unsubscribe",
+                    "TopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:payments",
+                    "Subject": None,
                 },
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
-                "awsRegion": "us-east-1",
             }
         ]
     }
@@ -418,7 +624,11 @@ def files():
         "schema-source-avro.json": schema_source_avro(),
         "schema-source-protobuf.json": schema_source_protobuf(),
         "schema-framed-avro.json": schema_framed_avro(),
-        "not-kafka.json": not_kafka(),
+        "sqs.json": sqs_event(),
+        "sqs-fifo.json": sqs_fifo_event(),
+        "kinesis.json": kinesis_event(),
+        "dynamodb-streams.json": dynamodb_streams_event(),
+        "not-a-batch-source.json": not_a_batch_source(),
         "scheduled.json": scheduled(),
     }
 
@@ -426,11 +636,18 @@ def files():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only compare, write nothing")
-    parser.add_argument("--balances", action="store_true",
-                        help="print large-batch.json's expected balances and exit")
+    parser.add_argument("--balances", nargs="?", const="large-batch.json", metavar="FILE",
+                        help="print the expected balances of large-batch.json (or of FILE: "
+                             + ", ".join(SOURCE_BALANCES) + ") and exit")
     args = parser.parse_args()
     if args.balances:
-        for account, (balance, count) in sorted(large_batch_balances().items()):
+        if args.balances == "large-batch.json":
+            totals = large_batch_balances()
+        elif args.balances in SOURCE_BALANCES:
+            totals = tally(SOURCE_BALANCES[args.balances])
+        else:
+            sys.exit(f"no balances for {args.balances}")
+        for account, (balance, count) in sorted(totals.items()):
             print(f"{account}={balance} ({count} payments)")
         return
     stale = []

@@ -8,15 +8,20 @@
 # Redis duplicate cache) and `cargo bench --bench throughput` (optimized
 # builds). Prints the results tables and writes bench/results.csv,
 # bench/batch-time-vs-rtt.svg, bench/hot-account.svg, bench/containers.csv,
-# bench/group-size.svg, bench/powertools.csv, bench/sizing-stores.csv and
-# bench/stores.csv.
+# bench/group-size.svg, bench/powertools.csv, bench/sizing-stores.csv,
+# bench/stores.csv, and per batch source against Powertools' BatchProcessor
+# (benches/powertools/sources.py, then the throughput bench's `sources`
+# scenarios) bench/powertools-sources.csv and bench/sources.csv.
 #
-#   infra/bench.sh                 # the full run (about 10 minutes on 2 cores)
+#   infra/bench.sh                 # the full run (about 30 minutes on 2 cores)
 #   BENCH_REPS=0.4 infra/bench.sh  # fewer repetitions (at least one each)
 #   BENCH_ONLY=new-1000x4p/key/5ms infra/bench.sh
 #                                  # only the matching measurements; no files written
 #   BENCH_ONLY=sizing infra/bench.sh   # the default sizing against Powertools
 #                                  # (writes powertools.csv, sizing-stores.csv, group-size.svg)
+#   BENCH_ONLY=sources infra/bench.sh  # per source (MSK, SQS standard and FIFO, Kinesis,
+#                                  # DynamoDB Streams) against Powertools' BatchProcessor
+#                                  # (writes powertools-sources.csv, sources.csv)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +37,15 @@ if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sizing* ]]; then
   .cache/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
   .cache/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 --out bench/powertools.csv
+fi
+
+# Per batch source: Powertools' BatchProcessor + idempotency on the same
+# records (the `sources` scenarios of the throughput bench read its CSV).
+if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sources* ]]; then
+  step "AWS Powertools (Python) BatchProcessor per source (benches/powertools/sources.py)"
+  .cache/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  mkdir -p bench
+  .cache/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
 fi
 
 # The other stores first: PostgreSQL and Redis (the servers local_stack

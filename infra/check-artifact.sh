@@ -7,8 +7,9 @@
 #   2. `bootstrap` present, executable, zipped under 10 MB;
 #   3. the binary started with the Lambda environment answers invocations
 #      through a Lambda Runtime API stand-in (infra/runtime_api.py): a
-#      Kafka event gets an empty partial batch response, an SQS event an
-#      invocation error (NotKafkaEvent); with TRACING_EXPORT=otlp it exports
+#      Kafka event gets an empty partial batch response, an SNS event (not
+#      a batch source) an invocation error (UnknownEventSource); with
+#      TRACING_EXPORT=otlp it exports
 #      its spans (invocation, batch, records) to a stand-in collector.
 # Needs the tools (.cache/venv) and DynamoDB Local with its tables
 # (IDEMPOTENCY_TABLE, LEDGER_TABLE, AWS_ENDPOINT_URL_DYNAMODB): run it from
@@ -52,14 +53,14 @@ echo "artifact: bootstrap $binary_bytes bytes, zipped $zip_bytes bytes (limit $m
 echo "artifact: invoking it through the Runtime API stand-in"
 answers="$(IDEMPOTENCY_KEY_PREFIX="artifact-$(date +%s%N)#" \
   python3 infra/runtime_api.py --bootstrap "$bootstrap" \
-    --event events/two-partitions.json --event events/not-kafka.json \
+    --event events/two-partitions.json --event events/not-a-batch-source.json \
     --event events/scheduled.json)"
 echo "$answers"
 python3 - "$answers" <<'PY'
 import json, sys
-kafka, sqs, scheduled = (json.loads(line) for line in sys.argv[1].splitlines())
+kafka, sns, scheduled = (json.loads(line) for line in sys.argv[1].splitlines())
 assert kafka.get("response") == {"batchItemFailures": []}, kafka
-assert sqs.get("error", {}).get("errorType") == "NotKafkaEvent", sqs
+assert sns.get("error", {}).get("errorType") == "UnknownEventSource", sns
 # The stuck-key check: answered like an empty batch.
 assert scheduled.get("response") == {"batchItemFailures": []}, scheduled
 PY

@@ -7,6 +7,18 @@
 #   infra/demo.sh                   # IDEMPOTENCY_STORE=dynamodb
 #   infra/demo.sh --store postgres  # IDEMPOTENCY_STORE=postgres
 #   infra/demo.sh --store redis     # IDEMPOTENCY_STORE=redis
+#   infra/demo.sh --source sqs      # the function on a queue, not MSK events:
+#                                   #   sqs, sqs-fifo, kinesis or dynamodb-streams
+#                                   #   (with --store as well)
+#
+# With --source, the function's binary (cargo build, debug) is served by
+# infra/poller.py, a local stand-in for Lambda's event source mapping, on a
+# real local server: moto's (infra/sqs-local.sh) for SQS and Kinesis, the
+# stream of a table of DynamoDB Local for DynamoDB Streams. It produces the
+# payments of events/<source>.json, a poison record, and the payments again
+# (a producer retrying them all), polls until drained, and checks the
+# balances against events/README.md's and what the poller saw (every batch
+# answered, nothing left reported, each record delivered once).
 #
 # Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
 # own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh, or a
@@ -15,7 +27,8 @@
 # `exactly-once-ops migrate` into idempotency_demo and ledger_demo), and stops
 # everything it started when it ends, however it ends. Checks every response
 # and the final balances against what the events imply; exits 1 when one
-# differs. The function's log: .cache/demo/watch.log.
+# differs. The function's log: .cache/demo/watch.log (with --source:
+# .cache/demo/function.log).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,20 +36,27 @@ cd "$root"
 
 READY_TIMEOUT=${DEMO_READY_TIMEOUT:-600} # seconds for the first build and start
 store=dynamodb
-case "${1:-}" in
-  "") ;;
-  --store)
-    store="${2:-}"
-    [[ "$store" == dynamodb || "$store" == postgres || "$store" == redis ]] || {
-      echo "usage: $0 [--store dynamodb|postgres|redis]" >&2
-      exit 2
-    }
-    ;;
-  *)
-    echo "usage: $0 [--store dynamodb|postgres|redis]" >&2
-    exit 2
-    ;;
-esac
+source=""
+usage() {
+  echo "usage: $0 [--store dynamodb|postgres|redis] [--source sqs|sqs-fifo|kinesis|dynamodb-streams]" >&2
+  exit 2
+}
+while (($# > 0)); do
+  case "$1" in
+    --store)
+      store="${2:-}"
+      [[ "$store" == dynamodb || "$store" == postgres || "$store" == redis ]] || usage
+      shift 2
+      ;;
+    --source)
+      source="${2:-}"
+      [[ "$source" == sqs || "$source" == sqs-fifo || "$source" == kinesis ||
+        "$source" == dynamodb-streams ]] || usage
+      shift 2
+      ;;
+    *) usage ;;
+  esac
+done
 if [[ "$store" == postgres ]]; then
   IDEMPOTENCY_TABLE=idempotency_demo
   LEDGER_TABLE=ledger_demo
@@ -55,6 +75,7 @@ watch_pid=""
 started_ddb=false
 started_pg=false
 started_redis=false
+started_moto=false
 cleanup() {
   local status=$?
   if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
@@ -73,6 +94,9 @@ cleanup() {
   fi
   if $started_redis; then
     infra/redis-local.sh stop || true
+  fi
+  if $started_moto; then
+    infra/sqs-local.sh stop || true
   fi
   exit "$status"
 }
@@ -123,6 +147,164 @@ else
   infra/show_tables.py --idempotency "$IDEMPOTENCY_TABLE" --ledger "$LEDGER_TABLE" --drop
   infra/local_tables.py --table "IdempotencyTable=$IDEMPOTENCY_TABLE" --table "LedgerTable=$LEDGER_TABLE"
   store_env=(--env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB")
+fi
+
+show() {
+  if [[ "$store" == redis ]]; then
+    local key
+    echo "ledger ($LEDGER_TABLE:<account_id>):"
+    for key in $(redis_demo --scan --pattern "$LEDGER_TABLE:*" | sort); do
+      echo "  $key $(redis_demo hmget "$key" balance_cents payment_count | paste -sd' ')"
+    done
+    echo "keys ($IDEMPOTENCY_TABLE:<pk>) by status:"
+    for key in $(redis_demo --scan --pattern "$IDEMPOTENCY_TABLE:*"); do
+      redis_demo hget "$key" status
+    done | sort | uniq -c | sed 's/^/ /'
+  elif [[ "$store" == postgres ]]; then
+    psql_demo -c "SELECT account_id, balance_cents, payment_count FROM $LEDGER_TABLE ORDER BY account_id" \
+      -c "SELECT status, count(*) AS keys FROM $IDEMPOTENCY_TABLE GROUP BY status ORDER BY status" \
+      -c "SELECT pk, status, version, attempts, origin, error FROM $IDEMPOTENCY_TABLE \
+          WHERE status <> 'COMPLETED' OR (SELECT count(*) FROM $IDEMPOTENCY_TABLE) <= 40 ORDER BY pk"
+  else
+    infra/show_tables.py --ledger "$LEDGER_TABLE" --idempotency "$IDEMPOTENCY_TABLE" --max-rows 40
+  fi
+}
+
+# check_balances ACCOUNT=CENTS[|CENTS...]...: each account's balance is one of
+# the listed values (0 for an absent account); 1 when one is not.
+check_balances() {
+  if [[ "$store" == dynamodb ]]; then
+    local args=()
+    for e in "$@"; do args+=(--expect "$e"); done
+    infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}"
+    return
+  fi
+  local e account allowed balance wrong=0
+  for e in "$@"; do
+    account="${e%%=*}" allowed="${e#*=}"
+    if [[ "$store" == redis ]]; then
+      balance="$(redis_demo hget "$LEDGER_TABLE:$account" balance_cents)"
+      balance="${balance:-0}"
+    else
+      # Variables are interpolated in psql's input, not in -c.
+      balance="$(psql_demo -At -v account="$account" <<<"SELECT coalesce((SELECT balance_cents \
+        FROM $LEDGER_TABLE WHERE account_id = :'account'), 0)")"
+    fi
+    if [[ "|$allowed|" == *"|$balance|"* ]]; then
+      echo "$account: $balance as expected"
+    else
+      echo "$account: $balance, expected $allowed"
+      wrong=1
+    fi
+  done
+  return "$wrong"
+}
+
+# The demo on another batch source (--source): the function's binary served
+# by infra/poller.py on a local queue or stream.
+source_demo() {
+  local name=payments-demo file="events/$source.json" keys records
+  [[ "$source" == sqs-fifo ]] && name=payments-demo.fifo
+  if [[ "$source" == dynamodb-streams ]]; then
+    if ! $started_ddb; then
+      step "DynamoDB Local (its own stream is the source)"
+      started_ddb=true
+      eval "$(infra/dynamodb-local.sh start)"
+      export AWS_ENDPOINT_URL_DYNAMODB
+      echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
+    fi
+  else
+    step "moto's server (infra/sqs-local.sh): the SQS and Kinesis APIs"
+    started_moto=true
+    eval "$(infra/sqs-local.sh start)"
+    export AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
+    echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"
+  fi
+  # Where each record's key comes from: SQS's message attribute
+  # idempotency-key (the default); Kinesis's partition key (the payment's
+  # key), so that a record that is not JSON still has one; the payment id
+  # in a DynamoDB item's new image. And how many records the poller must
+  # deliver: 6 payments, the poison, the 6 again (SQS drops a FIFO queue's
+  # copies, deduplicated by id; DynamoDB writes no stream record for a put
+  # that changes nothing, so the table gets them once).
+  case "$source" in
+    sqs) keys=header records=13 ;;
+    sqs-fifo) keys=header records=7 ;;
+    kinesis) keys=record-key records=13 ;;
+    dynamodb-streams) keys=json:/payment_id records=7 ;;
+  esac
+
+  step "the function's binary (cargo build --bin msk-handler)"
+  local bootstrap
+  bootstrap="$(cargo build --quiet --bin msk-handler --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("target", {}).get("name") == "msk-handler" and message.get("executable"):
+        print(message["executable"])')"
+  echo "demo: $bootstrap"
+
+  step "$source: $name (infra/poller.py create)"
+  python3 infra/poller.py create "$source" "$name"
+
+  step "produce: the 6 payments of $file, a poison record, the 6 again (a producer's retry)"
+  local poison="$work/poison.json"
+  case "$source" in
+    sqs) echo '[{"body": "{\"payment_id\": \"p-sqs-poison\",", "attributes": {"idempotency-key": "pay-sqs-poison"}}]' ;;
+    sqs-fifo) echo '[{"body": "{\"payment_id\": \"p-fifo-poison\",", "attributes": {"idempotency-key": "pay-fifo-poison"}, "group": "acc-fifo-2", "deduplication_id": "pay-fifo-poison"}]' ;;
+    kinesis) echo '[{"data": "{\"payment_id\": \"p-kin-poison\",", "partition_key": "pay-kin-poison"}]' ;;
+    dynamodb-streams) echo '[{"put": {"payment_id": "pay-ddb-poison", "account_id": "acc-ddb-2", "amount_cents": "12.50", "currency": "EUR"}}]' ;;
+  esac >"$poison"
+  python3 infra/poller.py produce "$source" "$name" --from-event "$file" >/dev/null
+  python3 infra/poller.py produce "$source" "$name" --messages "$poison" >/dev/null
+  python3 infra/poller.py produce "$source" "$name" --from-event "$file" >/dev/null
+  echo "demo: produced 13 messages ($records records to deliver)"
+
+  step "poll until drained (infra/poller.py poll: batches of 10, keys from $keys)"
+  local function_env=(--env "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE" --env "LEDGER_TABLE=$LEDGER_TABLE"
+    --env "IDEMPOTENCY_KEY_SOURCE=$keys")
+  local i
+  for ((i = 0; i < ${#store_env[@]}; i += 2)); do function_env+=(--env "${store_env[i + 1]}"); done
+  local summary t0
+  t0=$(now_ms)
+  rm -f "$work/checkpoint.json"
+  summary="$(python3 infra/poller.py poll "$source" "$name" --bootstrap "$bootstrap" \
+    --batch-size 10 --redelivery-delay 1 --timeout 120 --checkpoint "$work/checkpoint.json" \
+    --function-log "$work/function.log" "${function_env[@]}")" || true
+  echo "demo: poller summary ($(($(now_ms) - t0)) ms): $summary"
+  show
+
+  step "balances and deliveries against what the events imply"
+  local expect=() line
+  while read -r line; do expect+=("${line%% *}"); done < <(python3 events/generate.py --balances "$source.json")
+  check_balances "${expect[@]}" || surprises=$((surprises + 1))
+  if python3 - "$summary" "$records" <<'PY'
+import json, sys
+summary, records = json.loads(sys.argv[1] or "{}"), int(sys.argv[2])
+wrong = []
+if summary.get("drained") is not True:
+    wrong.append("not drained")
+for name in ("reported", "invocation_errors", "invalid_responses", "out_of_order"):
+    if summary.get(name, 0) != 0:
+        wrong.append(f"{name} {summary[name]}")
+if summary.get("records") != records:
+    wrong.append(f"{summary.get('records')} records delivered, expected {records}")
+print("deliveries:", "; ".join(wrong) if wrong else
+      f"as expected: {records} records in {summary['batches']} batches, none reported, drained")
+sys.exit(1 if wrong else 0)
+PY
+  then :; else surprises=$((surprises + 1)); fi
+  if ((surprises > 0)); then
+    step "demo finished with $surprises unexpected result(s); function log: $work/function.log"
+    exit 1
+  fi
+  step "demo finished ($source, $store): every balance and delivery as expected"
+}
+
+if [[ -n "$source" ]]; then
+  surprises=0
+  source_demo
+  exit 0
 fi
 
 step "cargo lambda watch"
@@ -183,57 +365,6 @@ response = json.load(sys.stdin)
 items = response.get("batchItemFailures") or []
 ids = [i["itemIdentifier"] for i in items]
 print(" ".join(sorted("%s@%s" % (i["partition"], i["offset"]) for i in ids)))'
-}
-
-show() {
-  if [[ "$store" == redis ]]; then
-    local key
-    echo "ledger ($LEDGER_TABLE:<account_id>):"
-    for key in $(redis_demo --scan --pattern "$LEDGER_TABLE:*" | sort); do
-      echo "  $key $(redis_demo hmget "$key" balance_cents payment_count | paste -sd' ')"
-    done
-    echo "keys ($IDEMPOTENCY_TABLE:<pk>) by status:"
-    for key in $(redis_demo --scan --pattern "$IDEMPOTENCY_TABLE:*"); do
-      redis_demo hget "$key" status
-    done | sort | uniq -c | sed 's/^/ /'
-  elif [[ "$store" == postgres ]]; then
-    psql_demo -c "SELECT account_id, balance_cents, payment_count FROM $LEDGER_TABLE ORDER BY account_id" \
-      -c "SELECT status, count(*) AS keys FROM $IDEMPOTENCY_TABLE GROUP BY status ORDER BY status" \
-      -c "SELECT pk, status, version, attempts, origin, error FROM $IDEMPOTENCY_TABLE \
-          WHERE status <> 'COMPLETED' OR (SELECT count(*) FROM $IDEMPOTENCY_TABLE) <= 40 ORDER BY pk"
-  else
-    infra/show_tables.py --ledger "$LEDGER_TABLE" --idempotency "$IDEMPOTENCY_TABLE" --max-rows 40
-  fi
-}
-
-# check_balances ACCOUNT=CENTS[|CENTS...]...: each account's balance is one of
-# the listed values (0 for an absent account); 1 when one is not.
-check_balances() {
-  if [[ "$store" == dynamodb ]]; then
-    local args=()
-    for e in "$@"; do args+=(--expect "$e"); done
-    infra/show_tables.py --ledger "$LEDGER_TABLE" "${args[@]}"
-    return
-  fi
-  local e account allowed balance wrong=0
-  for e in "$@"; do
-    account="${e%%=*}" allowed="${e#*=}"
-    if [[ "$store" == redis ]]; then
-      balance="$(redis_demo hget "$LEDGER_TABLE:$account" balance_cents)"
-      balance="${balance:-0}"
-    else
-      # Variables are interpolated in psql's input, not in -c.
-      balance="$(psql_demo -At -v account="$account" <<<"SELECT coalesce((SELECT balance_cents \
-        FROM $LEDGER_TABLE WHERE account_id = :'account'), 0)")"
-    fi
-    if [[ "|$allowed|" == *"|$balance|"* ]]; then
-      echo "$account: $balance as expected"
-    else
-      echo "$account: $balance, expected $allowed"
-      wrong=1
-    fi
-  done
-  return "$wrong"
 }
 
 surprises=0
@@ -299,17 +430,17 @@ run self-managed.json \
 run large-batch.json \
   "1,200 payments over 4 partitions, unique keys, 5 accounts" ""
 
-step "not-kafka.json: an SQS event. EXPECTED TO FAIL: the function returns an invocation error"
+step "not-a-batch-source.json: an SNS notification. EXPECTED TO FAIL: the function returns an invocation error"
 t0=$(now_ms)
-if out="$(invoke events/not-kafka.json 2>"$work/invoke.err")"; then
+if out="$(invoke events/not-a-batch-source.json 2>"$work/invoke.err")"; then
   echo "UNEXPECTED: the function answered instead of failing:"
   sed 's/^/  /' <<<"$out"
   surprises=$((surprises + 1))
 else
   echo "invocation error, as expected ($(($(now_ms) - t0)) ms):"
   sed 's/^/  /' "$work/invoke.err"
-  if ! tr -s ' \n│' ' ' <"$work/invoke.err" | grep -q 'not a Kafka event'; then
-    echo "UNEXPECTED: the error does not say \"not a Kafka event\""
+  if ! tr -s ' \n│' ' ' <"$work/invoke.err" | grep -q 'not an event of a batch source'; then
+    echo "UNEXPECTED: the error does not say \"not an event of a batch source\""
     surprises=$((surprises + 1))
   fi
 fi

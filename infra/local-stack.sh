@@ -11,6 +11,9 @@
 # LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
 # PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
 # puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
+# The batch sources of tests/sources.rs (infra/poller.py): Kinesis on the
+# same moto server as SQS (AWS_ENDPOINT_URL_KINESIS), DynamoDB Streams on
+# DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS).
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -23,9 +26,11 @@ local_stack() {
   source "$root/infra/local-env.sh"
   export PATH="$root/.cache/venv/bin:$PATH"
 
-  step "DynamoDB Local, and a local SQS (moto) for the dead-letter queue"
+  step "DynamoDB Local (and its streams); moto's server: SQS (the dead-letter queue, a source) and Kinesis"
   eval "$("$root/infra/dynamodb-local.sh" start)"
   eval "$("$root/infra/sqs-local.sh" start)"
+  export AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
+  export AWS_ENDPOINT_URL_DYNAMODB_STREAMS="$AWS_ENDPOINT_URL_DYNAMODB"
   step "PostgreSQL (infra/postgres-local.sh)"
   eval "$("$root/infra/postgres-local.sh" start)"
   step "Redis, and a Redis Cluster of 3 primaries (infra/redis-local.sh)"
@@ -37,6 +42,8 @@ local_stack() {
   trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
+  echo "AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"
+  echo "AWS_ENDPOINT_URL_DYNAMODB_STREAMS=$AWS_ENDPOINT_URL_DYNAMODB_STREAMS"
   echo "DATABASE_URL=$DATABASE_URL"
   echo "REDIS_URL=$REDIS_URL"
   echo "REDIS_CLUSTER_URL=$REDIS_CLUSTER_URL"

@@ -5,7 +5,7 @@ the caller's), hands it each event in turn, and prints one JSON line per
 event: {"event": FILE, "response": ...} or {"event": FILE, "error": ...}.
 
     infra/runtime_api.py --bootstrap .aws-sam/build/Function/bootstrap \\
-        --event events/two-partitions.json --event events/not-kafka.json
+        --event events/two-partitions.json --event events/not-a-batch-source.json
 
 Exits 1 if the function exits, fails its init, or does not answer an event
 within --timeout seconds. Implements the four routes a function calls
@@ -15,6 +15,9 @@ With --otlp it also stands in for the ADOT layer's collector: it sets
 TRACING_EXPORT=otlp and OTEL_EXPORTER_OTLP_ENDPOINT to a receiver of its
 own and, after the events, prints {"otlp": {"requests": N, "spans": [...]}}
 with the span names found in the OTLP/HTTP protobuf requests it got.
+
+infra/poller.py imports its `Function` (the binary kept warm between
+invocations) to hand it the events it builds from a queue or a stream.
 """
 
 import argparse
@@ -109,6 +112,79 @@ class Collector:
         return sorted(n for n in names if any(n.encode() in body for body in self.bodies))
 
 
+class Gone(Exception):
+    """The function cannot answer: it exited, failed its init, answered
+    another request or did not answer in time. `detail` is the JSON line
+    main() prints for it."""
+
+    def __init__(self, detail):
+        super().__init__(json.dumps(detail))
+        self.detail = detail
+
+
+class Function:
+    """A function's `bootstrap` started as Lambda starts it (the Lambda
+    environment on top of `env`, AWS_LAMBDA_RUNTIME_API naming a Runtime API
+    of its own), kept warm between invocations:
+
+        function = Function("target/debug/msk-handler", env=dict(os.environ))
+        kind, answer = function.invoke(b'{"Records": []}')  # "response" or "error"
+        function.close()
+
+    Its stdout and stderr go to `output` (a file object; this process's
+    stderr when None). Used by main() below and by infra/poller.py."""
+
+    def __init__(self, bootstrap, function_name="msk-handler", env=None, output=None, extra_env=None):
+        self.runtime = Runtime()
+        region = (env or os.environ).get("AWS_REGION", "us-east-1")
+        arn = f"arn:aws:lambda:{region}:123456789012:function:{function_name}"
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.runtime, arn))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        full_env = dict(os.environ if env is None else env)
+        full_env.update({
+            "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.server.server_address[1]}",
+            "AWS_LAMBDA_FUNCTION_NAME": function_name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function_name}",
+            "AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/23/[$LATEST]local",
+            "AWS_LAMBDA_LOG_FORMAT": "JSON",
+            "_HANDLER": "bootstrap",
+            "LAMBDA_TASK_ROOT": os.path.dirname(os.path.abspath(bootstrap)),
+        })
+        full_env.update(extra_env or {})
+        output = output if output is not None else sys.stderr
+        self.process = subprocess.Popen([bootstrap], env=full_env, stdin=subprocess.DEVNULL,
+                                        stdout=output, stderr=output)
+
+    def invoke(self, body, timeout=60):
+        """Hands `body` (bytes) to the function; its answer as ("response" |
+        "error", JSON). Raises Gone when there is none."""
+        request_id = str(uuid.uuid4())
+        self.runtime.events.put((request_id, body))
+        started = time.monotonic()
+        while True:
+            try:
+                kind, answered_id, answer = self.runtime.answers.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    raise Gone({"exited": self.process.returncode})
+                if time.monotonic() - started > timeout:
+                    raise Gone({"timeout": timeout})
+        answer = json.loads(answer or b"null")
+        if kind == "init-error":
+            raise Gone({"init_error": answer})
+        if answered_id != request_id:
+            raise Gone({"wrong_request_id": answered_id})
+        return ("response" if kind == "response" else "error"), answer
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        self.server.shutdown()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", required=True)
@@ -118,54 +194,18 @@ def main():
     parser.add_argument("--otlp", action="store_true", help="export spans to a receiver of this script")
     args = parser.parse_args()
     collector = Collector() if args.otlp else None
-
-    runtime = Runtime()
-    arn = f"arn:aws:lambda:{os.environ.get('AWS_REGION', 'us-east-1')}:123456789012:function:{args.function_name}"
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(runtime, arn))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = dict(os.environ)
-    env.update({
-        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{server.server_address[1]}",
-        "AWS_LAMBDA_FUNCTION_NAME": args.function_name,
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
-        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{args.function_name}",
-        "AWS_LAMBDA_LOG_STREAM_NAME": "2026/11/23/[$LATEST]local",
-        "AWS_LAMBDA_LOG_FORMAT": "JSON",
-        "_HANDLER": "bootstrap",
-        "LAMBDA_TASK_ROOT": os.path.dirname(os.path.abspath(args.bootstrap)),
-    })
-    if collector:
-        env.update({"TRACING_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint()})
-    function = subprocess.Popen([args.bootstrap], env=env, stdin=subprocess.DEVNULL,
-                                stdout=sys.stderr, stderr=sys.stderr)
-    status = 0
+    extra = {"TRACING_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint()} if collector else {}
+    function = Function(args.bootstrap, args.function_name, extra_env=extra)
     try:
         for path in args.event:
             with open(path, "rb") as f:
-                request_id = str(uuid.uuid4())
-                runtime.events.put((request_id, f.read()))
-            started = time.monotonic()
-            while True:
-                try:
-                    kind, answered_id, body = runtime.answers.get(timeout=0.2)
-                    break
-                except queue.Empty:
-                    if function.poll() is not None:
-                        print(json.dumps({"event": path, "exited": function.returncode}))
-                        return 1
-                    if time.monotonic() - started > args.timeout:
-                        print(json.dumps({"event": path, "timeout": args.timeout}))
-                        return 1
-            answer = json.loads(body or b"null")
-            if kind == "init-error":
-                print(json.dumps({"event": path, "init_error": answer}))
+                body = f.read()
+            try:
+                kind, answer = function.invoke(body, args.timeout)
+            except Gone as gone:
+                print(json.dumps({"event": path, **gone.detail}))
                 return 1
-            if answered_id != request_id:
-                print(json.dumps({"event": path, "wrong_request_id": answered_id}))
-                return 1
-            key = "response" if kind == "response" else "error"
-            print(json.dumps({"event": path, key: answer}), flush=True)
+            print(json.dumps({"event": path, kind: answer}), flush=True)
         if collector:
             # The function flushes its spans after each invocation.
             # lambda_runtime names the invocation's span after the function.
@@ -175,10 +215,8 @@ def main():
                 time.sleep(0.1)
             print(json.dumps({"otlp": {"requests": len(collector.bodies), "spans": collector.span_names(names)}}))
     finally:
-        function.kill()
-        function.wait()
-        server.shutdown()
-    return status
+        function.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Starts or stops a local SQS (moto's server, installed by infra/tools.sh):
-# the dead-letter queue parked records are forwarded to, in the tests.
+# the dead-letter queue parked records are forwarded to, in the tests, and
+# the SQS queues and Kinesis streams infra/poller.py serves the function
+# from (the same server answers both APIs: AWS_ENDPOINT_URL_KINESIS may
+# name it too).
 #
 #   eval "$(infra/sqs-local.sh start)"   # exports AWS_ENDPOINT_URL_SQS
 #   ...                                   #   and SQS_LOCAL_PID

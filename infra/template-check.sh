@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The template for a new function, used the way SAM users start:
+# The template for a new function, used the way SAM users start, once per
+# event source it offers (kafka, the default, then sqs, kinesis and
+# dynamodb-streams):
 #   1. `sam init --location templates/msk-function --no-input` into a
-#      temporary directory, exactly-once pointed at this checkout by path;
-#   2. its src/main.rs is the README's quick start, line for line (plus the
-#      line that declares its test module);
+#      temporary directory, exactly-once pointed at this checkout by path
+#      (the default source as `--no-input` picks it, the others by
+#      `event_source` in --extra-context);
+#   2. the default's src/main.rs is the README's quick start, line for line
+#      (plus the line that declares its test module); the other sources'
+#      differ from it only in the record type (the source-neutral `Record`)
+#      and reading the payload with `record.body()`;
 #   3. its template.yaml passes cfn-lint, `sam validate --lint` and
-#      `sam validate`;
-#   4. it builds, and its test passes on DynamoDB Local.
+#      `sam validate`, and its mapping reports partial batch responses;
+#   4. it builds, is rustfmt-clean, and its test (its source's sample event
+#      delivered twice, each payment applied once) passes on DynamoDB Local.
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
@@ -19,32 +26,48 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 
-echo "template: sam init --location templates/msk-function"
-# sam and cookiecutter keep replay files under HOME: a throwaway one.
-HOME="$work/home" sam init --location "$root/templates/msk-function" --no-input \
-  --output-dir "$work" \
-  --extra-context "{\"project_name\": \"msk-payments\", \"exactly_once_path\": \"$root\"}"
-project="$work/msk-payments"
-[[ -f "$project/template.yaml" && -f "$project/src/main.rs" ]] \
-  || { echo "template: no project in $project" >&2; exit 1; }
+for source in kafka sqs kinesis dynamodb-streams; do
+  echo "template ($source): sam init --location templates/msk-function"
+  context="{\"project_name\": \"msk-payments\", \"exactly_once_path\": \"$root\""
+  [[ $source == kafka ]] || context+=", \"event_source\": \"$source\""
+  context+="}"
+  # sam and cookiecutter keep replay files under HOME: a throwaway one.
+  HOME="$work/home" sam init --location "$root/templates/msk-function" --no-input \
+    --output-dir "$work/$source" --extra-context "$context"
+  project="$work/$source/msk-payments"
+  [[ -f "$project/template.yaml" && -f "$project/src/main.rs" ]] \
+    || { echo "template: no project in $project" >&2; exit 1; }
 
-echo "template: src/main.rs is the README's quick start"
-python3 - "$root/README.md" "$project/src/main.rs" <<'PY'
+  echo "template ($source): src/main.rs is the README's quick start"
+  python3 - "$root/README.md" "$project/src/main.rs" "$source" <<'PY'
 import pathlib, re, sys
 readme, main = pathlib.Path(sys.argv[1]).read_text(), pathlib.Path(sys.argv[2]).read_text()
+source = sys.argv[3]
 section = readme.split("\n## Your own handler\n", 1)[1].split("\n## ", 1)[0]
 rust = re.search(r"^```rust\n(.*?)^```$", section, re.S | re.M).group(1)
 expected = rust + "\n#[cfg(test)]\nmod tests;\n"
+if source != "kafka":
+    for kafka, any_source in [("type Record = KafkaRecord;", "type Record = Record;"),
+                              ("record: &KafkaRecord,", "record: &Record,"),
+                              ("&record.value)", "&record.body())")]:
+        if expected.count(kafka) != 1:
+            sys.exit(f"template: the README's quick start has no single {kafka!r}")
+        expected = expected.replace(kafka, any_source)
 if main != expected:
-    sys.exit("template: src/main.rs differs from the README's quick start")
+    sys.exit(f"template: src/main.rs ({source}) differs from the README's quick start")
 PY
 
-echo "template: its template.yaml validated"
-cfn-lint "$project/template.yaml"
-sam validate --lint --template-file "$project/template.yaml"
-sam validate --template-file "$project/template.yaml"
+  echo "template ($source): its template.yaml validated"
+  cfn-lint "$project/template.yaml"
+  sam validate --lint --template-file "$project/template.yaml"
+  sam validate --template-file "$project/template.yaml"
+  grep -q "EVENT_SOURCES: $source\$" "$project/template.yaml" \
+    || { echo "template: EVENT_SOURCES is not $source" >&2; exit 1; }
+  grep -q -- "- ReportBatchItemFailures\$" "$project/template.yaml" \
+    || { echo "template: the $source mapping has no ReportBatchItemFailures" >&2; exit 1; }
 
-echo "template: cargo test on DynamoDB Local"
-cp "$root/Cargo.lock" "$project/"
-(cd "$project" && cargo fmt --check && CARGO_TARGET_DIR="$root/target" cargo test --quiet)
-echo "template: OK, from sam init to a green test in $(($(date +%s) - started)) s"
+  echo "template ($source): cargo test on DynamoDB Local"
+  cp "$root/Cargo.lock" "$project/"
+  (cd "$project" && cargo fmt --check && CARGO_TARGET_DIR="$root/target" cargo test --quiet)
+done
+echo "template: OK, from sam init to a green test for 4 sources in $(($(date +%s) - started)) s"

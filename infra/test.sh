@@ -4,7 +4,9 @@
 # PostgreSQL cluster and a redis-server, then runs rustfmt, clippy, the docs,
 # the feature checks, the tests of every crate (the PostgreSQL and Redis ones
 # among them: tests/store_postgres.rs, store_redis.rs, ledger_stores.rs,
-# postgres_faults.rs, redis_faults.rs), the README's quick start built
+# postgres_faults.rs, redis_faults.rs; and tests/sources.rs, the function on
+# SQS and Kinesis of moto's server and DynamoDB Local's streams through
+# infra/poller.py), the README's quick start built
 # outside the repository, the link check and the template validation.
 set -euo pipefail
 

@@ -1,5 +1,6 @@
 //! Exactly-once processing of Kafka events (Amazon MSK, self-managed Kafka)
-//! on AWS Lambda. Every record's idempotency key is claimed with ONE
+//! on AWS Lambda, and of SQS (standard and FIFO), Kinesis and DynamoDB
+//! Streams events through the same engine. Every record's idempotency key is claimed with ONE
 //! conditional write in the idempotency store (DynamoDB by default,
 //! PostgreSQL or Redis), its work runs once, and its completion is fenced
 //! on version + owner; Lambda is answered with the records that did not
@@ -138,8 +139,9 @@ pub use run::{run, run_with};
 pub use serve::{Only, Serve};
 
 pub use exactly_once_core::{clock, config, engine, redact};
-/// The Lambda edge for Kafka events: decoding, keys, fingerprints,
-/// settings, the partial batch response, metrics, dead letters, spans.
+/// The Lambda edge for every batch source (Kafka, SQS, Kinesis, DynamoDB
+/// Streams): decoding, keys, fingerprints, settings, the partial batch
+/// response, metrics, dead letters, spans.
 pub use exactly_once_lambda as lambda;
 pub use exactly_once_lambda::schema;
 /// The Lambda runtime this crate is built with.
@@ -218,4 +220,8 @@ pub mod manual {
     /// docs/stores.md
     #[doc = include_str!("../docs/stores.md")]
     pub struct Stores;
+
+    /// docs/sources.md
+    #[doc = include_str!("../docs/sources.md")]
+    pub struct Sources;
 }

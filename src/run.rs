@@ -18,7 +18,10 @@ use crate::backend::{Backend, Patience};
 use crate::error::BoxError;
 use crate::{Serve, StartError};
 
-/// Serves `handler` as the MSK function until the Lambda runtime stops:
+/// Serves `handler` as the function until the Lambda runtime stops, for
+/// every batch source its record type takes (Kafka, SQS, Kinesis, DynamoDB
+/// Streams: [`exactly_once_lambda::FromRecord`]), each recognised from the
+/// event:
 /// every variable of docs/configuration.md read and checked at start
 /// (a wrong one stops the function with a [`StartError`] that names it).
 ///

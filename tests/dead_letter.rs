@@ -167,3 +167,54 @@ async fn a_parked_record_that_cannot_reach_the_queue_is_reported_not_lost() {
     assert_eq!(reported(&invoke(&function, &batch).await), ["payments-0@1"]);
     assert_eq!(balance(&a).await, 310);
 }
+
+/// A parked SQS message and a parked Kinesis record go to the queue whole,
+/// named by their source's identifiers.
+#[tokio::test]
+async fn parked_records_of_other_sources_go_to_the_queue_whole() {
+    use support::sources::{Payment, kinesis_event, message_id, sequence, sqs_event};
+    let (sqs, url) = support::sqs::queue().await;
+    let function = function_with(DeadLetterQueue::new(sqs.clone(), &url)).await;
+    let a = account();
+    let sqs_batch = sqs_event(
+        "payments",
+        &[
+            Payment::new(&format!("{a}-1"), &a, 10),
+            Payment::poison(&format!("{a}-bad")),
+        ],
+    );
+    assert_eq!(
+        reported(&invoke(&function, &sqs_batch).await),
+        Vec::<String>::new()
+    );
+    let kinesis_batch = kinesis_event(
+        "shardId-000000000000",
+        5,
+        &[Payment::poison(&format!("{a}-k"))],
+    );
+    assert_eq!(
+        reported(&invoke(&function, &kinesis_batch).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&a).await, 10);
+
+    let letters = support::sqs::drain(&sqs, &url).await;
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    let from = |source: &str| {
+        letters
+            .iter()
+            .find(|letter| letter["eventSource"] == source)
+            .unwrap_or_else(|| panic!("no letter from {source}: {letters:?}"))
+    };
+    let (sqs_letter, kinesis_letter) = (from("aws:sqs"), from("aws:kinesis"));
+    assert_eq!(sqs_letter["reason"], "failed");
+    assert_eq!(sqs_letter["partition"], "payments");
+    assert_eq!(sqs_letter["id"], message_id(&format!("{a}-bad")));
+    assert_eq!(sqs_letter["eventSource"], "aws:sqs");
+    assert_eq!(sqs_letter["record"], sqs_batch["Records"][1]);
+    // Keyed by a header, which Kinesis records have not: refused, parked.
+    assert_eq!(kinesis_letter["reason"], "invalid");
+    assert_eq!(kinesis_letter["partition"], "payments/shardId-000000000000");
+    assert_eq!(kinesis_letter["id"], sequence(5));
+    assert_eq!(kinesis_letter["record"], kinesis_batch["Records"][0]);
+}

@@ -37,9 +37,9 @@ use ledger::{LedgerHandler, LedgerMode, Payment};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use support::msk::{
-    account, balance, event, header_keys, invoke, payment, payment_stream, reported,
-    stream_balances,
+    account, balance, event, header_keys, invoke, payment, reported, stream_balances,
 };
+use support::sources::Encoding;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -65,6 +65,8 @@ struct WorkerConfig {
     /// of a batch goes to this many of them (Lambda Managed Instances, with
     /// the overlap of a rebalance).
     invocations: usize,
+    /// The source whose events the batches are.
+    encoding: Encoding,
 }
 
 fn store_config(config: &WorkerConfig) -> StoreConfig {
@@ -215,7 +217,7 @@ where
     // The default configuration: groups sized from the store's answers.
     let function = BatchFunction::new(
         Engine::new(store, handler, EngineConfig::default()),
-        support::msk::settings(header_keys()),
+        support::msk::settings(config.encoding.keys()),
     );
     for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
         // Like Lambda: the batch comes again until nothing is reported, to
@@ -366,6 +368,7 @@ async fn orphaned_claim(batch: &Value, lock_ms: u64) -> WorkerConfig {
         pause_in_handler: true,
         charge_api: None,
         invocations: 1,
+        encoding: Encoding::Kafka,
     };
     let mut worker = Worker::start(&config);
     let claimed = worker.next().await.expect("the worker claims");
@@ -484,7 +487,13 @@ struct Storm {
 
 /// Runs streams of payments through worker processes, killing them at
 /// random points, until `kills` kills were made; checks every stream's ledger.
-async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm {
+async fn storm(
+    mode: &str,
+    kills: usize,
+    seed: u64,
+    invocations: usize,
+    encoding: Encoding,
+) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut storm = Storm {
         kills: 0,
@@ -497,7 +506,7 @@ async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm
     while storm.kills < kills {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
-        let batches = payment_stream(&stream, &accounts, 8);
+        let batches = support::sources::payment_stream(encoding, &stream, &accounts, 8);
         let mut config = WorkerConfig {
             key_prefix: format!("storm-{}#", uuid::Uuid::new_v4()),
             mode: mode.into(),
@@ -507,6 +516,7 @@ async fn storm(mode: &str, kills: usize, seed: u64, invocations: usize) -> Storm
             pause_in_handler: false,
             charge_api: None,
             invocations,
+            encoding,
         };
         loop {
             let mut worker = Worker::start(&config);
@@ -549,13 +559,14 @@ fn seed() -> u64 {
 }
 
 /// A storm in an exactly-once mode: no payment applied twice, none lost;
-/// each worker serving `invocations` invocations at once.
-async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize) {
+/// each worker serving `invocations` invocations at once, the batches
+/// events of `encoding`'s source.
+async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize, encoding: Encoding) {
     let seed = seed();
-    let storm = storm(mode, kills, seed, invocations).await;
+    let storm = storm(mode, kills, seed, invocations, encoding).await;
     let store = test_store();
     println!(
-        "{mode} storm on {store:?}, {invocations} invocation(s) at once \
+        "{mode} storm on {store:?}, {encoding:?} events, {invocations} invocation(s) at once \
          (KILL_TEST_SEED={seed}): {storm:?}"
     );
     assert!(storm.kills >= kills);
@@ -574,12 +585,12 @@ async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_mode_never_applies_a_payment_twice_under_sigkill() {
-    exactly_once_storm("transactional", kills_wanted(), 1).await;
+    exactly_once_storm("transactional", kills_wanted(), 1, Encoding::Kafka).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_free_mode_never_applies_a_payment_twice_under_sigkill() {
-    exactly_once_storm("lock-free", kills_wanted(), 1).await;
+    exactly_once_storm("lock-free", kills_wanted(), 1, Encoding::Kafka).await;
 }
 
 /// Lambda Managed Instances: every delivery of a batch goes to 4
@@ -587,18 +598,41 @@ async fn lock_free_mode_never_applies_a_payment_twice_under_sigkill() {
 /// all together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_mode_with_4_invocations_at_once_never_applies_a_payment_twice() {
-    exactly_once_storm("transactional", kills_wanted() / 2, 4).await;
+    exactly_once_storm("transactional", kills_wanted() / 2, 4, Encoding::Kafka).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_free_mode_with_4_invocations_at_once_never_applies_a_payment_twice() {
-    exactly_once_storm("lock-free", kills_wanted() / 2, 4).await;
+    exactly_once_storm("lock-free", kills_wanted() / 2, 4, Encoding::Kafka).await;
+}
+
+/// The storms on SQS FIFO events (a message group per account) and on
+/// Kinesis events (one shard, keys from the payload): the same payments,
+/// the same checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_mode_on_sqs_fifo_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("lock-free", kills_wanted() / 4, 1, Encoding::SqsFifo).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_on_sqs_fifo_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("transactional", kills_wanted() / 4, 1, Encoding::SqsFifo).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_mode_on_kinesis_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("lock-free", kills_wanted() / 4, 1, Encoding::Kinesis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_on_kinesis_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("transactional", kills_wanted() / 4, 1, Encoding::Kinesis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_mode_shows_the_window_between_effect_and_completion() {
     let seed = seed();
-    let storm = storm("direct", kills_wanted() / 2, seed, 1).await;
+    let storm = storm("direct", kills_wanted() / 2, seed, 1, Encoding::Kafka).await;
     // Direct mode may repeat a payment killed between its effect and its
     // completion, and only then: never a lost payment.
     println!("direct storm (KILL_TEST_SEED={seed}): {storm:?}");
@@ -658,6 +692,7 @@ async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
             pause_in_handler: false,
             charge_api: Some(api.addr),
             invocations: 1,
+            encoding: Encoding::Kafka,
         };
         let mut stolen = Vec::new();
         loop {

@@ -10,8 +10,8 @@
 //! It sends events/two-partitions.json with the account ids made unique to
 //! this run (the tables are shared with other tests and runs), and a unique
 //! `IDEMPOTENCY_KEY_PREFIX`: the first delivery moves the balances by the
-//! event's amounts, the same batch again changes nothing, and an SQS event is
-//! an invocation error.
+//! event's amounts, the same batch again changes nothing, and an SNS event
+//! (not a batch source) is an invocation error.
 //!
 //! The second test redrives failed batches through the same function with
 //! `exactly-once-ops redrive`: from invocation records in S3 (moto's, at
@@ -110,15 +110,18 @@ fn msk_handler_through_cargo_lambda_watch() {
         "the redelivered batch must not change the balances"
     );
 
-    // Not a Kafka event: an invocation error, so Lambda would retry it whole.
-    let answer = watch.invoke(&root.join("events/not-kafka.json"));
+    // Not an event of a batch source (an SNS notification): an invocation
+    // error, so Lambda would retry it whole.
+    let answer = watch.invoke(&root.join("events/not-a-batch-source.json"));
     assert!(
         !answer.status.success(),
-        "an SQS event must be an invocation error\n{answer}"
+        "an SNS event must be an invocation error\n{answer}"
     );
     assert!(
-        answer.flat_text().contains("not a Kafka event"),
-        "the error should say \"not a Kafka event\"\n{answer}"
+        answer
+            .flat_text()
+            .contains("not an event of a batch source"),
+        "the error should say \"not an event of a batch source\"\n{answer}"
     );
     // `watch` is dropped here (and on any panic above): the watch process
     // group, with the function it started, is killed.

@@ -270,3 +270,69 @@ async fn with_plain_keys_the_same_batch_does_log_its_keys() {
         "payloads never"
     );
 }
+
+/// SQS, Kinesis and DynamoDB Streams records with planted secrets (in the
+/// message attribute that is the key, in bodies that are not payments): no
+/// secret in any line or stored error, and each record line names the
+/// record by its unit and id, not by an offset.
+#[tokio::test]
+async fn other_sources_keep_keys_and_payloads_out_of_logs_and_name_records_by_id() {
+    use support::sources::{Payment, inserts_event, kinesis_event, sqs_event};
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let a = support::msk::account();
+    let function = ledger_function_with(
+        ledger_mode(),
+        hashed(header_keys()),
+        EngineConfig::default(),
+    )
+    .await;
+    let secret_key = format!("{KEY_SECRET}-{a}");
+    let mut poison = Payment::poison(&format!("{KEY_SECRET}-poison-{a}"));
+    poison.account = format!("{PAYLOAD_SECRET}-account");
+    let sqs = sqs_event(
+        "payments",
+        &[Payment::new(&secret_key, &a, 5), poison.clone()],
+    );
+    assert_eq!(
+        reported(&invoke(&function, &sqs).await),
+        Vec::<String>::new()
+    );
+    // Keyed by the payment id (Kinesis and Streams records have no attributes).
+    let json_keys = support::msk::ledger_function_with(
+        ledger_mode(),
+        hashed(
+            KeySpec::parse(
+                "json:/payment_id",
+                "idempotency-key".into(),
+                MissingKeyPolicy::Reject,
+            )
+            .expect("keys"),
+        ),
+        EngineConfig::default(),
+    )
+    .await;
+    let kinesis = kinesis_event("shardId-000000000000", 0, &[poison.clone()]);
+    let streams = inserts_event(7, &[poison]);
+    for event in [kinesis, streams] {
+        assert_eq!(
+            reported(&invoke(&json_keys, &event).await),
+            Vec::<String>::new()
+        );
+    }
+    drop(_guard);
+    let lines = capture.lines();
+    let record_lines: Vec<&String> = lines.iter().filter(|l| l.contains("record ")).collect();
+    assert_eq!(record_lines.len(), 4, "{lines:#?}");
+    for line in &record_lines {
+        assert!(
+            line.contains("\"id\": ") && !line.contains("\"offset\": "),
+            "named by id: {line}"
+        );
+    }
+    let leaks: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains(KEY_SECRET) || l.contains(PAYLOAD_SECRET))
+        .collect();
+    assert!(leaks.is_empty(), "secrets in logs:\n{leaks:#?}");
+}

@@ -60,6 +60,8 @@ struct Report {
     causes: BTreeMap<String, u64>,
     /// Schedules run in lock-free mode (their path asserted).
     lock_free_schedules: u64,
+    /// Schedules by the source whose events the mapping delivered.
+    by_source: BTreeMap<String, u64>,
     /// Per poison setup: records, records in the destination, good records
     /// in the destination (any cause but being poison, keyless or a reused
     /// key themselves).
@@ -85,6 +87,9 @@ impl Report {
         self.parked += other.parked;
         self.produced_bad += other.produced_bad;
         self.lock_free_schedules += other.lock_free_schedules;
+        for (source, count) in &other.by_source {
+            *self.by_source.entry(source.clone()).or_default() += count;
+        }
         for (setup, counts) in &other.by_setup {
             let total = self.by_setup.entry(setup).or_default();
             for (total, count) in total.iter_mut().zip(counts) {
@@ -185,11 +190,15 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
             .await
             .iter()
             .filter_map(|message| {
-                let partition = message["partition"].as_str()?.strip_prefix("payments-")?;
-                Some((
-                    partition.parse().ok()?,
-                    message["offset"].as_u64()? as usize,
-                ))
+                use exactly_once::lambda::ItemIdentifier;
+                let id = match message["id"].as_str() {
+                    Some(id) => ItemIdentifier::Id(id.to_owned()),
+                    None => ItemIdentifier::Kafka {
+                        partition: message["partition"].as_str()?.to_owned(),
+                        offset: message["offset"].as_i64()?,
+                    },
+                };
+                simulation::mapping::at_of(&id)
             })
             .collect(),
         None => BTreeSet::new(),
@@ -238,6 +247,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         .violations
         .extend(path_violations(&schedule, &log, report.completed));
     report.lock_free_schedules = u64::from(schedule.ledger_mode == LedgerMode::LockFree);
+    report
+        .by_source
+        .insert(format!("{:?}", schedule.encoding), 1);
     report.violations.extend(log.check(&items));
     report
 }
@@ -349,13 +361,14 @@ async fn randomized_schedules_keep_every_invariant() {
         })
         .collect();
     let summary = format!(
-        "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted) in {:.1} s, \
+        "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted; by source {:?}) in {:.1} s, \
          {} invocations ({} invocation errors, {} bisections), \
          faults injected: {} ({}), records checked {} ({} produced bad: {:.1}%; {} completed, \
          {} parked, {} in the destination: {:.1}%, by cause: {}), \
          per poison setup: {}; group sizes changed {} times; writes checked {}, \
          direct-mode repeats {}, violations: {}",
         total.lock_free_schedules,
+        total.by_source,
         started.elapsed().as_secs_f64(),
         total.invocations,
         total.invocation_errors,
@@ -387,6 +400,8 @@ async fn randomized_schedules_keep_every_invariant() {
         // The containers sized their groups from the store's answers (the
         // default sizing, under the schedules' latency and throttling).
         assert!(total.resizes > 0, "no group was ever resized: {summary}");
+        // Every source's mapping ran: Kafka's, SQS FIFO's and Kinesis's.
+        assert_eq!(total.by_source.len(), 3, "a source never ran: {summary}");
     }
     if !failures.is_empty() {
         let details: Vec<String> = failures

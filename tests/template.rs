@@ -582,3 +582,346 @@ fn the_permissions_page_lists_exactly_the_roles_managed_policies() {
         "the managed policies docs/iam.md lists (left) and those of FunctionRole (right)"
     );
 }
+
+/// Each event source the template offers (`EventSource`): its name (the
+/// library's, as `EVENT_SOURCES` takes it), its event source mappings, the
+/// parameters the Rules require for it, and the role statements it alone
+/// gets.
+struct Offered {
+    source: &'static str,
+    mappings: &'static [&'static str],
+    required: &'static [&'static str],
+    statements: &'static [&'static str],
+}
+
+const OFFERED: [Offered; 4] = [
+    Offered {
+        source: "kafka",
+        mappings: &["FunctionKafka", "SelfManagedEventSourceMapping"],
+        required: &[
+            "TopicName",
+            "ConsumerGroupId",
+            "ClusterArn",
+            "BootstrapServers",
+        ],
+        statements: &[
+            "KafkaCluster",
+            "KafkaTopic",
+            "KafkaGroup",
+            "KafkaSecrets",
+            "KafkaVpc",
+        ],
+    },
+    Offered {
+        source: "sqs",
+        mappings: &["SqsEventSourceMapping"],
+        required: &["SqsQueueArn"],
+        statements: &["SqsQueue"],
+    },
+    Offered {
+        source: "kinesis",
+        mappings: &["KinesisEventSourceMapping"],
+        required: &["KinesisStreamArn"],
+        statements: &["KinesisStream"],
+    },
+    Offered {
+        source: "dynamodb-streams",
+        mappings: &["DynamoDbStreamsEventSourceMapping"],
+        required: &["DynamoDbStreamArn"],
+        statements: &["DynamoDbStream"],
+    },
+];
+
+/// Any tagged value (`!Equals [...]`) as its tag's name and its value.
+fn tagged(value: &Value) -> Option<(String, &Value)> {
+    match value {
+        Value::Tagged(tagged) => Some((
+            tagged.tag.to_string().trim_start_matches('!').to_owned(),
+            &tagged.value,
+        )),
+        _ => None,
+    }
+}
+
+/// The `EventSource` values under which `condition` (a template condition
+/// or one of its parts) can hold; `None`: any (it does not depend on
+/// `EventSource`).
+fn sources_of(template: &Value, condition: &Value) -> Option<BTreeSet<String>> {
+    let all = || -> BTreeSet<String> {
+        template["Parameters"]["EventSource"]["AllowedValues"]
+            .as_sequence()
+            .expect("EventSource's values")
+            .iter()
+            .map(|v| v.as_str().expect("a value").to_owned())
+            .collect()
+    };
+    // `!Equals [!Ref EventSource, X]`: X.
+    let equals = |parts: &Value| -> Option<String> {
+        let parts = parts.as_sequence()?;
+        match (tagged(&parts[0]), parts[1].as_str()) {
+            (Some((tag, Value::String(name))), Some(value))
+                if tag == "Ref" && name == "EventSource" =>
+            {
+                Some(value.to_owned())
+            }
+            _ => None,
+        }
+    };
+    let (tag, inner) = tagged(condition)?;
+    match tag.as_str() {
+        "Condition" => {
+            let name = inner.as_str().expect("a condition's name");
+            let next = &template["Conditions"][name];
+            assert!(!next.is_null(), "no condition {name}");
+            sources_of(template, next)
+        }
+        "Equals" => equals(inner).map(|value| BTreeSet::from([value])),
+        "Not" => {
+            let (tag, parts) = tagged(&inner.as_sequence()?[0])?;
+            let value = (tag == "Equals").then(|| equals(parts)).flatten()?;
+            Some(all().into_iter().filter(|v| *v != value).collect())
+        }
+        "And" => inner
+            .as_sequence()?
+            .iter()
+            .filter_map(|part| sources_of(template, part))
+            .reduce(|a, b| a.intersection(&b).cloned().collect()),
+        "Or" => inner
+            .as_sequence()?
+            .iter()
+            .map(|part| sources_of(template, part))
+            .collect::<Option<Vec<_>>>()
+            .map(|sets| sets.into_iter().flatten().collect()),
+        _ => None,
+    }
+}
+
+/// The `EventSource` values under which the template condition `name` holds.
+fn sources_of_condition(template: &Value, name: &str) -> Option<BTreeSet<String>> {
+    sources_of(
+        template,
+        &Value::Tagged(Box::new(serde_norway::value::TaggedValue {
+            tag: serde_norway::value::Tag::new("Condition"),
+            value: Value::String(name.to_owned()),
+        })),
+    )
+}
+
+/// `EventSource` offers exactly the library's sources, Kafka first and by
+/// default (the stack as before: an MSK trigger); each has its event source
+/// mapping, which exists only with it and answers with partial batch
+/// responses (`ReportBatchItemFailures`: the function reports the records
+/// that did not finish, and Lambda delivers only those again); the Rules
+/// refuse a stack whose chosen source misses its queue, stream or topic.
+#[test]
+fn each_source_has_its_mapping_with_partial_batch_responses() {
+    let template = template();
+    let parameter = &template["Parameters"]["EventSource"];
+    let offered: Vec<&str> = parameter["AllowedValues"]
+        .as_sequence()
+        .expect("EventSource's values")
+        .iter()
+        .map(|v| v.as_str().expect("a value"))
+        .collect();
+    let library: Vec<&str> = settings::Source::ALL.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        offered, library,
+        "EventSource's values are the library's sources"
+    );
+    assert_eq!(parameter["Default"].as_str(), Some("kafka"));
+    assert_eq!(
+        OFFERED.iter().map(|o| o.source).collect::<Vec<_>>(),
+        library
+    );
+
+    let resources = template["Resources"].as_mapping().expect("resources");
+    let mappings: BTreeSet<&str> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Lambda::EventSourceMapping")
+        .filter_map(|(id, _)| id.as_str())
+        .collect();
+    let listed: BTreeSet<&str> = OFFERED
+        .iter()
+        .flat_map(|o| o.mappings.iter().copied())
+        .collect();
+    assert_eq!(
+        mappings, listed,
+        "the template's mappings (left), those listed here (right)"
+    );
+
+    for offered in &OFFERED {
+        for id in offered.mappings {
+            let mapping = &template["Resources"][*id];
+            let condition = mapping["Condition"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{id} exists only with its source"));
+            assert_eq!(
+                sources_of_condition(&template, condition),
+                Some(BTreeSet::from([offered.source.to_owned()])),
+                "{id} exists only with EventSource {}",
+                offered.source
+            );
+            let properties = untagged(&mapping["Properties"]);
+            assert_eq!(
+                properties["FunctionName"].as_str(),
+                Some("Function"),
+                "{id}"
+            );
+            assert_eq!(
+                properties["FunctionResponseTypes"],
+                serde_norway::from_str::<Value>("[ReportBatchItemFailures]").unwrap(),
+                "{id} answers with partial batch responses"
+            );
+            // Retries, bisection and an on-failure destination where the
+            // source has them; an SQS mapping takes none (the queue's
+            // redrive policy counts receives instead).
+            let retries = [
+                "MaximumRetryAttempts",
+                "BisectBatchOnFunctionError",
+                "DestinationConfig",
+            ];
+            for property in retries {
+                assert_eq!(
+                    properties[property].is_null(),
+                    offered.source == "sqs",
+                    "{id}: {property}"
+                );
+            }
+            if offered.source != "sqs" {
+                assert_eq!(
+                    properties["BisectBatchOnFunctionError"].as_bool(),
+                    Some(true),
+                    "{id}"
+                );
+            }
+        }
+        // The Rules refuse the source without its queue, stream or topic.
+        for required in offered.required {
+            let refused = template["Rules"]
+                .as_mapping()
+                .expect("rules")
+                .values()
+                .filter(|rule| {
+                    sources_of(&template, &rule["RuleCondition"])
+                        == Some(BTreeSet::from([offered.source.to_owned()]))
+                })
+                .flat_map(|rule| rule["Assertions"].as_sequence().expect("assertions"))
+                .any(|assertion| {
+                    untagged(&assertion["Assert"])
+                        == serde_norway::from_str::<Value>(&format!("[[{required}, \"\"]]"))
+                            .unwrap()
+                });
+            assert!(
+                refused,
+                "no rule refuses EventSource {} without {required}",
+                offered.source
+            );
+        }
+    }
+}
+
+/// The function serves the source its mapping delivers and refuses any
+/// other (`EVENT_SOURCES`): the variable is `EventSource` itself, whose
+/// values are the library's names, and each mapping exists only under its
+/// own value (above).
+#[test]
+fn the_function_serves_exactly_the_source_of_its_mapping() {
+    let template = template();
+    let variable = &resource(&template, "Function")["Environment"]["Variables"]["EVENT_SOURCES"];
+    match tagged(variable) {
+        Some((tag, Value::String(name))) if tag == "Ref" => assert_eq!(name, "EventSource"),
+        _ => panic!("EVENT_SOURCES is {variable:?}, not !Ref EventSource"),
+    }
+    for offered in &OFFERED {
+        let parsed = settings::Source::parse(offered.source)
+            .unwrap_or_else(|e| panic!("EVENT_SOURCES={}: {e}", offered.source));
+        assert_eq!(parsed.name(), offered.source);
+    }
+}
+
+/// Each source's role statements exist only when it is the stack's source
+/// (its queue or stream named, never `*`), and with SQS, whose mapping has
+/// no on-failure destination, the destinations' statements do not exist.
+#[test]
+fn each_sources_role_statements_exist_only_with_it() {
+    let template = template();
+    let statements = role_statements();
+    let only = |source: &str| Some(BTreeSet::from([source.to_owned()]));
+    for offered in &OFFERED {
+        for sid in offered.statements {
+            let statement = statements
+                .get(*sid)
+                .unwrap_or_else(|| panic!("FunctionRole has no statement {sid}"));
+            let condition = statement
+                .condition
+                .as_deref()
+                .unwrap_or_else(|| panic!("{sid} exists always"));
+            assert_eq!(
+                sources_of_condition(&template, condition),
+                only(offered.source),
+                "{sid} exists only with EventSource {} (its condition {condition})",
+                offered.source
+            );
+            assert!(
+                !statement.resources.contains("*") || *sid == "KafkaVpc",
+                "{sid} on *"
+            );
+        }
+        if offered.source != "kafka" {
+            let sid = offered.statements[0];
+            assert_eq!(
+                statements[sid].resources,
+                offered.required.iter().map(|r| (*r).to_owned()).collect(),
+                "{sid} is on {:?}",
+                offered.required
+            );
+        }
+    }
+    // No other statement grants a source's reading actions.
+    let owned: BTreeSet<&str> = OFFERED
+        .iter()
+        .flat_map(|o| o.statements.iter().copied())
+        .collect();
+    for (sid, statement) in &statements {
+        let reads = statement.actions.iter().any(|action| {
+            action.starts_with("kinesis:")
+                || matches!(
+                    action.as_str(),
+                    "sqs:ReceiveMessage"
+                        | "sqs:DeleteMessage"
+                        | "dynamodb:GetRecords"
+                        | "dynamodb:GetShardIterator"
+                        | "kafka-cluster:ReadData"
+                )
+        });
+        assert!(
+            !reads || owned.contains(sid.as_str()),
+            "{sid} reads a source"
+        );
+    }
+    for sid in ["DeadLetterQueue", "FailedRecordsBucket", "FailureTopic"] {
+        let condition = statements[sid].condition.as_deref().expect("a condition");
+        let sources = sources_of_condition(&template, condition).expect("source-dependent");
+        assert!(
+            !sources.contains("sqs"),
+            "{sid} exists with EventSource sqs"
+        );
+    }
+    // The MSK mapping's managed policy, with MSK only.
+    let managed = resource(&template, "FunctionRole")["ManagedPolicyArns"]
+        .as_sequence()
+        .expect("managed policies");
+    let msk = managed
+        .iter()
+        .find_map(|item| match tagged(item) {
+            Some((tag, Value::Sequence(parts))) if tag == "If" => {
+                let arn = untagged(&parts[1]);
+                arn.as_str()
+                    .is_some_and(|a| a.ends_with("AWSLambdaMSKExecutionRole"))
+                    .then(|| parts[0].as_str().expect("a condition").to_owned())
+            }
+            _ => None,
+        })
+        .expect("AWSLambdaMSKExecutionRole under a condition");
+    assert_eq!(sources_of_condition(&template, &msk), only("kafka"));
+}

@@ -10,7 +10,9 @@
 //! DynamoDB requests per record by operation (counted by the SDK interceptor
 //! `RequestCounter`, every HTTP request sent, retries included), capacity
 //! units per record (counted by the test support's `CapacityCounter`), p50/p99
-//! batch latency. Writes `bench/results.csv` and `bench/batch-time-vs-rtt.svg`.
+//! batch latency. Writes `bench/results.csv` and `bench/batch-time-vs-rtt.svg`;
+//! the per-source comparison with Powertools (`sources.rs`) writes
+//! `bench/sources.csv`.
 //!
 //! DynamoDB Local on loopback answers in about a millisecond; in AWS a request
 //! costs a network round trip of several. Every DynamoDB HTTP request of the
@@ -22,7 +24,8 @@
 //! 0.5 halves them, at least one each); BENCH_OUT is the output directory
 //! (default `bench`); BENCH_ONLY, comma-separated substrings of
 //! `<scenario>/<mode>/<rtt>ms` (e.g. `new-1000x4p/key/5ms`), runs only the
-//! measurements that match one (after the warm-up) and writes no files;
+//! measurements that match one (after the warm-up) and writes no files but
+//! those of `sizing` and `sources` (`sources/<scenario>/<path>/<rtt>ms`);
 //! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
 mod batches;
@@ -40,6 +43,8 @@ mod report;
 mod row;
 mod scenarios;
 mod sizing;
+mod source_events;
+mod sources;
 mod targets;
 #[path = "../../tests/support/transactions.rs"]
 mod transactions;
@@ -135,6 +140,8 @@ async fn run() {
         true => sizing::run(&env).await,
         false => Vec::new(),
     };
+    eprintln!("(11) per source, against Powertools' BatchProcessor:");
+    let sourced = sources::run(&env).await;
 
     println!();
     println!(
@@ -177,6 +184,15 @@ async fn run() {
             svg_path.display(),
             hot_path.display()
         );
+    }
+    if !sourced.is_empty() {
+        let by_source = sources::powertools(&out_dir);
+        print!("{}", sources::table(&sourced, &by_source));
+        println!();
+        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let path = out_dir.join("sources.csv");
+        std::fs::write(&path, sources::csv(&sourced, &by_source)).expect("write sources.csv");
+        println!("wrote {}", path.display());
     }
     if !sized.is_empty() {
         std::fs::create_dir_all(&out_dir).expect("output directory");

@@ -218,7 +218,7 @@ pub fn other_stores(out_dir: &Path) -> StoreRows {
 }
 
 /// A CSV file's rows after the header, split at commas (none if absent).
-fn csv_rows(path: &Path) -> impl Iterator<Item = Vec<String>> {
+pub fn csv_rows(path: &Path) -> impl Iterator<Item = Vec<String>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let rows: Vec<Vec<String>> = text
         .lines()

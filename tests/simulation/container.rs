@@ -15,6 +15,23 @@ use ledger::LedgerHandler;
 use super::schedule::Schedule;
 use super::slow::{SlowLedger, Slowness};
 use crate::support::msk::header_keys;
+use crate::support::sources::Encoding;
+
+/// Where the records' idempotency key is: the `idempotency-key` header (a
+/// Kafka header, an SQS message attribute), or a Kinesis record's
+/// partition key (which the mapping sets to it).
+fn keys(encoding: Encoding) -> exactly_once::lambda::keys::KeySpec {
+    use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
+    match encoding {
+        Encoding::Kafka | Encoding::SqsFifo => header_keys(),
+        Encoding::Kinesis => KeySpec::parse(
+            "record-key",
+            "idempotency-key".into(),
+            MissingKeyPolicy::Reject,
+        )
+        .expect("valid keys"),
+    }
+}
 
 pub struct Containers {
     /// The client every container uses, faults attached.
@@ -83,7 +100,7 @@ impl Containers {
         let settings = FunctionSettings {
             ordering: schedule.ordering,
             safety_margin: schedule.safety_margin,
-            ..FunctionSettings::new(header_keys())
+            ..FunctionSettings::new(keys(schedule.encoding))
         };
         let function = BatchFunction::new(Engine::new(store, ledger, engine_config), settings)
             .without_metrics();

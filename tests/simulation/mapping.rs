@@ -30,9 +30,16 @@ use super::container::Containers;
 use super::schedule::Schedule;
 use super::slow::SlowLedger;
 use crate::support::msk::{Rec, event_of, record_json};
+use crate::support::sources::Encoding;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::json;
 
 /// A record's place: (partition index, offset).
 pub type At = (usize, usize);
+
+/// Kinesis sequence numbers: `<shard> * SHARD_SPAN + <offset>`.
+const SHARD_SPAN: u64 = 1_000_000_000;
 
 /// A mapping that has not drained after this many batches has not converged.
 const MAX_BATCHES: usize = 400;
@@ -167,10 +174,15 @@ impl Mapping {
     }
 
     /// Up to `BatchSize` records from the committed offsets, partitions in
-    /// a random order, each partition's records in offset order.
+    /// a random order, each partition's records in offset order; on
+    /// Kinesis, one shard's (Lambda reads each shard on its own).
     fn next_batch(&mut self) -> Vec<At> {
         let mut order: Vec<usize> = (0..self.committed.len()).collect();
         self.rng.shuffle(&mut order);
+        if self.schedule.encoding == Encoding::Kinesis {
+            let pending = |&p: &usize| self.committed[p] < self.schedule.partitions[p].len();
+            order = order.into_iter().filter(pending).take(1).collect();
+        }
         let mut batch = Vec::new();
         for partition in order {
             let log = self.schedule.partitions[partition].len();
@@ -413,18 +425,67 @@ impl Mapping {
         }
     }
 
-    /// The record `partition@offset` of the answer, if it is in `batch`.
+    /// The record an answer names, if it is in `batch`.
     fn place(&self, id: &ItemIdentifier, batch: &[At]) -> Option<At> {
-        let ItemIdentifier::Kafka { partition, offset } = id else {
-            return None;
-        };
-        let index = partition.strip_prefix("payments-")?.parse().ok()?;
-        let at = (index, usize::try_from(*offset).ok()?);
-        batch.contains(&at).then_some(at)
+        at_of(id).filter(|at| batch.contains(at))
+    }
+
+    /// The event of `batch`, as the schedule's source delivers it.
+    fn event(&self, batch: &[At]) -> Value {
+        match self.schedule.encoding {
+            Encoding::Kafka => self.kafka_event(batch),
+            Encoding::SqsFifo | Encoding::Kinesis => self.records_event(batch),
+        }
+    }
+
+    /// An SQS FIFO event (a message group per partition, the key as the
+    /// `idempotency-key` message attribute) or a Kinesis one (a shard per
+    /// partition, the key as the partition key), records in batch order.
+    fn records_event(&self, batch: &[At]) -> Value {
+        let records: Vec<Value> = batch
+            .iter()
+            .map(|&(partition, offset)| {
+                let produced = &self.schedule.partitions[partition][offset];
+                let body = String::from_utf8_lossy(&produced.value).into_owned();
+                let key = produced.key.clone().unwrap_or_default();
+                match self.schedule.encoding {
+                    Encoding::Kinesis => {
+                        let sequence = partition as u64 * SHARD_SPAN + offset as u64;
+                        json!({
+                            "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": key,
+                                        "sequenceNumber": sequence.to_string(),
+                                        "data": STANDARD.encode(&produced.value),
+                                        "approximateArrivalTimestamp": 1764076800.5},
+                            "eventSource": "aws:kinesis", "eventVersion": "1.0",
+                            "eventID": format!("shardId-{partition:012}:{sequence}"),
+                            "eventName": "aws:kinesis:record", "awsRegion": "us-east-1",
+                            "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/payments"
+                        })
+                    }
+                    _ => {
+                        let attributes = match &produced.key {
+                            Some(key) => json!({"idempotency-key": {"stringValue": key, "dataType": "String"}}),
+                            None => json!({}),
+                        };
+                        json!({
+                            "messageId": format!("m-{partition}-{offset}"),
+                            "receiptHandle": "AQEB", "body": body,
+                            "attributes": {"ApproximateReceiveCount": "1",
+                                           "MessageGroupId": Schedule::partition_name(partition),
+                                           "MessageDeduplicationId": format!("{partition}-{offset}")},
+                            "messageAttributes": attributes,
+                            "eventSource": "aws:sqs", "awsRegion": "us-east-1",
+                            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments.fifo"
+                        })
+                    }
+                }
+            })
+            .collect();
+        json!({ "Records": records })
     }
 
     /// The MSK event of `batch`.
-    fn event(&self, batch: &[At]) -> Value {
+    fn kafka_event(&self, batch: &[At]) -> Value {
         let names: Vec<String> = (0..self.schedule.partitions.len())
             .map(Schedule::partition_name)
             .collect();
@@ -448,6 +509,29 @@ impl Mapping {
             })
             .collect();
         event_of(partitions)
+    }
+}
+
+/// The record a partial batch response (or a dead letter) names: Kafka's
+/// `payments-<partition>` and offset, an SQS message id
+/// `m-<partition>-<offset>`, a Kinesis sequence number
+/// `<partition> * SHARD_SPAN + <offset>`.
+pub fn at_of(id: &ItemIdentifier) -> Option<At> {
+    match id {
+        ItemIdentifier::Kafka { partition, offset } => {
+            let index = partition.strip_prefix("payments-")?.parse().ok()?;
+            Some((index, usize::try_from(*offset).ok()?))
+        }
+        ItemIdentifier::Id(id) => match id.strip_prefix("m-") {
+            Some(rest) => {
+                let (index, offset) = rest.split_once('-')?;
+                Some((index.parse().ok()?, offset.parse().ok()?))
+            }
+            None => {
+                let n: u64 = id.parse().ok()?;
+                Some(((n / SHARD_SPAN) as usize, (n % SHARD_SPAN) as usize))
+            }
+        },
     }
 }
 

@@ -10,6 +10,7 @@ use ledger::LedgerMode;
 
 use crate::support::faults::FaultPlan;
 use crate::support::msk::payment_json;
+use crate::support::sources::Encoding;
 
 /// Every ledger mode the simulator runs. A new mode is added here.
 pub const LEDGER_MODES: &[LedgerMode] = &[
@@ -81,6 +82,10 @@ pub struct Schedule {
     pub claim_ahead: usize,
     pub dynamo: FaultPlan,
     pub chaos: Chaos,
+    /// Whose events the mapping delivers: Kafka's (a log per partition), an
+    /// SQS FIFO queue's (a message group per partition) or Kinesis's (a
+    /// shard per partition, one shard per batch).
+    pub encoding: Encoding,
 }
 
 /// `probability` with a chance of `on` of being switched on at all.
@@ -186,6 +191,13 @@ impl Schedule {
                     0
                 },
             },
+            // A draw of its own, so that a seed's other choices stay as they were.
+            encoding: [
+                Encoding::Kafka,
+                Encoding::Kafka,
+                Encoding::SqsFifo,
+                Encoding::Kinesis,
+            ][fastrand::Rng::with_seed(seed ^ 0x5ce5_0f1e_5eed).usize(..4)],
         }
     }
 

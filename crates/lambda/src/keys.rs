@@ -115,6 +115,15 @@ impl KeySpec {
         at: &Coordinates,
         payload_hash: &str,
     ) -> Result<String, String> {
+        // A DynamoDB Streams change of an item already there (MODIFY,
+        // REMOVE) is an event of its own, keyed by its sequence number: it
+        // runs once however often the stream delivers it, and never takes
+        // the key of the item's INSERT (whose image it would not match).
+        if let Record::DynamoDb(change) = record
+            && change.event_name != "INSERT"
+        {
+            return Ok(format!("record:{at}"));
+        }
         // Every part is read first: a part that cannot be read fails the
         // record whatever the order of the parts and the missing-key policy.
         let mut values = Vec::with_capacity(self.parts.len());

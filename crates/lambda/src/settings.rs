@@ -129,7 +129,7 @@ impl FunctionSettings {
     }
 }
 
-/// Everything the MSK function needs to know.
+/// Everything the function needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Which backend holds the items (`IDEMPOTENCY_STORE`).

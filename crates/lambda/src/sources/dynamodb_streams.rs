@@ -47,13 +47,12 @@ impl StreamRecord {
         resource.split('/').next().unwrap_or_default()
     }
 
-    /// The new image as JSON bytes (what the function keys and
-    /// fingerprints); empty without one (a `REMOVE`, a `KEYS_ONLY` stream).
+    /// The item as the change left it, as JSON bytes (what the function
+    /// keys and fingerprints): the new image; a `REMOVE`'s old image; the
+    /// keys on a `KEYS_ONLY` stream.
     pub fn body(&self) -> Vec<u8> {
-        self.new_image
-            .as_ref()
-            .map(|image| image.to_string().into_bytes())
-            .unwrap_or_default()
+        let item = self.new_image.as_ref().or(self.old_image.as_ref());
+        item.unwrap_or(&self.keys).to_string().into_bytes()
     }
 }
 

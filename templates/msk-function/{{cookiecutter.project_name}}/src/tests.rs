@@ -50,7 +50,12 @@ async fn table(client: &Client, name: &str, key: &str) {
 /// Each account's balance after `event`'s payments, each applied once.
 fn balances(event: &Value) -> HashMap<String, i64> {
     let mut balances = HashMap::new();
-    for record in decode_event(event).expect("a Kafka event").units.into_iter().flatten() {
+    for record in decode_event(event)
+        .expect("the sample event")
+        .units
+        .into_iter()
+        .flatten()
+    {
         let record = record.1.expect("a readable record");
         let payment: Payment = serde_json::from_slice(&record.body()).expect("a payment");
         *balances.entry(payment.account_id).or_default() += payment.amount_cents;
@@ -72,9 +77,14 @@ async fn each_payment_is_applied_once_however_often_it_is_delivered() {
     let (idempotency, ledger) = (format!("idempotency-{run}"), format!("ledger-{run}"));
     table(&client, &idempotency, "pk").await;
     table(&client, &ledger, "account_id").await;
-    // The function as `run` builds it from these variables, on DynamoDB.
+    // The function as `run` builds it from these variables, on DynamoDB
+    // (template.yaml sets them so).
     let settings = Settings::from_lookup(|name| match name {
         "IDEMPOTENCY_TABLE" => Some(idempotency.clone()),
+        "EVENT_SOURCES" => Some("{{ cookiecutter.event_source }}".to_owned()),
+{%- if cookiecutter.event_source == "kinesis" or cookiecutter.event_source == "dynamodb-streams" %}
+        "IDEMPOTENCY_KEY_SOURCE" => Some("json:/payment_id".to_owned()),
+{%- endif %}
         _ => None,
     })
     .expect("settings");
@@ -94,7 +104,7 @@ async fn each_payment_is_applied_once_however_often_it_is_delivered() {
         let response = function
             .handle(LambdaEvent::new(event.clone(), Context::default()))
             .await
-            .expect("a Kafka event is never an invocation error");
+            .expect("a {{ cookiecutter.event_source }} event is never an invocation error");
         assert!(
             response.batch_item_failures.is_empty(),
             "delivery {delivery} reported {:?}",

@@ -1,0 +1,798 @@
+#!/usr/bin/env python3
+"""A local stand-in for Lambda's event source mappings of SQS (standard and
+FIFO), Kinesis and DynamoDB Streams: it polls a real local queue or stream
+(moto's server for SQS and Kinesis, DynamoDB Local's own stream), builds the
+event exactly as Lambda does, hands it to the function's real binary through
+a Lambda Runtime API stand-in (infra/runtime_api.py's `Function`, kept warm
+between invocations), and acts on the partial batch response as the mapping
+does. Python 3 with boto3 (infra/tools.sh installs it into .cache/venv).
+
+    infra/poller.py create  SOURCE NAME [--shards N] [--key ATTRIBUTE]
+    infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
+    infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
+                            [--batch-size N] [--max-batches N] [--redelivery-delay S]
+                            [--timeout S] [--checkpoint FILE] [--transcript FILE]
+                            [--events FILE] [--function-log FILE] [--env NAME=VALUE ...]
+
+SOURCE is sqs, sqs-fifo, kinesis or dynamodb-streams; NAME the queue (a
+FIFO queue's ends in .fifo), the stream, or the table whose stream is read.
+Endpoints come from AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_KINESIS and
+AWS_ENDPOINT_URL_DYNAMODB (AWS_ENDPOINT_URL_DYNAMODB_STREAMS if set); the
+poller refuses to run without one, so it never reaches real AWS.
+
+What `poll` does, per source (as the event source mapping does):
+
+- SQS: ReceiveMessage (all system and message attributes) up to
+  --batch-size messages, the Lambda SQS event of them; the messages the
+  response does not report are deleted, the reported ones are left in
+  flight and come back after --redelivery-delay seconds; an invocation
+  error (or a response that names a message not in the batch) counts as
+  all reported. FIFO: the group order SQS keeps. moto hands a group's
+  messages out again out of order when several of them come back at the
+  same moment (see `Sqs.leave`): the poller makes the first of them
+  visible only after a receive has seen the others (on SQS itself that
+  changes nothing: a group with a message in flight is held either way).
+  Stopped with one still held (--max-batches), it leaves it to the next
+  run in --checkpoint, or else makes it visible 2 seconds after the
+  others. The summary counts "out_of_order" the groups it saw handed out
+  out of order all the same.
+- Kinesis, DynamoDB Streams: per shard a checkpoint (kept in --checkpoint
+  across runs, as a FIFO queue's held messages are); GetRecords from it, up to --batch-size records of that
+  shard, the Lambda event of them; the checkpoint moves to the lowest
+  reported sequence number (that record and everything after it come
+  again, after --redelivery-delay) or past the batch when none is
+  reported; an invocation error retries the batch.
+
+It stops when drained (SQS: no message visible, in flight or delayed;
+streams: every shard read to its end, nothing to retry), after
+--max-batches batches, or after --timeout seconds (exit 1). It prints one
+line per batch on stderr and, at the end, a JSON summary on stdout:
+{"source", "batches", "records", "reported", "invocation_errors",
+"invalid_responses", "drained", "seconds", ...}. --transcript writes one
+JSON line per batch: the records delivered (id and payload), the
+identifiers reported, the error.
+"""
+
+import argparse
+import base64
+import datetime
+import decimal
+import json
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".cache" / "venv" / "bin" / "python"
+
+try:
+    import boto3
+    from boto3.dynamodb.types import TypeSerializer
+except ImportError:
+    # Started by another python3: again with the venv's (infra/tools.sh).
+    if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
+        os.execv(VENV_PYTHON, [str(VENV_PYTHON), __file__, *sys.argv[1:]])
+    sys.exit("poller: boto3 not found; run infra/tools.sh")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import runtime_api  # noqa: E402  (infra/runtime_api.py, beside this file)
+
+SOURCES = ("sqs", "sqs-fifo", "kinesis", "dynamodb-streams")
+ACCOUNT = "123456789012"
+INVOKE_IDENTITY = f"arn:aws:iam::{ACCOUNT}:role/lambda-role"
+# How long a received SQS message stays in flight while the function runs
+# (the queue's visibility timeout, which Lambda asks to be 6 times the
+# function's timeout); reported messages then get --redelivery-delay.
+IN_FLIGHT_SECONDS = 60
+POLL_INTERVAL = 0.1
+# SQS FIFO: seconds between the rest of a group and its held first message
+# becoming visible, when the poller stops with one held (see Sqs.finish).
+HEAD_GAP = 2
+
+
+def region():
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def client(service):
+    """A boto3 client of a local endpoint; refuses to run without one."""
+    names = {
+        "sqs": ["AWS_ENDPOINT_URL_SQS"],
+        "kinesis": ["AWS_ENDPOINT_URL_KINESIS"],
+        "dynamodb": ["AWS_ENDPOINT_URL_DYNAMODB"],
+        "dynamodbstreams": ["AWS_ENDPOINT_URL_DYNAMODB_STREAMS", "AWS_ENDPOINT_URL_DYNAMODB"],
+    }[service]
+    endpoint = next((os.environ[n] for n in names if os.environ.get(n)), None)
+    if not endpoint:
+        sys.exit(f"poller: {' or '.join(names)} is not set (a local server's endpoint; "
+                 "infra/local-stack.sh exports them)")
+    return boto3.client(service, endpoint_url=endpoint, region_name=region())
+
+
+def jsonable(value):
+    """boto3's answer as JSON: bytes in base64, datetimes as epoch seconds."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def seconds_number(value):
+    """Epoch seconds as Lambda writes them: a whole number when whole."""
+    if isinstance(value, datetime.datetime):
+        value = value.timestamp()
+    return int(value) if float(value).is_integer() else round(float(value), 3)
+
+
+# ---------------------------------------------------------------- create
+
+
+def create(args):
+    if args.source in ("sqs", "sqs-fifo"):
+        sqs = client("sqs")
+        attributes = {"VisibilityTimeout": str(IN_FLIGHT_SECONDS)}
+        if args.source == "sqs-fifo":
+            if not args.name.endswith(".fifo"):
+                sys.exit("poller: a FIFO queue's name ends in .fifo")
+            attributes["FifoQueue"] = "true"
+        url = sqs.create_queue(QueueName=args.name, Attributes=attributes)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        out = {"queue_url": url, "arn": arn}
+    elif args.source == "kinesis":
+        kinesis = client("kinesis")
+        kinesis.create_stream(StreamName=args.name, ShardCount=args.shards)
+        kinesis.get_waiter("stream_exists").wait(StreamName=args.name, WaiterConfig={"Delay": 0.2})
+        description = kinesis.describe_stream(StreamName=args.name)["StreamDescription"]
+        out = {"arn": description["StreamARN"], "shards": [s["ShardId"] for s in description["Shards"]]}
+    else:
+        dynamodb = client("dynamodb")
+        table = dynamodb.create_table(
+            TableName=args.name,
+            KeySchema=[{"AttributeName": args.key, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": args.key, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )["TableDescription"]
+        out = {"arn": table["LatestStreamArn"]}
+    print(json.dumps({"source": args.source, "name": args.name, **out}))
+
+
+# ---------------------------------------------------------------- produce
+
+
+def messages_of_event(source, event):
+    """The messages a Lambda event of `source` holds, in the format of
+    --messages, to produce them again into a real queue or stream."""
+    messages = []
+    for record in event["Records"]:
+        if source in ("sqs", "sqs-fifo"):
+            message = {"body": record["body"], "attributes": {
+                name: a["stringValue"] for name, a in record.get("messageAttributes", {}).items()
+                if "stringValue" in a}}
+            if source == "sqs-fifo":
+                message["group"] = record["attributes"]["MessageGroupId"]
+                message["deduplication_id"] = record["attributes"]["MessageDeduplicationId"]
+        elif source == "kinesis":
+            message = {"data_base64": record["kinesis"]["data"],
+                       "partition_key": record["kinesis"]["partitionKey"]}
+        else:
+            change = record["dynamodb"]
+            if record["eventName"] == "REMOVE":
+                message = {"delete_key": change["Keys"]}
+            else:  # INSERT, MODIFY: a put of the new image
+                message = {"put_item": change["NewImage"]}
+        messages.append(message)
+    return messages
+
+
+def produce(args):
+    if args.from_event:
+        with open(args.from_event, encoding="utf-8") as f:
+            messages = messages_of_event(args.source, json.load(f))
+    else:
+        with open(args.messages, encoding="utf-8") as f:
+            messages = json.load(f)
+    results = []
+    if args.source in ("sqs", "sqs-fifo"):
+        sqs = client("sqs")
+        url = sqs.get_queue_url(QueueName=args.name)["QueueUrl"]
+        for m in messages:
+            request = {"QueueUrl": url, "MessageBody": m["body"]}
+            attributes = {name: {"DataType": "String", "StringValue": value}
+                          for name, value in m.get("attributes", {}).items()}
+            if attributes:
+                request["MessageAttributes"] = attributes
+            if args.source == "sqs-fifo":
+                request["MessageGroupId"] = m["group"]
+                request["MessageDeduplicationId"] = m["deduplication_id"]
+            sent = sqs.send_message(**request)
+            results.append({"message_id": sent["MessageId"],
+                            "sequence_number": sent.get("SequenceNumber")})
+    elif args.source == "kinesis":
+        kinesis = client("kinesis")
+        for m in messages:
+            data = base64.b64decode(m["data_base64"]) if "data_base64" in m else m["data"].encode("utf-8")
+            # One PutRecord each: the order of the list is the order in a shard.
+            put = kinesis.put_record(StreamName=args.name, Data=data, PartitionKey=m["partition_key"])
+            results.append({"shard_id": put["ShardId"], "sequence_number": put["SequenceNumber"]})
+    else:
+        dynamodb = client("dynamodb")
+        serialize = TypeSerializer().serialize
+
+        def typed(item):
+            return {k: serialize(plain_to_dynamodb(v)) for k, v in item.items()}
+
+        for m in messages:
+            if "put_item" in m or "put" in m:
+                item = m["put_item"] if "put_item" in m else typed(m["put"])
+                dynamodb.put_item(TableName=args.name, Item=item)
+                results.append({"put": True})
+            else:
+                key = m["delete_key"] if "delete_key" in m else typed(m["delete"])
+                dynamodb.delete_item(TableName=args.name, Key=key)
+                results.append({"delete": True})
+    print(json.dumps(results))
+
+
+def plain_to_dynamodb(value):
+    """Plain JSON for boto3's serializer: numbers as Decimal."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return decimal.Decimal(str(value))
+    if isinstance(value, list):
+        return [plain_to_dynamodb(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain_to_dynamodb(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- poll
+
+
+class Stats:
+    def __init__(self, source, name):
+        self.started = time.monotonic()
+        self.summary = {"source": source, "name": name, "batches": 0, "records": 0, "reported": 0,
+                        "invocation_errors": 0, "invalid_responses": 0, "drained": False}
+
+
+class Invoker:
+    """The function's binary, kept warm; a new one after it exits (Lambda
+    starts a new execution environment)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.env = dict(os.environ)
+        for assignment in args.env or []:
+            name, _, value = assignment.partition("=")
+            self.env[name] = value
+        self.log = open(args.function_log, "ab") if args.function_log else None
+        self.function = None
+
+    def invoke(self, event):
+        """("response" | "error", JSON) for `event`."""
+        if self.function is None:
+            self.function = runtime_api.Function(self.args.bootstrap, self.args.function_name,
+                                                 env=self.env, output=self.log)
+        try:
+            return self.function.invoke(json.dumps(event).encode("utf-8"), self.args.invoke_timeout)
+        except runtime_api.Gone as gone:
+            self.close()
+            return "error", {"errorType": "Runtime.Gone", "errorMessage": json.dumps(gone.detail)}
+
+    def close(self):
+        if self.function is not None:
+            self.function.close()
+            self.function = None
+
+
+def reported_ids(kind, answer, ids):
+    """The identifiers to treat as failed, and whether the response was
+    invalid: an invocation error fails the batch; so does, as Lambda has
+    it, a response naming an item that is not in the batch."""
+    if kind == "error":
+        return list(ids), False
+    if answer is None or answer == {}:
+        return [], False
+    failures = answer.get("batchItemFailures") if isinstance(answer, dict) else None
+    if failures is None:
+        return [], False
+    if not isinstance(failures, list):
+        return list(ids), True
+    reported = []
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not isinstance(identifier, str) or identifier not in ids:
+            return list(ids), True
+        reported.append(identifier)
+    return reported, False
+
+
+class Batches:
+    """What every source shares: invoking, counting, the transcript."""
+
+    def __init__(self, args, stats, invoker):
+        self.args = args
+        self.stats = stats
+        self.invoker = invoker
+        self.transcript = open(args.transcript, "a", encoding="utf-8") if args.transcript else None
+        self.events = open(args.events, "a", encoding="utf-8") if args.events else None
+
+    def deliver(self, unit, records, ids, payloads, extra=None):
+        """Invokes the function with `records` (Lambda's records of one
+        event); the reported identifiers (every one after an invocation
+        error or an invalid response) and the error, if any."""
+        summary = self.stats.summary
+        if self.events:
+            self.events.write(json.dumps({"Records": records}) + "\n")
+            self.events.flush()
+        started = time.monotonic()
+        kind, answer = self.invoker.invoke({"Records": records})
+        took_ms = round((time.monotonic() - started) * 1000)
+        reported, invalid = reported_ids(kind, answer, ids)
+        summary["batches"] += 1
+        summary["records"] += len(records)
+        summary["reported"] += len(reported)
+        summary["invocation_errors"] += kind == "error"
+        summary["invalid_responses"] += invalid
+        error = answer if kind == "error" else None
+        line = {"batch": summary["batches"], "unit": unit,
+                "records": [{"id": i, "payload": p, **(e or {})}
+                            for i, p, e in zip(ids, payloads, extra or [None] * len(ids))],
+                "reported": reported, "error": error, "invalid_response": invalid, "ms": took_ms}
+        if self.transcript:
+            self.transcript.write(json.dumps(line) + "\n")
+            self.transcript.flush()
+        what = f"invocation error {error.get('errorType') if isinstance(error, dict) else error}" if error \
+            else f"response {json.dumps(answer)}"
+        print(f"poller: batch {summary['batches']} ({unit}): {len(records)} records, {what}, "
+              f"{len(reported)} reported ({took_ms} ms)", file=sys.stderr, flush=True)
+        return reported, error
+
+
+class Sqs:
+    def __init__(self, args, batches):
+        self.args = args
+        self.batches = batches
+        self.sqs = client("sqs")
+        self.url = self.sqs.get_queue_url(QueueName=args.name)["QueueUrl"]
+        self.arn = self.sqs.get_queue_attributes(
+            QueueUrl=self.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.fifo = args.name.endswith(".fifo")
+        # FIFO: per group, the ids of messages left in flight (reported),
+        # which must come back before any later one of the group; and the
+        # order in which messages were first handed out.
+        self.left = {}
+        self.first_seen = {}
+        # FIFO: the first reported message of a group, held in flight until
+        # a full receive has seen the rest of the group visible again:
+        # (receipt handle, when the rest is visible).
+        self.heads = []
+        self.last_full_scan = 0.0
+        self.out_of_order = 0
+        batches.stats.summary["out_of_order"] = 0
+        # What an earlier run left (--checkpoint): its held heads go on.
+        if self.fifo and args.checkpoint and os.path.exists(args.checkpoint):
+            with open(args.checkpoint, encoding="utf-8") as f:
+                state = json.load(f).get("sqs-fifo", {})
+            self.heads = [tuple(head) for head in state.get("heads", [])]
+            self.left = {group: set(ids) for group, ids in state.get("left", {}).items()}
+            self.first_seen = state.get("first_seen", {})
+
+    def receive(self, count):
+        started = time.time()
+        messages = self.sqs.receive_message(
+            QueueUrl=self.url, MaxNumberOfMessages=count, WaitTimeSeconds=0,
+            VisibilityTimeout=IN_FLIGHT_SECONDS, AttributeNames=["All"],
+            MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if len(messages) < count:
+            # moto looked at every visible message (it stops early only
+            # when the batch is full).
+            self.last_full_scan = started
+        return messages
+
+    def gather(self):
+        messages = []
+        while len(messages) < self.args.batch_size:
+            got = self.receive(min(10, self.args.batch_size - len(messages)))
+            messages.extend(got)
+            if not got:
+                break
+        return messages
+
+    def release_heads(self):
+        """A held head goes visible once a full receive started after the
+        rest of its group became visible (moto then no longer counts them
+        as in flight, so the head comes first and the rest after it)."""
+        waiting = []
+        for handle, rest_visible_at in self.heads:
+            if self.last_full_scan >= rest_visible_at:
+                self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=handle,
+                                                   VisibilityTimeout=0)
+            else:
+                waiting.append((handle, rest_visible_at))
+        self.heads = waiting
+
+    def drained(self):
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+        return all(int(v) == 0 for v in attributes.values())
+
+    def record(self, m):
+        attributes = dict(m.get("Attributes", {}))
+        message_attributes = {}
+        for name, a in m.get("MessageAttributes", {}).items():
+            attribute = {}
+            if "StringValue" in a:
+                attribute["stringValue"] = a["StringValue"]
+            if "BinaryValue" in a:
+                attribute["binaryValue"] = base64.b64encode(a["BinaryValue"]).decode("ascii")
+            attribute.update({"stringListValues": [], "binaryListValues": [], "dataType": a["DataType"]})
+            message_attributes[name] = attribute
+        return {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": attributes,
+            "messageAttributes": message_attributes,
+            "md5OfBody": m["MD5OfBody"],
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.arn,
+            "awsRegion": region(),
+        }
+
+    def check_order(self, messages):
+        """Counts FIFO groups handed out of order: while this poller has
+        messages of a group left in flight (reported), the next messages of
+        that group handed out must be those, in the order first seen (moto's
+        SequenceNumber is random, so the order is the poller's own)."""
+        if not self.fifo:
+            return
+        received = {}
+        for m in messages:
+            self.first_seen.setdefault(m["MessageId"], len(self.first_seen))
+            received.setdefault(m["Attributes"]["MessageGroupId"], []).append(m["MessageId"])
+        for group, ids in received.items():
+            left = sorted(self.left.get(group, ()), key=self.first_seen.get)
+            n = min(len(ids), len(left))
+            if ids[:n] != left[:n]:
+                self.out_of_order += 1
+                self.batches.stats.summary["out_of_order"] = self.out_of_order
+                print(f"poller: OUT OF ORDER: group {group} handed out {ids} while {left} were "
+                      "left in flight before them", file=sys.stderr, flush=True)
+            self.left[group] = set(left) - set(ids)
+
+    def leave(self, reported):
+        """Leaves the reported messages in flight until --redelivery-delay
+        has passed. FIFO: when a group has several, moto would hand them
+        out again out of order if they all became visible at once (its
+        receive frees them from its in-flight set one at a time, skipping
+        the group while another of them is still in it, so a later one
+        comes first): one of them is held in flight until a receive has
+        seen the others visible; then the group comes back whole, in order."""
+        delay = int(round(self.args.redelivery_delay))
+        by_group = {}
+        for m in reported:
+            group = m["Attributes"].get("MessageGroupId") if self.fifo else None
+            by_group.setdefault(group, []).append(m)
+        for group, messages in by_group.items():
+            if group is not None:
+                self.left.setdefault(group, set()).update(m["MessageId"] for m in messages)
+            held = messages[0] if group is not None and len(messages) > 1 else None
+            for m in messages:
+                if m is not held:
+                    self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"],
+                                                       VisibilityTimeout=delay)
+            if held is not None:
+                self.heads.append((held["ReceiptHandle"], time.time() + delay + 0.05))
+
+    def step(self):
+        """One batch, or None when there was nothing to deliver."""
+        self.release_heads()
+        messages = self.gather()
+        if not messages:
+            return None
+        self.check_order(messages)
+        records = [self.record(m) for m in messages]
+        ids = [m["MessageId"] for m in messages]
+        extra = [{"receive_count": int(m["Attributes"].get("ApproximateReceiveCount", "0")),
+                  **({"group": m["Attributes"]["MessageGroupId"]} if self.fifo else {})} for m in messages]
+        reported, _ = self.batches.deliver(self.args.name, records, ids, [m["Body"] for m in messages], extra)
+        done = [m for m in messages if m["MessageId"] not in reported]
+        for i in range(0, len(done), 10):
+            self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done[i:i + 10])])
+        self.leave([m for m in messages if m["MessageId"] in reported])
+        return True
+
+    def finish(self, summary):
+        if self.fifo and self.args.checkpoint:
+            # The next run (the same --checkpoint) goes on with the heads
+            # held and the order seen.
+            with open(self.args.checkpoint, "w", encoding="utf-8") as f:
+                json.dump({"sqs-fifo": {
+                    "heads": self.heads,
+                    "left": {group: sorted(ids) for group, ids in self.left.items() if ids},
+                    "first_seen": self.first_seen,
+                }}, f)
+        else:
+            # Heads still held when the poller stops (--max-batches), for
+            # another consumer: visible HEAD_GAP seconds after the rest of
+            # their group, so that one polling in between frees the rest
+            # first (a timing, not a guarantee).
+            for handle, rest_visible_at in self.heads:
+                wait = max(0.0, rest_visible_at - time.time())
+                self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=handle,
+                                                   VisibilityTimeout=int(wait + 0.999) + HEAD_GAP)
+            self.heads = []
+        summary["held"] = len(self.heads)
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        summary["visible"] = int(attributes["ApproximateNumberOfMessages"])
+        summary["in_flight"] = int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+class Shards:
+    """Kinesis and DynamoDB Streams: a checkpoint per shard, one shard's
+    records per event."""
+
+    def __init__(self, args, batches):
+        self.args = args
+        self.batches = batches
+        self.checkpoints = {}
+        if args.checkpoint and os.path.exists(args.checkpoint):
+            with open(args.checkpoint, encoding="utf-8") as f:
+                self.checkpoints = json.load(f)
+        self.retry_at = {}
+        self.idle = set()
+        self.next_shard = 0
+
+    def save(self):
+        if self.args.checkpoint:
+            with open(self.args.checkpoint, "w", encoding="utf-8") as f:
+                json.dump(self.checkpoints, f, indent=2, sort_keys=True)
+
+    def iterator_request(self, shard):
+        position = self.checkpoints.get(shard)
+        if position is None:
+            return {"ShardIteratorType": "TRIM_HORIZON"}
+        return {"ShardIteratorType": position["type"], self.sequence_field: position["sequence_number"]}
+
+    def drained(self):
+        return not self.retry_at and set(self.shards()) <= self.idle
+
+    def step(self):
+        shards = self.shards()
+        now = time.monotonic()
+        for offset in range(len(shards)):
+            shard = shards[(self.next_shard + offset) % len(shards)]
+            if self.retry_at.get(shard, 0) > now:
+                continue
+            records = self.read(shard)
+            if not records:
+                self.idle.add(shard)
+                self.retry_at.pop(shard, None)
+                continue
+            self.idle.discard(shard)
+            self.next_shard = (shards.index(shard) + 1) % len(shards)
+            numbers = [self.sequence_number(r) for r in records]
+            reported, _ = self.batches.deliver(shard, [self.record(shard, r) for r in records], numbers,
+                                               [self.payload(r) for r in records])
+            if reported:
+                lowest = min(reported, key=int)
+                self.checkpoints[shard] = {"type": "AT_SEQUENCE_NUMBER", "sequence_number": lowest}
+                self.retry_at[shard] = time.monotonic() + self.args.redelivery_delay
+            else:
+                self.checkpoints[shard] = {"type": "AFTER_SEQUENCE_NUMBER", "sequence_number": numbers[-1]}
+                self.retry_at.pop(shard, None)
+            self.save()
+            return True
+        return None
+
+    def finish(self, summary):
+        summary["checkpoints"] = self.checkpoints
+
+
+class Kinesis(Shards):
+    sequence_field = "StartingSequenceNumber"
+
+    def __init__(self, args, batches):
+        super().__init__(args, batches)
+        self.kinesis = client("kinesis")
+        description = self.kinesis.describe_stream(StreamName=args.name)["StreamDescription"]
+        self.arn = description["StreamARN"]
+        self._shards = [s["ShardId"] for s in description["Shards"]]
+
+    def shards(self):
+        return self._shards
+
+    def read(self, shard):
+        iterator = self.kinesis.get_shard_iterator(StreamName=self.args.name, ShardId=shard,
+                                                   **self.iterator_request(shard))["ShardIterator"]
+        return self.kinesis.get_records(ShardIterator=iterator, Limit=self.args.batch_size)["Records"]
+
+    @staticmethod
+    def sequence_number(r):
+        return r["SequenceNumber"]
+
+    @staticmethod
+    def payload(r):
+        return r["Data"].decode("utf-8", errors="replace")
+
+    def record(self, shard, r):
+        return {
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": r["PartitionKey"],
+                "sequenceNumber": r["SequenceNumber"],
+                "data": base64.b64encode(r["Data"]).decode("ascii"),
+                "approximateArrivalTimestamp": round(r["ApproximateArrivalTimestamp"].timestamp(), 3),
+            },
+            "eventSource": "aws:kinesis",
+            "eventVersion": "1.0",
+            "eventID": f"{shard}:{r['SequenceNumber']}",
+            "eventName": "aws:kinesis:record",
+            "invokeIdentityArn": INVOKE_IDENTITY,
+            "awsRegion": region(),
+            "eventSourceARN": self.arn,
+        }
+
+
+class DynamoDbStreams(Shards):
+    sequence_field = "SequenceNumber"
+
+    def __init__(self, args, batches):
+        super().__init__(args, batches)
+        self.streams = client("dynamodbstreams")
+        table = client("dynamodb").describe_table(TableName=args.name)["Table"]
+        if "LatestStreamArn" not in table:
+            sys.exit(f"poller: table {args.name} has no stream (StreamSpecification)")
+        self.arn = table["LatestStreamArn"]
+
+    def shards(self):
+        shards, start = [], None
+        while True:
+            request = {"StreamArn": self.arn}
+            if start:
+                request["ExclusiveStartShardId"] = start
+            description = self.streams.describe_stream(**request)["StreamDescription"]
+            shards.extend(s["ShardId"] for s in description["Shards"])
+            start = description.get("LastEvaluatedShardId")
+            if not start:
+                return shards
+
+    def read(self, shard):
+        iterator = self.streams.get_shard_iterator(StreamArn=self.arn, ShardId=shard,
+                                                   **self.iterator_request(shard))["ShardIterator"]
+        return self.streams.get_records(ShardIterator=iterator, Limit=self.args.batch_size)["Records"]
+
+    @staticmethod
+    def sequence_number(r):
+        return r["dynamodb"]["SequenceNumber"]
+
+    @staticmethod
+    def payload(r):
+        return json.dumps(jsonable(r["dynamodb"].get("Keys", {})))
+
+    def record(self, shard, r):
+        change = r["dynamodb"]
+        dynamodb = {"ApproximateCreationDateTime": seconds_number(change["ApproximateCreationDateTime"])}
+        for name in ("Keys", "NewImage", "OldImage"):
+            if name in change:
+                dynamodb[name] = jsonable(change[name])
+        dynamodb.update({"SequenceNumber": change["SequenceNumber"], "SizeBytes": change["SizeBytes"],
+                         "StreamViewType": change["StreamViewType"]})
+        record = {
+            "eventID": r["eventID"],
+            "eventName": r["eventName"],
+            "eventVersion": r["eventVersion"],
+            "eventSource": "aws:dynamodb",
+            "awsRegion": r.get("awsRegion", region()),
+            "dynamodb": dynamodb,
+            "eventSourceARN": self.arn,
+        }
+        if "userIdentity" in r:
+            record["userIdentity"] = r["userIdentity"]
+        return record
+
+
+def poll(args):
+    stats = Stats(args.source, args.name)
+    invoker = Invoker(args)
+    batches = Batches(args, stats, invoker)
+    kind = {"sqs": Sqs, "sqs-fifo": Sqs, "kinesis": Kinesis, "dynamodb-streams": DynamoDbStreams}[args.source]
+    if args.source == "sqs-fifo" and not args.name.endswith(".fifo"):
+        sys.exit("poller: a FIFO queue's name ends in .fifo")
+    source = kind(args, batches)
+    deadline = time.monotonic() + args.timeout
+    status = 0
+    # Drained when two looks in a row, a poll apart, find nothing: moto
+    # counts a queue's visible and invisible messages at two instants, so
+    # a message turning visible in between is counted in neither.
+    empty_looks = 0
+    try:
+        while True:
+            if args.max_batches is not None and stats.summary["batches"] >= args.max_batches:
+                break
+            if time.monotonic() > deadline:
+                print(f"poller: not drained after {args.timeout} s", file=sys.stderr)
+                status = 1
+                break
+            if source.step() is not None:
+                empty_looks = 0
+                continue
+            empty_looks = empty_looks + 1 if source.drained() else 0
+            if empty_looks >= 2:
+                stats.summary["drained"] = True
+                break
+            time.sleep(POLL_INTERVAL)
+    finally:
+        invoker.close()
+    summary = stats.summary
+    source.finish(summary)
+    summary["seconds"] = round(time.monotonic() - stats.started, 3)
+    print(json.dumps(summary), flush=True)
+    return status
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    c = commands.add_parser("create", help="create the queue, the stream, or the table with a stream")
+    c.add_argument("source", choices=SOURCES)
+    c.add_argument("name")
+    c.add_argument("--shards", type=int, default=2, help="Kinesis: the stream's shards")
+    c.add_argument("--key", default="payment_id", help="DynamoDB: the table's hash key (a string)")
+
+    p = commands.add_parser("produce", help="send messages, put records, write items")
+    p.add_argument("source", choices=SOURCES)
+    p.add_argument("name")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--messages", help='a JSON list: SQS {"body", "attributes": {name: text}, '
+                      '"group", "deduplication_id"}; Kinesis {"data" | "data_base64", "partition_key"}; '
+                      'DynamoDB {"put": item} | {"delete": key} (plain JSON) or {"put_item"} | '
+                      '{"delete_key"} (typed)')
+    what.add_argument("--from-event", help="the records of a Lambda event of that source (events/*.json)")
+
+    q = commands.add_parser("poll", help="deliver to the function as the event source mapping does")
+    q.add_argument("source", choices=SOURCES)
+    q.add_argument("name")
+    q.add_argument("--bootstrap", required=True, help="the function's binary")
+    q.add_argument("--function-name", default="msk-handler")
+    q.add_argument("--batch-size", type=int, default=10)
+    q.add_argument("--max-batches", type=int, help="stop after this many batches (default: until drained)")
+    q.add_argument("--redelivery-delay", type=float, default=1.0,
+                   help="seconds before reported records come again (SQS: whole seconds)")
+    q.add_argument("--timeout", type=float, default=120, help="give up (exit 1) after this many seconds")
+    q.add_argument("--invoke-timeout", type=float, default=60)
+    q.add_argument("--checkpoint", help="kept across runs: Kinesis's and DynamoDB Streams' shard "
+                   "checkpoints, an SQS FIFO queue's held messages")
+    q.add_argument("--transcript", help="append one JSON line per batch")
+    q.add_argument("--events", help="append each event handed to the function (one JSON line each)")
+    q.add_argument("--function-log", help="append the function's output here (default: stderr)")
+    q.add_argument("--env", action="append", metavar="NAME=VALUE", help="the function's environment, "
+                   "on top of this process's")
+
+    args = parser.parse_args()
+    if args.command == "create":
+        return create(args)
+    if args.command == "produce":
+        return produce(args)
+    return poll(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
