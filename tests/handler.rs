@@ -317,23 +317,24 @@ async fn bad_records_fail_alone_and_their_neighbours_in_other_partitions_go_on()
 }
 
 #[tokio::test]
-async fn an_event_that_is_not_kafka_is_an_invocation_error() {
+async fn an_event_of_no_batch_source_is_an_invocation_error() {
     let function = ledger_function(header_keys()).await;
-    let sqs = json!({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]});
+    let sns = json!({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": "{}"}}]});
     let err = function
-        .handle(LambdaEvent::new(sqs, Context::default()))
+        .handle(LambdaEvent::new(sns, Context::default()))
         .await
-        .expect_err("not a Kafka event");
+        .expect_err("not a batch source");
     assert_eq!(
         err.to_string(),
-        "not a Kafka event: eventSource is missing; expected aws:kafka or SelfManagedKafka"
+        "not an event of a batch source: eventSource is \"aws:sns\"; expected aws:kafka, \
+         SelfManagedKafka, aws:sqs, aws:kinesis or aws:dynamodb"
     );
     let mut wrong = event(vec![]);
     wrong["eventSource"] = json!("aws:sqs");
     let err = function
         .handle(LambdaEvent::new(wrong, Context::default()))
         .await
-        .expect_err("not a Kafka event");
+        .expect_err("not a batch source");
     assert!(
         err.to_string().contains(r#"eventSource is "aws:sqs""#),
         "{err}"

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Coordinates, Decoded, EventError, Record};
+use super::{Coordinates, Decoded, EventError, Record, Source};
 use crate::record::{KafkaRecord, SchemaMetadata};
 
 /// The `eventSource` of MSK and of self-managed Kafka (spelt both ways seen
@@ -26,12 +26,18 @@ pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
             .iter()
             .map(|(name, records)| match records {
                 Value::Array(list) => Ok((name.as_str(), list)),
-                _ => Err(EventError::Malformed(format!(
-                    "records of {name:?} are not a list"
-                ))),
+                _ => Err(EventError::malformed(
+                    Some(Source::Kafka),
+                    format_args!("records of {name:?} are not a list"),
+                )),
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(EventError::Malformed("records is not an object".into())),
+        Some(_) => {
+            return Err(EventError::malformed(
+                Some(Source::Kafka),
+                "records is not an object",
+            ));
+        }
     };
     partitions
         .into_iter()
@@ -62,7 +68,10 @@ fn decode_record(partition: &str, record: &Value) -> Result<Decoded, EventError>
         .get("offset")
         .and_then(Value::as_i64)
         .ok_or_else(|| {
-            EventError::Malformed(format!("a record of {partition:?} has no integer offset"))
+            EventError::malformed(
+                Some(Source::Kafka),
+                format_args!("a record of {partition:?} has no integer offset"),
+            )
         })?;
     let at = Coordinates::kafka(partition, offset);
     let fields = match record {

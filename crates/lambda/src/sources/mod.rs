@@ -64,6 +64,16 @@ impl Source {
         }
     }
 
+    /// Its name in prose: `Kafka`, `SQS`, `Kinesis`, `DynamoDB Streams`.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Kafka => "Kafka",
+            Self::Sqs => "SQS",
+            Self::Kinesis => "Kinesis",
+            Self::DynamoDbStreams => "DynamoDB Streams",
+        }
+    }
+
     /// Parses a name of [`Self::name`].
     pub fn parse(text: &str) -> Result<Self, String> {
         Self::ALL
@@ -77,16 +87,19 @@ impl Source {
     /// The source of `event`, from its `eventSource` (Kafka's at the top,
     /// the others' on every record); `None` for an event without records.
     pub fn of(event: &Value) -> Result<Option<Self>, EventError> {
-        if let Some(source) = event.get("eventSource") {
-            return match source.as_str() {
-                Some(text) if kafka::EVENT_SOURCES.contains(&text) => Ok(Some(Self::Kafka)),
-                _ => Err(EventError::UnknownSource(source.to_string())),
-            };
+        let top = event.get("eventSource");
+        if let Some(text) = top.and_then(Value::as_str)
+            && kafka::EVENT_SOURCES.contains(&text)
+        {
+            return Ok(Some(Self::Kafka));
         }
-        let records = match event.get("Records") {
-            Some(Value::Array(records)) => records,
-            Some(_) => return Err(EventError::Malformed("Records is not a list".into())),
-            None => return Err(EventError::UnknownSource("missing".into())),
+        // A top-level `eventSource` that is not Kafka's decides only when
+        // there are no `Records` to name their own source.
+        let records = match (event.get("Records"), top) {
+            (Some(Value::Array(records)), _) => records,
+            (Some(_), _) => return Err(EventError::malformed(None, "Records is not a list")),
+            (None, Some(source)) => return Err(EventError::UnknownSource(source.to_string())),
+            (None, None) => return Err(EventError::UnknownSource("missing".into())),
         };
         let mut found = None;
         for record in records {
@@ -102,8 +115,9 @@ impl Source {
                 _ => return Err(EventError::UnknownSource(source.to_string())),
             };
             if found.is_some_and(|found| found != this) {
-                return Err(EventError::Malformed(
-                    "its records come from different sources".into(),
+                return Err(EventError::malformed(
+                    None,
+                    "its records come from different sources",
                 ));
             }
             found = Some(this);
@@ -139,8 +153,19 @@ pub enum EventError {
     },
     /// The event's shape is wrong (records not a list, a record that cannot
     /// be named in a partial batch response).
-    #[error("malformed event: {0}")]
+    #[error("malformed {0}")]
     Malformed(String),
+}
+
+impl EventError {
+    /// A malformed event of `source` (`None`: not yet known): the message
+    /// reads `malformed <Source> event: <problem>`.
+    pub(crate) fn malformed(source: Option<Source>, problem: impl fmt::Display) -> Self {
+        Self::Malformed(match source {
+            Some(source) => format!("{} event: {problem}", source.title()),
+            None => format!("event: {problem}"),
+        })
+    }
 }
 
 /// Where a record sits: its ordering unit, its place in it, and what
@@ -364,9 +389,10 @@ fn identified<'a>(
     id_name: &str,
 ) -> Result<(&'a serde_json::Map<String, Value>, String), EventError> {
     let missing = || {
-        EventError::Malformed(format!(
-            "{source} record {index} has no string {id_name}, so it could not be reported"
-        ))
+        EventError::malformed(
+            Some(source),
+            format_args!("record {index} has no string {id_name}, so it could not be reported"),
+        )
     };
     let fields = record.as_object().ok_or_else(missing)?;
     let id = id_of(fields)
