@@ -321,3 +321,131 @@ async fn a_handler_slower_than_its_lock_keeps_it_by_heartbeat() {
     assert_eq!((item.status, item.version), (Status::Completed, 1));
     assert_eq!(store.counter("acc"), 5);
 }
+
+/// Counters whose run of `held` waits at a gate: says it started, then
+/// waits to be let through.
+struct Gated {
+    counters: Counters,
+    held: &'static str,
+    started: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+impl RecordHandler<CounterEffect> for Gated {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        self.counters.path
+    }
+
+    async fn handle(
+        &self,
+        token: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion<CounterEffect>, HandlerError> {
+        if Payment::parse(&record.value)?.payment_id == self.held {
+            self.started.notify_one();
+            self.open.notified().await;
+        }
+        self.counters.handle(token, record).await
+    }
+}
+
+/// A lane's keys claimed together ahead of their turn, two of them taken
+/// over by another worker meanwhile (an operator released them, a new
+/// delivery took them over as version 2): the lane's group transaction is
+/// refused for their fences, the records before the first commit, the
+/// first taken over is lock lost alone, the rest are not started and
+/// released (but the other one taken over, whose release is fenced out
+/// too). The other worker's items stay as it left them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_made_together_and_taken_over_are_fenced_record_by_record() {
+    let store = store(Duration::from_secs(30));
+    let (started, open) = (Arc::default(), Arc::default());
+    let gated = Gated {
+        counters: Counters::new(CommitPath::Locking),
+        held: "p-0",
+        started: Arc::clone(&started),
+        open: Arc::clone(&open),
+    };
+    let function = Arc::new(BatchFunction::new(
+        Engine::new(store.clone(), gated, EngineConfig::default()),
+        settings(header_keys()),
+    ));
+    let payments = (0..10)
+        .map(|i| payment(i, &format!("p-{i}"), "acc", 1))
+        .collect();
+    let batch = event(vec![("payments-0", payments)]);
+    let running = tokio::spawn({
+        let (function, batch) = (Arc::clone(&function), batch.clone());
+        async move {
+            let mut context = Context::default();
+            context.deadline = now_ms() + 600_000;
+            let response = function.handle(LambdaEvent::new(batch, context)).await;
+            reported(&response.expect("response"))
+        }
+    });
+    started.notified().await;
+    // Every key of the lane was claimed in one batch before p-0 ran.
+    for i in 0..10 {
+        let item = store
+            .get(&format!("p-{i}"))
+            .await
+            .expect("get")
+            .expect("claimed");
+        assert_eq!((item.status, item.version), (Status::Started, 1), "p-{i}");
+    }
+    let mut taken = Vec::new();
+    for key in ["p-3", "p-7"] {
+        exactly_once::store::Operator::release_version(&store, key, 1)
+            .await
+            .expect("release");
+        let hash =
+            exactly_once::store::payload_hash(support::msk::payment_json(key, "acc", 1).as_bytes());
+        let outcome = store
+            .claim(ClaimRequest {
+                key,
+                payload_hash: &hash,
+                origin: Some("elsewhere"),
+                lease_cap_ms: None,
+                holder: None,
+            })
+            .await
+            .expect("claim");
+        let ClaimOutcome::TakenOver(lease) = outcome else {
+            panic!("{key}: {outcome:?}");
+        };
+        taken.push(lease);
+    }
+    open.notify_one();
+
+    let reported = running.await.expect("task");
+    let expected: Vec<String> = (3..10).map(|i| format!("payments-0@{i}")).collect();
+    assert_eq!(reported, expected);
+    assert_eq!(store.counter("acc"), 3, "p-0, p-1, p-2 only");
+    for i in 0..3 {
+        let item = store
+            .get(&format!("p-{i}"))
+            .await
+            .expect("get")
+            .expect("item");
+        assert_eq!((item.status, item.version), (Status::Completed, 1));
+    }
+    for lease in &taken {
+        let item = store.get(&lease.pk).await.expect("get").expect("item");
+        assert_eq!(
+            (item.status, item.version, item.owner.as_str()),
+            (Status::Started, 2, lease.owner.as_str()),
+            "the other worker's item is untouched"
+        );
+    }
+    // Not started: released at once, for the redelivery to take over.
+    for key in ["p-4", "p-5", "p-6", "p-8", "p-9"] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!((item.status, item.version), (Status::Started, 1), "{key}");
+        assert!(
+            item.lock_expires_at_ms.unwrap_or(0) <= store.now_ms(),
+            "{key}"
+        );
+    }
+}

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
-use exactly_once::engine::{CommitPath, Engine, EngineConfig};
+use exactly_once::engine::{CommitPath, Engine, EngineConfig, GROUP_START};
 use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::store::Status;
 use exactly_once::store::Store;
@@ -284,10 +284,14 @@ fn rename(record: &mut Value, half: usize) {
 }
 
 /// The sizes a container's lock-free transactions took, in order, after the
-/// start (10).
+/// start ([`GROUP_START`]).
 fn sizes(function: &BatchFunction<LedgerHandler, DynamoDbStore>) -> Vec<usize> {
     let history = function.engine().group_sizes();
-    assert_eq!(history.first().map(|r| r.size), Some(10), "the start");
+    assert_eq!(
+        history.first().map(|r| r.size),
+        Some(GROUP_START),
+        "the start"
+    );
     history.iter().skip(1).map(|r| r.size).collect()
 }
 
@@ -323,10 +327,12 @@ async fn hot_account_through(plan: FaultPlan, payments: usize) -> Vec<usize> {
 /// every payment applies once whatever group it landed in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_group_size_follows_the_stores_answers() {
-    // Quick: one more record per full transaction, never less.
+    // Quick: twice the size per full transaction (a new container's slow
+    // start), up to the cap, never less.
     let quick = hot_account_through(FaultPlan::default(), 300).await;
+    assert_eq!(quick.first(), Some(&(2 * GROUP_START)), "{quick:?}");
     assert!(quick.windows(2).all(|w| w[0] < w[1]), "{quick:?}");
-    assert!(quick.last() > Some(&15), "{quick:?}");
+    assert_eq!(quick.last(), Some(&99), "{quick:?}");
 
     // Slow (300 ms a request): a quarter off each, down from the start.
     let slow = FaultPlan {
@@ -336,7 +342,7 @@ async fn the_group_size_follows_the_stores_answers() {
     };
     let slow = hot_account_through(slow, 40).await;
     assert!(slow.windows(2).all(|w| w[0] > w[1]), "{slow:?}");
-    assert!(slow.first() < Some(&10), "{slow:?}");
+    assert!(slow.first() < Some(&GROUP_START), "{slow:?}");
 
     // Throttled: requests the SDK gave up on halve it.
     let throttled = FaultPlan {
@@ -344,7 +350,10 @@ async fn the_group_size_follows_the_stores_answers() {
         ..FaultPlan::default()
     };
     let throttled = hot_account_through(throttled, 60).await;
-    assert!(throttled.iter().any(|&size| size < 10), "{throttled:?}");
+    assert!(
+        throttled.iter().any(|&size| size < GROUP_START),
+        "{throttled:?}"
+    );
 }
 
 /// Transactions cancelled in conflict (two containers on one hot account,
@@ -373,22 +382,40 @@ async fn conflicts_shrink_the_group() {
         )
     }))
     .await;
-    let amounts = vec![1; 200];
-    let batch = payments_to(&merchant, &amounts, 2);
+    // Each container its own 200 payments (ids pay-<half>-<i>) to the one
+    // merchant: their transactions meet on its item only.
+    let batches: Vec<Value> = (0..2)
+        .map(|half| {
+            let mut batch = payments_to(&merchant, &vec![1; 200], 2);
+            for records in batch["records"]
+                .as_object_mut()
+                .expect("records")
+                .values_mut()
+            {
+                for record in records.as_array_mut().expect("a list") {
+                    rename(record, half);
+                }
+            }
+            batch
+        })
+        .collect();
     futures_util::future::join_all(
         containers
             .iter()
-            .map(|function| support::msk::invoke_until_done(function, &batch)),
+            .zip(&batches)
+            .map(|(function, batch)| support::msk::invoke_until_done(function, batch)),
     )
     .await;
     assert!(
         faults.counts.get(Fault::TransactionConflict) > 0,
         "conflicts met"
     );
-    assert_eq!(ledger_entry(&merchant).await, (200, 200));
-    let shrunk = containers
-        .iter()
-        .any(|function| sizes(function).windows(2).any(|w| w[1] < w[0]));
+    assert_eq!(ledger_entry(&merchant).await, (400, 400));
+    // From the start on: a conflict met first halves the start itself.
+    let shrunk = containers.iter().any(|function| {
+        let history = function.engine().group_sizes();
+        history.windows(2).any(|w| w[1].size < w[0].size)
+    });
     assert!(
         shrunk,
         "{:?}",

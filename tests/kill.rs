@@ -25,6 +25,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use exactly_once::config::StoreConfig;
+use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
@@ -33,6 +34,7 @@ use exactly_once::lambda::BatchFunction;
 use exactly_once::lambda::Record;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::store::Status;
+use exactly_once::store::requests::RequestCounter;
 use ledger::{LedgerHandler, LedgerMode, Payment};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -179,39 +181,64 @@ async fn worker_process() {
     };
     let mode = LedgerMode::parse(&config.mode).expect("a ledger mode");
     let table = support::env("LEDGER_TABLE");
+    // Every request the worker's store sends, by operation.
+    let counter = RequestCounter::default();
     match test_store() {
         TestStore::Postgres => {
             let pool = support::postgres::pool().await;
             let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
-                .expect("store");
+                .expect("store")
+                .with_request_counter(counter.clone());
             let ledger = LedgerHandler::on_postgres(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, &config).await;
+            work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::Redis => {
             let store =
-                support::redis::store_with(&support::env("REDIS_URL"), store_config(&config));
+                support::redis::store_with(&support::env("REDIS_URL"), store_config(&config))
+                    .with_request_counter(counter.clone());
             let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, &config).await;
+            work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::RedisCluster => {
-            let store = support::redis::cluster_store_with(store_config(&config));
+            let store = support::redis::cluster_store_with(store_config(&config))
+                .with_request_counter(counter.clone());
             let table = support::redis::tagged(&table);
             let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
-            work(store, announced(ledger), &batches, &config).await;
+            work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::DynamoDb => {
-            let client = support::client().await;
+            let client = counter.attach(&support::client().await);
             let store = DynamoDbStore::new(client.clone(), store_config(&config));
             let ledger = LedgerHandler::new(client, table, mode);
-            work(store, announced(ledger), &batches, &config).await;
+            work(store, announced(ledger), &batches, &config, &counter).await;
         }
     }
 }
 
+/// The locking path's batched requests among `counter`'s: claims and
+/// fenced writes of several keys in one request (DynamoDB's PartiQL
+/// batches, PostgreSQL's and Redis's batch statements and scripts).
+fn batched_requests(counter: &RequestCounter) -> u64 {
+    let counts = counter.counts();
+    [
+        "BatchExecuteStatement",
+        "claim (batch)",
+        "fenced write (batch)",
+    ]
+    .iter()
+    .filter_map(|operation| counts.get(*operation))
+    .sum()
+}
+
 /// A worker's life: each batch from `first`, delivered again until nothing
 /// is reported, as Lambda does.
-async fn work<S: Operator>(store: S, handler: Announced, batches: &[Value], config: &WorkerConfig)
-where
+async fn work<S: Operator>(
+    store: S,
+    handler: Announced,
+    batches: &[Value],
+    config: &WorkerConfig,
+    counter: &RequestCounter,
+) where
     Announced: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
 {
     // The default configuration: groups sized from the store's answers.
@@ -241,6 +268,7 @@ where
         }
         // The group size the worker's transactions are sized to now.
         println!("WORKER GROUP {}", function.engine().group_size());
+        println!("WORKER BATCHED {}", batched_requests(counter));
         println!("WORKER DONE {index}");
     }
     println!("WORKER FINISHED");
@@ -251,6 +279,8 @@ struct Worker {
     lines: Lines<BufReader<ChildStdout>>,
     /// The group sizes it reported after its batches.
     groups: Vec<usize>,
+    /// The batched requests of the locking path it sent so far.
+    batched: u64,
 }
 
 impl Worker {
@@ -274,6 +304,7 @@ impl Worker {
             child,
             lines,
             groups: Vec::new(),
+            batched: 0,
         }
     }
 
@@ -313,6 +344,9 @@ impl Worker {
                 Some(group) if group.starts_with("GROUP ") => {
                     let size = group[6..].parse::<usize>().expect("a group size");
                     self.groups.push(size);
+                }
+                Some(batched) if batched.starts_with("BATCHED ") => {
+                    self.batched = batched[8..].parse().expect("a count");
                 }
                 Some(_) => {}
                 None => panic!("a worker ended without finishing (seed {seed})"),
@@ -483,6 +517,8 @@ struct Storm {
     short_balances: usize,
     /// The group sizes the workers reported (the default sizing's).
     groups: Vec<usize>,
+    /// The locking path's batched requests the workers sent.
+    batched: u64,
 }
 
 /// Runs streams of payments through worker processes, killing them at
@@ -502,6 +538,7 @@ async fn storm(
         wrong_balances: 0,
         short_balances: 0,
         groups: Vec::new(),
+        batched: 0,
     };
     while storm.kills < kills {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
@@ -524,6 +561,7 @@ async fn storm(
                 .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120)));
             let finished = worker.run_until(kill_at, &mut config, seed).await;
             storm.groups.append(&mut worker.groups);
+            storm.batched += worker.batched;
             if finished {
                 break;
             }
@@ -576,6 +614,11 @@ async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize, encodi
         !storm.groups.is_empty() && sizes.0 >= Some(&1) && sizes.1 <= Some(&99),
         "group sizes {sizes:?}"
     );
+    // The locking path ran batched: claims and completions of several keys
+    // per request, not one record at a time.
+    if mode != "lock-free" {
+        assert!(storm.batched > 0, "no batched request: {storm:?}");
+    }
     assert_eq!(
         (storm.double_applications, storm.wrong_balances),
         (0, 0),
@@ -636,6 +679,7 @@ async fn direct_mode_shows_the_window_between_effect_and_completion() {
     // Direct mode may repeat a payment killed between its effect and its
     // completion, and only then: never a lost payment.
     println!("direct storm (KILL_TEST_SEED={seed}): {storm:?}");
+    assert!(storm.batched > 0, "no batched request: {storm:?}");
     assert!(
         storm.double_applications >= 0,
         "a payment was lost: {storm:?}"
@@ -654,6 +698,8 @@ struct ChargeStorm {
     lost: usize,
     /// Calls the API answered as repeats of a key it had applied.
     replayed_calls: u64,
+    /// The locking path's batched requests the workers sent.
+    batched: u64,
 }
 
 /// Streams of payments through workers that call the payment API, killed
@@ -699,7 +745,9 @@ async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
             let mut worker = Worker::start(&config);
             let interrupt_at = (storm.kills + storm.steals < interruptions)
                 .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..150)));
-            if worker.run_until(interrupt_at, &mut config, seed).await {
+            let finished = worker.run_until(interrupt_at, &mut config, seed).await;
+            storm.batched += worker.batched;
+            if finished {
                 break;
             }
             // Every third interruption steals the lease instead of killing.
@@ -743,4 +791,6 @@ async fn a_payment_api_charges_once_through_kills_and_stolen_leases() {
     // The storm did hit the window between charge and completion: some
     // retries reached the API with a key it had already applied.
     assert!(storm.replayed_calls > 0, "{storm:?}");
+    // Claims and completions went in batches.
+    assert!(storm.batched > 0, "{storm:?}");
 }

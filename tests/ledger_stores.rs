@@ -20,6 +20,7 @@ use exactly_once::postgres::DatabaseSettings;
 use exactly_once::postgres::PostgresStore;
 use exactly_once::redis::RedisStore;
 use exactly_once::store::Status;
+use exactly_once::store::requests::RequestCounter;
 use exactly_once::store::{Operator, Store};
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
@@ -40,6 +41,8 @@ trait LedgerStore: Operator + Sized {
     fn ledger(&self, mode: LedgerMode) -> LedgerHandler;
     /// `(balance_cents, payment_count)` of `account`.
     async fn entry(&self, account: &str) -> (i64, i64);
+    /// The same store, its requests counted by `counter`.
+    fn counted(self, counter: &RequestCounter) -> Self;
 }
 
 impl LedgerStore for PostgresStore {
@@ -77,6 +80,10 @@ impl LedgerStore for PostgresStore {
     async fn entry(&self, account: &str) -> (i64, i64) {
         support::postgres::ledger_entry(self.pool(), account).await
     }
+
+    fn counted(self, counter: &RequestCounter) -> Self {
+        self.with_request_counter(counter.clone())
+    }
 }
 
 impl LedgerStore for RedisStore {
@@ -104,6 +111,10 @@ impl LedgerStore for RedisStore {
 
     async fn entry(&self, account: &str) -> (i64, i64) {
         support::redis::ledger_entry(self, &support::env("LEDGER_TABLE"), account).await
+    }
+
+    fn counted(self, counter: &RequestCounter) -> Self {
+        self.with_request_counter(counter.clone())
     }
 }
 
@@ -409,34 +420,26 @@ async fn the_store_gone_mid_batch_fails_closed_and_the_replay_applies_everything
                 lambda_runtime::Context::default(),
             ))
             .await;
-        // As on DynamoDB (tests/lifecycle.rs). Locking: offsets 0 and 1
-        // finished, offset 2 was claimed and its work cut the store off.
-        // Lock-free: the six increments of one account were one group,
-        // whose commit met the cut: nothing finished, the invocation fails.
-        match (mode, result) {
-            (LedgerMode::LockFree, Err(err)) => assert!(
+        // As on DynamoDB (tests/lifecycle.rs). The six increments of one
+        // account were one group, whose commit met the cut: nothing
+        // finished, the invocation fails. Lock-free: computed without a
+        // claim; locking: the six keys were claimed together (before the
+        // cut, which came with the third record's work) and every work ran.
+        match result {
+            Err(err) => assert!(
                 matches!(
                     err,
                     exactly_once::lambda::InvocationError::StoreUnavailable { reported: 6 }
                 ),
-                "{err:?}"
+                "{mode:?}: {err:?}"
             ),
-            (LedgerMode::Transactional, Ok(response)) => {
-                let expected: Vec<String> = (2..6).map(|i| format!("payments-0@{i}")).collect();
-                assert_eq!(reported(&response), expected);
-            }
-            (_, other) => panic!("{mode:?}: {other:?}"),
+            other => panic!("{mode:?}: {other:?}"),
         }
-        // No business logic for a record that was not claimed (locking).
-        let (ran, applied) = match mode {
-            LedgerMode::LockFree => (6, 0),
-            _ => (3, 1 + 10),
-        };
-        assert_eq!(calls(&function), ran, "{mode:?}");
-        assert_eq!(direct.entry(&a).await.0, applied, "{mode:?}");
+        assert_eq!(calls(&function), 6, "{mode:?}");
+        assert_eq!(direct.entry(&a).await.0, 0, "{mode:?}");
 
         proxy.restore();
-        tokio::time::sleep(Duration::from_millis(600)).await; // offset 2's lock ends
+        tokio::time::sleep(Duration::from_millis(600)).await; // the claims' locks end
         assert_eq!(
             reported(&invoke(&function, &batch).await),
             Vec::<String>::new()
@@ -491,6 +494,77 @@ async fn the_store_gone_before_the_batch_is_an_invocation_error_and_nothing_runs
     }
 }
 
+/// The locking path batched: 400 new payments over 4 partitions, in
+/// `transactional` and `direct` mode, take their claims in batched
+/// requests (one statement or script for many keys, no claim alone) and
+/// their completions together (group transactions; batches of fenced
+/// writes), at most 0.15 requests per record besides the direct mode's own
+/// ledger write; every payment applied once.
+async fn the_locking_path_claims_and_completes_in_batches<S: LedgerStore>() {
+    for mode in [LedgerMode::Transactional, LedgerMode::Direct] {
+        let counter = RequestCounter::default();
+        let store = S::fresh(Duration::from_secs(30)).await.counted(&counter);
+        let function = BatchFunction::new(
+            Engine::new(store.clone(), store.ledger(mode), EngineConfig::default()),
+            support::msk::settings(header_keys()),
+        )
+        .without_metrics();
+        let accounts: Vec<String> = (0..20).map(|_| account()).collect();
+        let batch = event(
+            (0..4)
+                .map(|p| {
+                    let records = (0..100)
+                        .map(|i| {
+                            payment(i, &format!("p{p}-{i}"), &accounts[(i as usize + p) % 20], 1)
+                        })
+                        .collect();
+                    (
+                        ["payments-0", "payments-1", "payments-2", "payments-3"][p],
+                        records,
+                    )
+                })
+                .collect(),
+        );
+        let (before, _) = store.entry(&accounts[0]).await;
+        assert_eq!(before, 0);
+        counter.reset();
+        assert_eq!(
+            serde_json::to_value(invoke(&function, &batch).await).expect("json"),
+            json!({"batchItemFailures": []}),
+            "{mode:?}"
+        );
+        let counts = counter.counts();
+        for account in &accounts {
+            assert_eq!(store.entry(account).await, (20, 20), "{mode:?}");
+        }
+        // The path: claims only in batches, none alone; no completion alone.
+        for single in ["claim", "complete", "take over"] {
+            assert!(!counts.contains_key(single), "{mode:?}: {counts:?}");
+        }
+        let claims = counts.get("claim (batch)").copied().unwrap_or_default();
+        assert!((1..=24).contains(&claims), "{mode:?}: {counts:?}");
+        let effects = match mode {
+            // The ledger's own write, one per record.
+            LedgerMode::Direct => {
+                let writes = counts
+                    .get("fenced write (batch)")
+                    .copied()
+                    .unwrap_or_default();
+                assert!((1..=40).contains(&writes), "{mode:?}: {counts:?}");
+                400
+            }
+            _ => 0,
+        };
+        let library = (counter.total() - effects) as f64 / 400.0;
+        assert!(
+            library <= 0.15,
+            "{mode:?}: {library} requests per record: {counts:?}"
+        );
+        let item = store.get("p2-50").await.expect("get").expect("item");
+        assert_eq!((item.status, item.version), (Status::Completed, 1));
+    }
+}
+
 /// Every test of the suite, for the store type `$store`.
 macro_rules! ledger_suite {
     ($store:ty) => {
@@ -499,6 +573,11 @@ macro_rules! ledger_suite {
         async fn every_mode_applies_each_payment_once_and_a_replay_changes_nothing() {
             super::every_mode_applies_each_payment_once_and_a_replay_changes_nothing::<$store>()
                 .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_locking_path_claims_and_completes_in_batches() {
+            super::the_locking_path_claims_and_completes_in_batches::<$store>().await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

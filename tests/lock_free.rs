@@ -107,10 +107,10 @@ async fn in_key_mode_the_records_of_different_keys_share_transactions() {
         assert_eq!(ledger_entry(account).await, (1, 1));
     }
     // 60 lanes of one record, all ready at once (this runtime has one
-    // thread: every lane submits before the combiner runs): 10 a transaction
-    // (the default MAX_RECORDS_PER_TRANSACTION).
+    // thread: every lane submits before the combiner runs): 25 a
+    // transaction, where a new container's groups start (GROUP_START).
     let counts = counter.counts();
-    assert_eq!(counts.get("TransactWriteItems"), Some(&6), "{counts:?}");
+    assert_eq!(counts.get("TransactWriteItems"), Some(&3), "{counts:?}");
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ use aws_sdk_dynamodb::types::TransactWriteItem;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
-    CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+    COMPLETION_LINGER, CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError,
+    RecordHandler,
 };
 use exactly_once::lambda::{BatchFunction, KafkaRecord};
 use exactly_once::store::Store;
@@ -91,27 +92,28 @@ fn payments(n: i64) -> Value {
 }
 
 /// The demo ledger (locking path) on `store`, its ledger written with
-/// `client`, its EMF lines kept in `lines`.
+/// `client`, its EMF lines kept in `lines`, with `engine`'s settings.
 fn ledger_function(
     store: DynamoDbStore,
     client: aws_sdk_dynamodb::Client,
     lines: &Lines,
+    engine: EngineConfig,
 ) -> BatchFunction<LedgerHandler, DynamoDbStore> {
     let table = support::env("LEDGER_TABLE");
     let ledger = LedgerHandler::new(client, table, LedgerMode::Transactional);
-    let engine = Engine::new(store, ledger, EngineConfig::default());
+    let engine = Engine::new(store, ledger, engine);
     BatchFunction::new(engine, settings(header_keys())).with_metrics_writer(lines.writer())
 }
 
 /// The EMF documents of `batch` through the demo ledger (locking path) on
 /// DynamoDB Local, every record applied, and the requests its client sent.
-async fn documents_of(batch: Value) -> (Vec<Value>, u64) {
+async fn documents_of(batch: Value, engine: EngineConfig) -> (Vec<Value>, u64) {
     let counter = RequestCounter::default();
     let client = counter.attach(&support::client().await);
     let config = support::store_config(Duration::from_secs(30));
     let store = DynamoDbStore::new(client.clone(), config);
     let lines = Lines::default();
-    let function = ledger_function(store, client, &lines);
+    let function = ledger_function(store, client, &lines, engine);
     let response = function.handle(invocation(batch)).await;
     assert!(response.expect("handled").batch_item_failures.is_empty());
     (lines.take(), counter.total())
@@ -119,7 +121,7 @@ async fn documents_of(batch: Value) -> (Vec<Value>, u64) {
 
 #[tokio::test]
 async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
-    let (docs, requests) = documents_of(payments(3)).await;
+    let (docs, requests) = documents_of(payments(3), EngineConfig::default()).await;
     assert_eq!(docs.len(), 1, "up to 100 round trips: one document");
     let doc = &docs[0];
     let names = declared(doc);
@@ -155,8 +157,12 @@ async fn an_invocation_writes_its_store_requests_and_each_round_trip() {
 
 #[tokio::test]
 async fn more_than_100_round_trips_are_split_over_documents() {
-    // A claim and a completion per record, at least: over 100 requests.
-    let (docs, requests) = documents_of(payments(60)).await;
+    // A transaction per record beside the batched claims: over 100 requests.
+    let engine = EngineConfig {
+        max_records_per_transaction: 1,
+        ..EngineConfig::default()
+    };
+    let (docs, requests) = documents_of(payments(120), engine).await;
     assert!(requests > 100, "{requests} requests");
     assert_eq!(docs.len() as u64, requests.div_ceil(100));
     for extra in &docs[1..] {
@@ -176,7 +182,12 @@ async fn an_unreachable_store_fails_closed_and_says_so() {
         support::store_config(Duration::from_secs(30)),
     );
     let lines = Lines::default();
-    let function = ledger_function(store, support::client().await, &lines);
+    let function = ledger_function(
+        store,
+        support::client().await,
+        &lines,
+        EngineConfig::default(),
+    );
     let batch = event(vec![("payments-0", vec![payment(0, "p-1", "acc", 1)])]);
     let answer = function.handle(invocation(batch)).await;
     assert!(
@@ -216,6 +227,9 @@ impl RecordHandler<TransactWriteItem> for ChargeThenOutage {
         charges::charge(self.api, &token.key, payment)
             .await
             .map_err(HandlerError::Retryable)?;
+        // Work this slow has its completion sent at once, not held back for
+        // its neighbours': p-1's is written while p-2 runs.
+        tokio::time::sleep(COMPLETION_LINGER).await;
         if token.key.ends_with("#p-2") {
             self.dynamodb.cut();
         }
@@ -270,7 +284,12 @@ async fn an_effect_whose_completion_was_lost_is_counted_as_unrecorded() {
 async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
     let store = support::store(Duration::from_secs(30)).await;
     let lines = Lines::default();
-    let function = ledger_function(store.clone(), support::client().await, &lines);
+    let function = ledger_function(
+        store.clone(),
+        support::client().await,
+        &lines,
+        EngineConfig::default(),
+    );
     let _working = support::ops::acquire(&store, "working").await;
     for key in ["abandoned-1", "abandoned-2"] {
         let lease = support::ops::acquire(&store, key).await;

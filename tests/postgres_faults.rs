@@ -78,13 +78,17 @@ async fn container(
     .without_metrics()
 }
 
+/// Batches of 10 payments a storm's stream holds: enough for the storm to
+/// outlast its restart and a few faults of each kind.
+const BATCHES: i64 = 36;
+
 async fn storm(mode: LedgerMode, seed: u64) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
     let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", server_port())).await);
     let config = support::store_config(Duration::from_millis(300));
     let accounts: Vec<String> = (0..4).map(|_| account()).collect();
     let stream = format!("f-{}", uuid::Uuid::new_v4());
-    let batches = payment_stream(&stream, &accounts, 12);
+    let batches = payment_stream(&stream, &accounts, BATCHES);
     let reported = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..3 {
@@ -115,7 +119,7 @@ async fn storm(mode: LedgerMode, seed: u64) -> Storm {
     // Another session holds a ledger row past the statement timeout.
     let holder = postgres::pool().await;
     let ledger = format!("\"{}\"", support::env("LEDGER_TABLE"));
-    let restart_at = rng.u64(3..8);
+    let restart_at = rng.u64(2..5);
     let mut round = 0;
     while workers.iter().any(|w| !w.is_finished()) {
         round += 1;
@@ -157,14 +161,18 @@ async fn storm(mode: LedgerMode, seed: u64) -> Storm {
         .with_config(config);
     let pool = check.pool();
     let mut counted = 0;
-    for (account, expected) in accounts.iter().zip(stream_balances(&accounts, 12)) {
+    for (account, expected) in accounts
+        .iter()
+        .zip(stream_balances(&accounts, BATCHES as usize))
+    {
         let (balance, payments) = postgres::ledger_entry(pool, account).await;
         counted += payments;
         storm.lost += i64::from(balance < expected);
     }
-    storm.payments = 120;
-    storm.double_applications = counted - 120;
-    for n in 0..120 {
+    let payments = BATCHES * 10;
+    storm.payments = payments;
+    storm.double_applications = counted - payments;
+    for n in 0..payments {
         let item = check.get(&format!("{stream}-{n}")).await.expect("get");
         storm.not_completed += usize::from(item.map(|i| i.status) != Some(Status::Completed));
     }

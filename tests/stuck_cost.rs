@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use exactly_once::dynamodb::ScanOptions;
 use exactly_once::store::Operator;
-use exactly_once::store::{Listed, Listing, ListingCost, NewCommit, Store};
+use exactly_once::store::{Commit, Listed, Listing, ListingCost, Store};
 use futures_util::StreamExt;
 use support::ops::acquire;
 
@@ -37,19 +37,20 @@ fn completed() -> usize {
 /// `n` COMPLETED items, written by the lock-free path 25 to a commit, 4
 /// commits at a time.
 async fn load_completed<S: Store>(store: &S, n: usize) {
-    let commits: Vec<Vec<NewCommit<S::Effect>>> = (0..n)
+    let commits: Vec<Vec<Commit<S::Effect>>> = (0..n)
         .collect::<Vec<_>>()
         .chunks(25)
         .map(|chunk| {
             chunk
                 .iter()
-                .map(|i| NewCommit {
+                .map(|i| Commit {
                     key: format!("done-{i}"),
                     payload_hash: "h".into(),
                     origin: Some(format!("payments-0@{i}")),
                     owner: format!("o-{i}"),
                     result: None,
                     effects: Vec::new().into(),
+                    held: None,
                 })
                 .collect()
         })
@@ -63,9 +64,9 @@ async fn load_completed<S: Store>(store: &S, n: usize) {
 /// One commit, again while the server is too slow to answer in time (a
 /// cold DynamoDB Local): a retry of one that did commit finds its keys
 /// taken, which is as good.
-async fn commit<S: Store>(store: &S, commits: Vec<NewCommit<S::Effect>>) {
+async fn commit<S: Store>(store: &S, commits: Vec<Commit<S::Effect>>) {
     for _ in 0..5 {
-        match store.commit_new(commits.clone()).await {
+        match store.commit(commits.clone()).await {
             Ok(_) => return,
             Err(err) if err.is_retryable() => eprintln!("commit again: {err}"),
             Err(err) => panic!("commit: {err}"),

@@ -1,8 +1,9 @@
-//! The default sizing on PostgreSQL and Redis, warmed, beside DynamoDB's
-//! rows against Powertools (`benches/throughput/sizing.rs`): ONE container
-//! per store, scenario and round trip processes a first batch (its sizing
-//! starting at 10) and then the measured ones, its sizing going on from
-//! where it stood. Writes `bench/sizing-stores.csv`, which the throughput
+//! The default configuration on PostgreSQL and Redis, warmed, on every
+//! commit path, beside DynamoDB's rows against Powertools
+//! (`benches/throughput/sizing.rs`): ONE container per store, path,
+//! scenario and round trip processes a first batch (its sizes where a new
+//! container starts them) and then the measured ones, its sizes going on
+//! from where they stood. Writes `bench/sizing-stores.csv`, which the throughput
 //! benchmark's table reads.
 
 use std::path::Path;
@@ -17,6 +18,7 @@ use crate::{Backend, Scenario, Servers, deliver_to, function};
 pub struct SizedRow {
     backend: Backend,
     scenario: Scenario,
+    mode: LedgerMode,
     rtt_ms: u64,
     batch_ms: Vec<f64>,
     first_ms: f64,
@@ -40,12 +42,21 @@ pub async fn rows(
     tag: &mut dyn FnMut() -> String,
 ) -> Vec<SizedRow> {
     let mut rows = Vec::new();
-    for scenario in [Scenario::Hot, Scenario::New] {
+    let paths = [
+        LedgerMode::LockFree,
+        LedgerMode::Transactional,
+        LedgerMode::Direct,
+    ];
+    for (mode, scenario) in paths
+        .into_iter()
+        .flat_map(|mode| [(mode, Scenario::Hot), (mode, Scenario::New)])
+    {
         let prefix = format!("{}#", tag());
-        let (mode, ordering) = (LedgerMode::LockFree, OrderingMode::Partition);
+        let ordering = OrderingMode::Partition;
         let mut row = SizedRow {
             backend,
             scenario,
+            mode,
             rtt_ms,
             batch_ms: Vec::new(),
             first_ms: 0.0,
@@ -64,9 +75,10 @@ pub async fn rows(
             }
         }
         eprintln!(
-            "  default sizing {} {} {rtt_ms} ms: p50 {:.0} ms (first batch {:.0} ms), {:.3} round trips/record",
+            "  default sizing {} {} {} {rtt_ms} ms: p50 {:.0} ms (first batch {:.0} ms), {:.3} round trips/record",
             backend.name(),
             scenario.name(),
+            path(mode),
             row.p50(),
             row.first_ms,
             row.round_trips as f64 / (1000 * row.batch_ms.len()) as f64
@@ -100,9 +112,10 @@ pub fn write(rows: &[SizedRow], out: &Path) {
     );
     for row in rows {
         csv.push_str(&format!(
-            "{},{},{},{},{:.1},{:.1},{:.4}\n",
+            "{},{}/{},{},{},{:.1},{:.1},{:.4}\n",
             row.backend.name(),
             row.scenario.name(),
+            path(row.mode),
             row.rtt_ms,
             row.batch_ms.len(),
             row.p50(),
@@ -111,4 +124,13 @@ pub fn write(rows: &[SizedRow], out: &Path) {
         ));
     }
     std::fs::write(out.join("sizing-stores.csv"), csv).expect("write sizing-stores.csv");
+}
+
+/// The commit path of `mode`, as the tables name it.
+fn path(mode: LedgerMode) -> &'static str {
+    match mode {
+        LedgerMode::LockFree => "lock-free",
+        LedgerMode::Transactional => "transactional",
+        LedgerMode::Direct => "direct",
+    }
 }

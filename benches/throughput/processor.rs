@@ -22,6 +22,9 @@ pub enum Mode {
     Partition,
     Key,
     None,
+    /// The locking path with the effect outside the store (`direct`: the
+    /// ledger's own update between claim and completion), partition order.
+    Direct,
     /// The lock-free path (the effect with the COMPLETED item, grouped).
     LockFreePartition,
     LockFreeKey,
@@ -52,6 +55,7 @@ impl Mode {
             Mode::Partition => "partition",
             Mode::Key => "key",
             Mode::None => "none",
+            Mode::Direct => "direct",
             Mode::LockFreePartition => "lockfree-partition",
             Mode::LockFreeKey => "lockfree-key",
             Mode::LockFreeNone => "lockfree-none",
@@ -61,17 +65,28 @@ impl Mode {
     /// `ORDERING_MODE` of the function (the baseline keeps offset order).
     fn ordering(self) -> &'static str {
         match self {
-            Mode::Baseline | Mode::Partition | Mode::LockFreePartition => "partition",
+            Mode::Baseline | Mode::Partition | Mode::Direct | Mode::LockFreePartition => {
+                "partition"
+            }
             Mode::Key | Mode::LockFreeKey => "key",
             Mode::None | Mode::LockFreeNone => "none",
         }
     }
 
     fn ledger_mode(self) -> LedgerMode {
-        if Mode::LOCK_FREE.contains(&self) {
-            LedgerMode::LockFree
-        } else {
-            LedgerMode::Transactional
+        match self {
+            _ if Mode::LOCK_FREE.contains(&self) => LedgerMode::LockFree,
+            Mode::Direct => LedgerMode::Direct,
+            _ => LedgerMode::Transactional,
+        }
+    }
+
+    /// The commit path, as the tables name it.
+    pub fn path(self) -> &'static str {
+        match self {
+            _ if Mode::LOCK_FREE.contains(&self) => "lock-free",
+            Mode::Direct => "direct",
+            _ => "transactional",
         }
     }
 }

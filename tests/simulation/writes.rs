@@ -12,6 +12,10 @@
 //!   write by a worker after its lock was taken over;
 //! - at most one terminal write (COMPLETED or FAILED) per key.
 //!
+//! A `BatchExecuteStatement` (the locking path's batched claims and fenced
+//! writes) is read statement by statement, each counted only if DynamoDB's
+//! answer shows it applied.
+//!
 //! A `TransactWriteItems` retried by the SDK after a lost answer carries the
 //! same `ClientRequestToken`; DynamoDB answers it without applying it again,
 //! so it counts once. The log also counts, per account, the ledger's own
@@ -64,11 +68,13 @@ pub struct WriteLog {
 
 /// Which commit path created the schedule's items: claims (a Put of a
 /// STARTED item: the locking path) and lock-free creations (a Put of a
-/// COMPLETED or FAILED item).
+/// COMPLETED or FAILED item); and the locking path's writes applied from
+/// batches (`BatchExecuteStatement`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PathCounts {
     pub claims: u64,
     pub lock_free: u64,
+    pub batched: u64,
 }
 
 impl WriteLog {
@@ -197,6 +203,58 @@ impl WriteLog {
         Some(Ok((pk, vec![change])))
     }
 
+    /// The change a PartiQL statement of a batch made (the locking path's
+    /// `INSERT` of a STARTED item, or fenced `UPDATE`), with its key.
+    fn statement(&self, statement: &Value) -> Option<Result<(String, Vec<Change>), String>> {
+        let text = statement["Statement"].as_str()?;
+        let parameters = statement["Parameters"].as_array()?;
+        let table = format!("\"{}\"", self.table);
+        if let Some(rest) = text.strip_prefix(&format!("INSERT INTO {table} VALUE {{")) {
+            // `'name': ?` for each parameter, in order.
+            let names = rest.trim_end_matches('}').split(", ").map(|field| {
+                field
+                    .split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_matches('\'')
+            });
+            let item: serde_json::Map<String, Value> = names
+                .zip(parameters)
+                .map(|(name, value)| (name.to_owned(), value.clone()))
+                .collect();
+            let put = serde_json::json!({"TableName": self.table, "Item": item});
+            return self.change(&put, true);
+        }
+        let rest = text.strip_prefix(&format!("UPDATE {table}"))?;
+        // SET "a" = ? ... REMOVE "b" ... WHERE "pk" = ? AND "status" = ?
+        // AND "version" = ? AND "owner" = ?: the SET values, then the fence.
+        let set: Vec<&str> = rest
+            .split(" SET \"")
+            .skip(1)
+            .filter_map(|part| part.split('"').next())
+            .collect();
+        let fence = parameters.get(set.len()..)?;
+        let s = |value: &Value| value["S"].as_str().map(str::to_owned);
+        let pk = s(&fence[0])?;
+        pk.starts_with(&self.prefix).then_some(())?;
+        let (version, owner) = (
+            fence.get(2)?["N"].as_str()?.parse::<u64>().ok()?,
+            s(fence.get(3)?)?,
+        );
+        let terminal = set
+            .iter()
+            .zip(parameters)
+            .any(|(name, value)| *name == "status" && s(value).is_some_and(|v| v != "STARTED"));
+        Some(Ok((
+            pk,
+            vec![Change::Fenced {
+                version,
+                owner,
+                terminal,
+            }],
+        )))
+    }
+
     /// Checks the history against the items as they ended; returns the
     /// violations.
     pub fn check(&self, items: &HashMap<String, StoredItem>) -> Vec<String> {
@@ -292,6 +350,23 @@ impl Observer for WriteLog {
                     return;
                 }
             },
+            "BatchExecuteStatement" => {
+                let body: Value = serde_json::from_slice(&exchange.body).unwrap_or_default();
+                let answer: Value = serde_json::from_slice(&exchange.answer).unwrap_or_default();
+                let answers = answer["Responses"].as_array().cloned().unwrap_or_default();
+                let statements = body["Statements"].as_array().cloned().unwrap_or_default();
+                for (statement, answer) in statements.iter().zip(&answers) {
+                    // Each statement succeeds or fails on its own.
+                    if !answer["Error"].is_null() {
+                        continue;
+                    }
+                    if let Some(change) = self.statement(statement) {
+                        self.paths.lock().unwrap_or_else(|p| p.into_inner()).batched += 1;
+                        self.record(change, &exchange);
+                    }
+                }
+                return;
+            }
             "TransactWriteItems" => {
                 let body: Value = serde_json::from_slice(&exchange.body).unwrap_or_default();
                 if self.replayed(&body) {
@@ -311,24 +386,32 @@ impl Observer for WriteLog {
             _ => return,
         };
         for (action, put) in actions {
-            match self.change(&action, put) {
-                None => {}
-                Some(Ok((pk, changes))) => {
-                    self.lock()
-                        .entry(pk)
-                        .or_default()
-                        .extend(changes.into_iter().map(|change| Write {
-                            change,
-                            sent: exchange.sent,
-                            received: exchange.received,
-                        }))
-                }
-                Some(Err(message)) => self
-                    .unreadable
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(message),
+            if let Some(change) = self.change(&action, put) {
+                self.record(change, &exchange);
             }
+        }
+    }
+}
+
+impl WriteLog {
+    /// Logs an applied write of `exchange`.
+    fn record(&self, change: Result<(String, Vec<Change>), String>, exchange: &Exchange) {
+        match change {
+            Ok((pk, changes)) => {
+                self.lock()
+                    .entry(pk)
+                    .or_default()
+                    .extend(changes.into_iter().map(|change| Write {
+                        change,
+                        sent: exchange.sent,
+                        received: exchange.received,
+                    }))
+            }
+            Err(message) => self
+                .unreadable
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(message),
         }
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! DynamoDB Local (3.3.0) answers `TOTAL` with `TableName` and
 //! `CapacityUnits` only: an object for single-item operations and Query/Scan,
-//! a list (one entry per table) for BatchGetItem, BatchWriteItem and the
-//! transactions. DynamoDB itself may add `ReadCapacityUnits` and
+//! a list (one entry per table) for BatchGetItem, BatchWriteItem,
+//! BatchExecuteStatement and the transactions. DynamoDB itself may add `ReadCapacityUnits` and
 //! `WriteCapacityUnits`; when present they are used, otherwise
 //! `CapacityUnits` count as read units for reads and write units for writes.
 //!
@@ -33,7 +33,7 @@ use aws_smithy_types::body::SdkBody;
 use serde_json::{Map, Value};
 
 /// The operations whose request accepts `ReturnConsumedCapacity`.
-pub const ACCEPTING: [&str; 10] = [
+pub const ACCEPTING: [&str; 11] = [
     "PutItem",
     "UpdateItem",
     "DeleteItem",
@@ -42,6 +42,7 @@ pub const ACCEPTING: [&str; 10] = [
     "BatchWriteItem",
     "TransactWriteItems",
     "TransactGetItems",
+    "BatchExecuteStatement",
     "Query",
     "Scan",
 ];

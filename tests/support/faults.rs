@@ -21,6 +21,7 @@ use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::byte_stream::ByteStream;
 
 use super::transactions::{InFlight, transaction_items};
 
@@ -101,6 +102,9 @@ pub struct Exchange {
     /// The operation (`PutItem`, `UpdateItem`, `TransactWriteItems`, ...).
     pub operation: String,
     pub body: Vec<u8>,
+    /// DynamoDB's answer, for a `BatchExecuteStatement` (whose statements
+    /// each succeed or fail on their own); empty for the others.
+    pub answer: Vec<u8>,
     /// [`sequence`] when the request left for DynamoDB and when its answer came.
     pub sent: u64,
     pub received: u64,
@@ -258,8 +262,18 @@ impl Faults {
         let (answer, answered) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let sent = sequence();
-            let response = inner.call(request).await;
+            let mut response = inner.call(request).await;
             let received = sequence();
+            // A batch's answer says which of its statements were applied:
+            // read it whole, and hand the caller the same bytes.
+            let mut answer_body = Vec::new();
+            if operation == "BatchExecuteStatement"
+                && let Ok(response) = response.as_mut()
+            {
+                let body = ByteStream::new(response.take_body()).collect().await;
+                answer_body = body.map(|b| b.into_bytes().to_vec()).unwrap_or_default();
+                *response.body_mut() = SdkBody::from(answer_body.clone());
+            }
             transactions
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -270,6 +284,7 @@ impl Faults {
                 observer.exchanged(Exchange {
                     operation,
                     body,
+                    answer: answer_body,
                     sent,
                     received,
                     status,

@@ -1,11 +1,14 @@
 //! The DynamoDB backend: one item per key in the idempotency table, each
 //! transition ONE conditional write (`PutItem`, `UpdateItem`, or
-//! `TransactWriteItems` with the effect). One file per path, each read top
-//! to bottom with its conditions: `locking.rs`, `lock_free.rs`,
-//! `operator.rs`; reads in `read.rs`, the listing scan in `listing.rs`.
+//! `TransactWriteItems` with the effect; up to 25 claims or fenced writes
+//! in one PartiQL `BatchExecuteStatement`, each conditioned on its own).
+//! One file per path, each read top to bottom with its conditions:
+//! `locking.rs`, `batched.rs`, `lock_free.rs`, `operator.rs`; reads in
+//! `read.rs`, the listing scan in `listing.rs`.
 
 #![deny(missing_docs)]
 
+mod batched;
 mod codec;
 mod increment;
 mod listing;
@@ -33,8 +36,8 @@ pub use requests::CountRequests;
 
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, Effects, Lease, Listed, Listing, NewCommit, Operator,
-    Store, StoreError, StoredItem,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Lease, Listed, Listing,
+    Operator, Store, StoreError, StoredItem,
 };
 
 /// DynamoDB's limit of 100 actions per transaction, less the completion.
@@ -80,6 +83,8 @@ impl Store for DynamoDbStore {
     const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
     /// DynamoDB's limit on a transaction's aggregate size.
     const MAX_TRANSACTION_BYTES: usize = 4_000_000;
+    /// PartiQL's `BatchExecuteStatement`: 25 statements.
+    const MAX_BATCH: usize = batched::MAX_STATEMENTS;
 
     fn config(&self) -> &StoreConfig {
         &self.config
@@ -95,6 +100,17 @@ impl Store for DynamoDbStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         self.put_started(pk, request).await
+    }
+
+    async fn create_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        self.insert_started_many(claims).await
+    }
+
+    async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
+        self.update_fenced_many(writes).await
     }
 
     async fn take_over(
@@ -129,9 +145,9 @@ impl Store for DynamoDbStore {
         self.extend_item(lease, until_ms).await
     }
 
-    async fn commit_new(
+    async fn commit(
         &self,
-        commits: Vec<NewCommit<TransactWriteItem>>,
+        commits: Vec<Commit<TransactWriteItem>>,
     ) -> Result<CommitOutcome, StoreError> {
         self.commit_items(commits).await
     }

@@ -16,20 +16,21 @@ use super::write::{NEW_KEY, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, NewCommit, Status, Store, StoreError, bounded,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Status, Store, StoreError, bounded,
     transaction_effects,
 };
 
 impl DynamoDbStore {
     /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
     /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
-    /// returned on failure) and its writes, all in ONE transaction. Several
+    /// returned on failure; a held key's completion under its fence) and its
+    /// writes, all in ONE transaction. Several
     /// messages commit together only if all can (the caller makes sure their
     /// writes touch distinct items); at most 100 actions in all.
     /// Returns the items' `expires_at`, or why nothing was written.
     pub(super) async fn commit_items(
         &self,
-        commits: Vec<NewCommit<TransactWriteItem>>,
+        commits: Vec<Commit<TransactWriteItem>>,
     ) -> Result<CommitOutcome, StoreError> {
         // At most 100 actions: the items, the writes, the merged increments.
         let room = (MAX_EFFECT_WRITES + 1).saturating_sub(commits.len());
@@ -41,14 +42,25 @@ impl DynamoDbStore {
         let mut actions: Vec<Action> = Vec::new();
         let mut items = Vec::new();
         for (index, commit) in commits.into_iter().enumerate() {
-            let request = commit.request();
-            let pk = self.pk(request.key)?;
-            let mut item = self.new_item(&pk, Status::Completed, &commit.owner, request, now);
-            item.insert("expires_at".to_owned(), n(expires_at_s));
-            if let Some(result) = &commit.result {
-                item.insert("result".to_owned(), s(result));
+            match &commit.held {
+                // A held key (the locking path): completed under its fence
+                // (see locking.rs, FENCE), the item returned when it fails.
+                Some(lease) => {
+                    let result = commit.result.as_deref();
+                    items.push(self.completion_action(lease, result, now)?.0);
+                }
+                None => {
+                    let request = commit.request();
+                    let pk = self.pk(request.key)?;
+                    let mut item =
+                        self.new_item(&pk, Status::Completed, &commit.owner, request, now);
+                    item.insert("expires_at".to_owned(), n(expires_at_s));
+                    if let Some(result) = &commit.result {
+                        item.insert("result".to_owned(), s(result));
+                    }
+                    items.push(self.put_new(item, now)?);
+                }
             }
-            items.push(self.put_new(item, now)?);
             actions.push(Action::Item(index));
             actions.extend((0..commit.effects.writes.len()).map(|w| Action::Write(index, w)));
             items.extend(commit.effects.writes);

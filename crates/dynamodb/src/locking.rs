@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     Update,
 };
 
-use super::codec::{n, s, status_value};
+use super::codec::{RawItem, n, s, status_value};
 use super::increment::increment_action;
 use super::listing::started_shard;
 use super::transact::{TransactError, condition_failed, transaction_error};
@@ -39,14 +39,25 @@ impl DynamoDbStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         let now = self.now_ms();
+        let (item, lease) = self.started_item(pk, request, now);
+        // Invariant: one live item per key (see NEW_KEY).
+        self.put_if_new(item, now, lease, "claim (PutItem)").await
+    }
+
+    /// A claim's STARTED item at version 1 and its lease, from `now`.
+    pub(super) fn started_item(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+        now: u64,
+    ) -> (RawItem, Lease) {
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
         let mut item = self.new_item(pk, Status::Started, &lease.owner, request, now);
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         // In the index of STARTED items until completed or failed.
         item.insert("started_shard".to_owned(), n(started_shard(pk)));
-        // Invariant: one live item per key (see NEW_KEY).
-        self.put_if_new(item, now, lease, "claim (PutItem)").await
+        (item, lease)
     }
 
     /// Take over: become the owner of an abandoned STARTED item, version + 1.
@@ -112,7 +123,7 @@ impl DynamoDbStore {
         lease: &Lease,
         result: Option<&str>,
     ) -> Result<u64, StoreError> {
-        let (update, values, expires_at_s) = self.completion(result);
+        let (update, values, expires_at_s) = self.completion(result, self.now_ms());
         self.fenced_update(lease, "complete (UpdateItem)", update, values)
             .await?;
         Ok(expires_at_s)
@@ -130,20 +141,8 @@ impl DynamoDbStore {
         effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
         let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
-        let (update, values, expires_at_s) = self.completion(result);
-        let completion = Update::builder()
-            .table_name(&self.config.table_name)
-            .key("pk", s(&lease.pk))
-            .update_expression(update)
-            .condition_expression(FENCE)
-            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
-            .set_expression_attribute_values(Some(fenced_values(lease, values)))
-            .build()
-            .map_err(|err| StoreError::Rejected {
-                operation: "complete (TransactWriteItems)",
-                message: err.to_string(),
-            })?;
-        let mut actions = vec![TransactWriteItem::builder().update(completion).build()];
+        let (completion, expires_at_s) = self.completion_action(lease, result, self.now_ms())?;
+        let mut actions = vec![completion];
         let writes = effects.writes.len();
         actions.extend(effects.writes);
         for increment in &increments {
@@ -155,12 +154,40 @@ impl DynamoDbStore {
         }
     }
 
-    /// The update that marks an item COMPLETED, its values and its expiry.
+    /// The transaction action completing `lease`'s item at `now`, fenced as
+    /// [`FENCE`] says (the item returned when the fence fails), and the
+    /// item's new expiry.
+    pub(super) fn completion_action(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        now: u64,
+    ) -> Result<(TransactWriteItem, u64), StoreError> {
+        let (update, values, expires_at_s) = self.completion(result, now);
+        let completion = Update::builder()
+            .table_name(&self.config.table_name)
+            .key("pk", s(&lease.pk))
+            .update_expression(update)
+            .condition_expression(FENCE)
+            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
+            .set_expression_attribute_values(Some(fenced_values(lease, values)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::Rejected {
+                operation: "complete (TransactWriteItems)",
+                message: err.to_string(),
+            })?;
+        let action = TransactWriteItem::builder().update(completion).build();
+        Ok((action, expires_at_s))
+    }
+
+    /// The update that marks an item COMPLETED at `now`, its values and its
+    /// expiry.
     fn completion(
         &self,
         result: Option<&str>,
+        now: u64,
     ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
-        let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         let mut values = vec![
             (":completed", status_value(Status::Completed)),

@@ -15,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+mod batched;
 pub mod connect;
 mod effect;
 mod increment;
@@ -43,8 +44,8 @@ pub use tokio_postgres;
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
-    NewCommit, Operator, Store, StoreError, StoredItem,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
+    Listed, Listing, Operator, Store, StoreError, StoredItem, distinct_rounds,
 };
 use rows::Statements;
 use transaction::{Answer, Statement};
@@ -169,6 +170,8 @@ impl Store for PostgresStore {
     const NAME: &'static str = "PostgreSQL";
     const MAX_EFFECTS: usize = MAX_EFFECTS;
     const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+    /// One statement of up to 100 rows.
+    const MAX_BATCH: usize = batched::MAX_ROWS;
 
     fn config(&self) -> &StoreConfig {
         &self.config
@@ -184,6 +187,45 @@ impl Store for PostgresStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         self.insert_started(pk, request).await
+    }
+
+    async fn create_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        let mut answers: Vec<Option<Conditional<Lease>>> = vec![None; claims.len()];
+        // A statement writes a row once: a key met again goes in the next.
+        for round in distinct_rounds(claims.iter().map(|(pk, _)| pk.as_str())) {
+            for chunk in round.chunks(batched::MAX_ROWS) {
+                let part: Vec<(String, ClaimRequest<'_>)> =
+                    chunk.iter().map(|&i| claims[i].clone()).collect();
+                let written = self.insert_started_many(&part).await?;
+                for (&i, answer) in chunk.iter().zip(written) {
+                    answers[i] = Some(answer);
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or(Conditional::Conflict(None)))
+            .collect())
+    }
+
+    async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
+        let mut answers: Vec<Option<Result<u64, StoreError>>> = vec![None; writes.len()];
+        for round in distinct_rounds(writes.iter().map(|(lease, _)| lease.pk.as_str())) {
+            for chunk in round.chunks(batched::MAX_ROWS) {
+                let part: Vec<(Lease, FencedWrite)> =
+                    chunk.iter().map(|&i| writes[i].clone()).collect();
+                for (&i, answer) in chunk.iter().zip(self.update_fenced_many(&part).await) {
+                    answers[i] = Some(answer);
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or(Err(StoreError::Contention { key: String::new() })))
+            .collect()
     }
 
     async fn take_over(
@@ -218,10 +260,7 @@ impl Store for PostgresStore {
         self.extend_row(lease, until_ms).await
     }
 
-    async fn commit_new(
-        &self,
-        commits: Vec<NewCommit<SqlEffect>>,
-    ) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, commits: Vec<Commit<SqlEffect>>) -> Result<CommitOutcome, StoreError> {
         self.commit_rows(commits).await
     }
 

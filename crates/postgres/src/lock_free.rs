@@ -13,15 +13,17 @@ use tokio_postgres::Row;
 
 use super::{PostgresStore, SqlEffect, pg_error};
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, NewCommit, NewItem, Store, StoreError,
+    ClaimRequest, Commit, CommitOutcome, Conditional, NewItem, Store, StoreError,
     transaction_effects,
 };
 
 /// What a statement of a lock-free commit is.
 #[derive(Debug, Clone, Copy)]
 enum Action {
-    /// Message `index`'s COMPLETED row.
+    /// Message `index`'s COMPLETED row, created.
     Row(usize),
+    /// Message `index`'s held row, completed under its fence.
+    Held(usize),
     /// Statement `.1` of message `.0`'s effect.
     Write(usize, usize),
     /// Merged increment `index`.
@@ -36,7 +38,7 @@ impl PostgresStore {
     /// nothing was written.
     pub(super) async fn commit_rows(
         &self,
-        commits: Vec<NewCommit<SqlEffect>>,
+        commits: Vec<Commit<SqlEffect>>,
     ) -> Result<CommitOutcome, StoreError> {
         let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
         let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
@@ -45,11 +47,21 @@ impl PostgresStore {
         let mut actions = Vec::new();
         let mut statements = Vec::new();
         for (index, commit) in commits.iter().enumerate() {
-            let pk = self.pk(&commit.key)?;
-            let row = NewItem::completed(&pk, commit, &self.config, now);
-            // Invariant: one live row per key (see Statements::insert_new).
-            statements.push(Statement::new(self.sql.insert_new.as_str(), new_row(&row)));
-            actions.push(Action::Row(index));
+            match &commit.held {
+                // A held key (the locking path): completed under its fence
+                // (see locking.rs, COMPLETE); no row changed: taken.
+                Some(lease) => {
+                    statements.push(self.completion(lease, commit.result.as_deref()).0);
+                    actions.push(Action::Held(index));
+                }
+                None => {
+                    let pk = self.pk(&commit.key)?;
+                    let row = NewItem::completed(&pk, commit, &self.config, now);
+                    // Invariant: one live row per key (see Statements::insert_new).
+                    statements.push(Statement::new(self.sql.insert_new.as_str(), new_row(&row)));
+                    actions.push(Action::Row(index));
+                }
+            }
             for (w, write) in commit.effects.writes.iter().enumerate() {
                 statements.push(effect_statement(write));
                 actions.push(Action::Write(index, w));
@@ -71,7 +83,11 @@ impl PostgresStore {
                     // The row statement returns a row either way: written,
                     // or the row that stopped it (none: not visible yet).
                     (Action::Row(index), Ok(answer)) => key_taken(index, &answer.rows),
-                    (Action::Row(_), Err(err)) => Some(Err(pg_error(OPERATION, err))),
+                    (Action::Row(_) | Action::Held(_), Err(err)) => {
+                        Some(Err(pg_error(OPERATION, err)))
+                    }
+                    (Action::Held(index), Ok(answer)) => (answer.affected == 0)
+                        .then_some(Ok(CommitOutcome::KeyTaken { index, item: None })),
                     (Action::Write(index, effect), answer) => {
                         refusal(answer).map(|reason| match reason {
                             Refusal::Store(err) => Err(err),

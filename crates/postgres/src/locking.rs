@@ -160,7 +160,7 @@ impl PostgresStore {
     }
 
     /// The fenced statement that marks a row COMPLETED, and its expiry.
-    fn completion(&self, lease: &Lease, result: Option<&str>) -> (Statement<'_>, u64) {
+    pub(super) fn completion(&self, lease: &Lease, result: Option<&str>) -> (Statement<'_>, u64) {
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         let mut params = fence_params(lease);

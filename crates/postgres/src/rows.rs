@@ -17,6 +17,8 @@ pub(super) const COLUMNS: &str = "pk, status, version, owner, payload_hash, lock
 /// the templates each path keeps beside its transition.
 #[derive(Debug)]
 pub(super) struct Statements {
+    /// The table's name, quoted.
+    pub table: String,
     /// Creates a key's row (claim, lock-free commit, lock-free failure),
     /// returning it; or, when the key is not new, the row found.
     pub insert_new: String,
@@ -52,6 +54,14 @@ const INSERT_NEW: &str = "INSERT INTO {table} AS item (pk, status, version, owne
     WHERE item.expires_at < $11";
 
 impl Statements {
+    /// A statement template of the table (`{table}`, `{columns}`), as the
+    /// statements of one call are built (a batch's rows vary in number).
+    pub(super) fn render(&self, template: &str) -> String {
+        template
+            .replace("{table}", &self.table)
+            .replace("{columns}", COLUMNS)
+    }
+
     pub(super) fn for_table(table: &str) -> Result<Self, StoreError> {
         use super::{locking, operator};
         let table = quote_identifier(table).map_err(|message| StoreError::Rejected {
@@ -77,6 +87,7 @@ impl Statements {
             list_stuck: render(operator::LIST_STUCK),
             list_failed: render(operator::LIST_FAILED),
             purge: render(operator::PURGE),
+            table,
         })
     }
 }

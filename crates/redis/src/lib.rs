@@ -47,8 +47,8 @@ pub use redis;
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
-    NewCommit, Operator, Store, StoreError, StoredItem,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
+    Listed, Listing, Operator, Store, StoreError, StoredItem,
 };
 
 /// At most this many effects (writes and merged increments) share a
@@ -62,9 +62,11 @@ pub const MAX_KEY_BYTES: usize = 2048;
 /// The transitions' scripts, each hashed once per store.
 struct Scripts {
     create: Script,
+    create_many: Script,
     take_over: Script,
     fenced: Script,
-    commit_new: Script,
+    fenced_many: Script,
+    commit: Script,
     operator: Script,
     prune: Script,
 }
@@ -107,9 +109,11 @@ impl RedisStore {
             config,
             scripts: Arc::new(Scripts {
                 create: Script::new(locking::CREATE),
+                create_many: Script::new(locking::CREATE_MANY),
                 take_over: Script::new(locking::TAKE_OVER),
                 fenced: Script::new(locking::FENCED),
-                commit_new: Script::new(lock_free::COMMIT_NEW),
+                fenced_many: Script::new(locking::FENCED_MANY),
+                commit: Script::new(lock_free::COMMIT),
                 operator: Script::new(operator::OPERATOR),
                 prune: Script::new(operator::PRUNE),
             }),
@@ -174,6 +178,25 @@ impl RedisStore {
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Answer, StoreError> {
+        let mut answers = self
+            .run_many(operation, invocation, |value| vec![value])
+            .await?;
+        answers.pop().ok_or_else(|| StoreError::Rejected {
+            operation,
+            message: "the script answered nothing".into(),
+        })
+    }
+
+    /// Runs a script of several transitions (one per item, each judged on
+    /// its own) within the store's timeout: each item's answer, as `split`
+    /// takes them out of the script's; if any wrote, waits for
+    /// `REDIS_WAIT_REPLICAS` replicas when asked to.
+    async fn run_many(
+        &self,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+        split: impl FnOnce(Value) -> Vec<Value>,
+    ) -> Result<Vec<Answer>, StoreError> {
         let _timed = self.requests.timer(operation);
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut connection = self.connection.clone();
@@ -182,21 +205,28 @@ impl RedisStore {
                 .await
                 .map_err(|_| self.timed_out(operation))?
                 .map_err(|err| redis_error(operation, err))?;
-        match value {
-            Value::Int(1) => {
-                self.replicated(operation, &mut connection, deadline)
-                    .await?;
-                Ok(Answer::Written)
-            }
-            Value::Array(mut values) if !values.is_empty() => {
-                let tag = text(&values.remove(0));
-                Ok(Answer::Refused(tag, values))
-            }
-            other => Err(StoreError::Rejected {
-                operation,
-                message: format!("unexpected answer from the script: {other:?}"),
-            }),
+        let answers = split(value)
+            .into_iter()
+            .map(|value| match value {
+                Value::Int(1) => Ok(Answer::Written),
+                Value::Array(mut values) if !values.is_empty() => {
+                    let tag = text(&values.remove(0));
+                    Ok(Answer::Refused(tag, values))
+                }
+                other => Err(StoreError::Rejected {
+                    operation,
+                    message: format!("unexpected answer from the script: {other:?}"),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if answers
+            .iter()
+            .any(|answer| matches!(answer, Answer::Written))
+        {
+            self.replicated(operation, &mut connection, deadline)
+                .await?;
         }
+        Ok(answers)
     }
 
     /// `WAIT` for `REDIS_WAIT_REPLICAS` replicas to hold this connection's
@@ -267,6 +297,9 @@ impl Store for RedisStore {
     const NAME: &'static str = "Redis";
     const MAX_EFFECTS: usize = MAX_EFFECTS;
     const MAX_KEY_BYTES: usize = MAX_KEY_BYTES;
+    /// One script; Redis has no limit of its own, and a script blocks the
+    /// server while it runs: as PostgreSQL's statements.
+    const MAX_BATCH: usize = 100;
 
     fn config(&self) -> &StoreConfig {
         &self.config
@@ -282,6 +315,17 @@ impl Store for RedisStore {
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
         self.claim_new(pk, request).await
+    }
+
+    async fn create_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        self.claim_new_many(claims).await
+    }
+
+    async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
+        self.write_fenced_many(writes).await
     }
 
     async fn take_over(
@@ -313,10 +357,7 @@ impl Store for RedisStore {
         self.extend_item(lease, until_ms).await
     }
 
-    async fn commit_new(
-        &self,
-        commits: Vec<NewCommit<RedisEffect>>,
-    ) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, commits: Vec<Commit<RedisEffect>>) -> Result<CommitOutcome, StoreError> {
         self.commit_items(commits).await
     }
 

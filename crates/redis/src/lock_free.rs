@@ -9,28 +9,37 @@ use serde_json::json;
 use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
 use super::locking::index;
-use super::lua::{effects_lua, live_lua};
+use super::lua::{effects_lua, holds_lua, live_lua};
 use super::{Answer, RedisEffect, RedisStore, fields, found_item, text};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
-    ClaimRequest, CommitOutcome, Conditional, Increment, NewCommit, NewItem, Store, StoreError,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Increment, NewItem, Store, StoreError,
     increment, transaction_effects,
 };
 
-/// Commit new: `KEYS[1..n]` the items, then the effects' keys; `ARGV[1]`
-/// now (s), `ARGV[2]` when Redis deletes the items (ms), `ARGV[3]` JSON:
-/// each item's fields, and the effects. Answers 1, `{'taken', i, item}`,
-/// or the effect refused.
-pub(super) const COMMIT_NEW: &str = concat!(
+/// Commit: `KEYS[1..n]` the items, then the effects' keys, then the set of
+/// STARTED items; `ARGV[1]` now (s), `ARGV[2]` when Redis deletes the items
+/// (ms), `ARGV[3]` JSON: each item's fields and fence (a held key's version
+/// and owner; none for a new key), and the effects. Answers 1,
+/// `{'taken', i, item}`, or the effect refused.
+pub(super) const COMMIT: &str = concat!(
     live_lua!(),
+    holds_lua!(),
     effects_lua!(),
     r#"
 local commit = cjson.decode(ARGV[3])
 local n = #commit.items
+local started = KEYS[#KEYS]
 for i = 1, n do
+  local fence = commit.fences[i]
+  if #fence > 0 then
+    -- Invariant: a held key is completed only under its lease (see holds).
+    if not holds(KEYS[i], fence[1], fence[2]) then
+      return {'taken', i - 1, redis.call('HGETALL', KEYS[i])}
+    end
   -- Invariant: one live item per key; the effects happen only together
-  -- with every key's first (COMPLETED) item.
-  if live(KEYS[i], tonumber(ARGV[1])) then
+  -- with every new key's first (COMPLETED) item.
+  elseif live(KEYS[i], tonumber(ARGV[1])) then
     return {'taken', i - 1, redis.call('HGETALL', KEYS[i])}
   end
 end
@@ -38,8 +47,15 @@ local refusal = refused(commit, n)
 if refusal then return refusal end
 apply(commit, n)
 for i, item in ipairs(commit.items) do
-  redis.call('DEL', KEYS[i])
-  redis.call('HSET', KEYS[i], unpack(item))
+  if #commit.fences[i] > 0 then
+    redis.call('HSET', KEYS[i], unpack(item))
+    redis.call('HDEL', KEYS[i], 'lock_expires_at')
+    -- Completed: no longer in the set of STARTED items.
+    redis.call('ZREM', started, KEYS[i])
+  else
+    redis.call('DEL', KEYS[i])
+    redis.call('HSET', KEYS[i], unpack(item))
+  end
   redis.call('PEXPIREAT', KEYS[i], ARGV[2])
 end
 return 1
@@ -47,10 +63,11 @@ return 1
 );
 
 impl RedisStore {
-    /// Lock-free commit of `commits` (see [`exactly_once_core::store::Store::commit_new`]).
+    /// Commit of `commits`, new keys and held ones (see
+    /// [`exactly_once_core::store::Store::commit`]).
     pub(super) async fn commit_items(
         &self,
-        commits: Vec<NewCommit<RedisEffect>>,
+        commits: Vec<Commit<RedisEffect>>,
     ) -> Result<CommitOutcome, StoreError> {
         let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
         let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
@@ -58,22 +75,32 @@ impl RedisStore {
         let expires_at_s = self.config.expires_at_s(now);
         let mut keys = Vec::with_capacity(commits.len());
         let mut items = Vec::with_capacity(commits.len());
+        let mut fences = Vec::with_capacity(commits.len());
         // Which message and which of its effects each write is.
         let mut positions = Vec::new();
         for (index, commit) in commits.iter().enumerate() {
             let pk = self.pk(&commit.key)?;
-            items.push(new_fields(&NewItem::completed(
-                &pk,
-                commit,
-                &self.config,
-                now,
-            )));
+            match &commit.held {
+                Some(lease) => {
+                    items.push(self.completion_fields(commit.result.clone(), now));
+                    fences.push(vec![lease.version.to_string(), lease.owner.clone()]);
+                }
+                None => {
+                    items.push(new_fields(&NewItem::completed(
+                        &pk,
+                        commit,
+                        &self.config,
+                        now,
+                    )));
+                    fences.push(Vec::new());
+                }
+            }
             keys.push(self.item_key(&pk));
             positions.extend((0..commit.effects.writes.len()).map(|effect| (index, effect)));
         }
         let change = Change::of(commits.iter().flat_map(|c| &c.effects.writes), &increments);
         let answer = self
-            .commit_script(now, expires_at_s, keys, items, change)
+            .commit_script(now, expires_at_s, keys, (items, fences), change)
             .await?;
         Ok(match answer {
             Answer::Written => CommitOutcome::Committed {
@@ -105,23 +132,25 @@ impl RedisStore {
         })
     }
 
-    /// Runs [`COMMIT_NEW`].
+    /// Runs [`COMMIT`]: `items`, each item's fields and fence.
     async fn commit_script(
         &self,
         now_ms: u64,
         expires_at_s: u64,
         keys: Vec<String>,
-        items: Vec<Vec<String>>,
+        (items, fences): (Vec<Vec<String>>, Vec<Vec<String>>),
         change: Change,
     ) -> Result<Answer, StoreError> {
         let lua = json!({
             "items": items,
+            "fences": fences,
             "writes": change.writes,
             "increments": change.increments,
         });
-        let mut invocation = self.scripts.commit_new.key(keys);
+        let mut invocation = self.scripts.commit.key(keys);
         invocation
             .key(change.keys)
+            .key(self.started_set())
             .arg(ms_to_s(now_ms))
             .arg(deleted_at_ms(expires_at_s))
             .arg(lua.to_string());
@@ -142,13 +171,13 @@ impl RedisStore {
         self.create("fail new", item).await
     }
 
-    /// `increment` on its own: [`COMMIT_NEW`] with no item.
+    /// `increment` on its own: [`COMMIT`] with no item.
     pub(super) async fn apply_increment(&self, increment: &Increment) -> Result<(), StoreError> {
         let now = self.now_ms();
         let increments = [increment.clone()];
         let change = Change::of([], &increments);
         match self
-            .commit_script(now, 0, Vec::new(), Vec::new(), change)
+            .commit_script(now, 0, Vec::new(), (Vec::new(), Vec::new()), change)
             .await?
         {
             Answer::Written => Ok(()),

@@ -8,12 +8,12 @@ use serde_json::json;
 
 use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
-use super::lua::{effects_lua, live_lua};
+use super::lua::{create_lua, effects_lua, holds_lua, live_lua};
 use super::{Answer, RedisEffect, RedisStore, found_item, text};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
-    ClaimRequest, Conditional, Effects, Lease, NewItem, Status, Store, StoreError, StoredItem,
-    attr, bounded, increment, transaction_effects,
+    ClaimRequest, Conditional, Effects, FencedWrite, Lease, NewItem, Status, Store, StoreError,
+    StoredItem, attr, bounded, increment, transaction_effects,
 };
 
 /// Create a new item (the claim's STARTED one, or the lock-free path's
@@ -22,23 +22,24 @@ use exactly_once_core::store::{
 /// fields. Answers 1, or the item found.
 pub(super) const CREATE: &str = concat!(
     live_lua!(),
+    create_lua!(),
+    "return create(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], {unpack(ARGV, 3)})"
+);
+
+/// Claims together: `KEYS[1..n]` the items, `KEYS[n + 1]` the set of
+/// STARTED items, `ARGV[1]` now (s), `ARGV[2]` when Redis deletes them
+/// (ms), `ARGV[3]` JSON: each item's fields. Each is [`CREATE`]d on its own;
+/// answers each one's answer, in order.
+pub(super) const CREATE_MANY: &str = concat!(
+    live_lua!(),
+    create_lua!(),
     r#"
--- Invariant: one live item per key; a new item never replaces one that
--- has not passed its TTL.
-if live(KEYS[1], tonumber(ARGV[1])) then
-  return {'found', redis.call('HGETALL', KEYS[1])}
+local items = cjson.decode(ARGV[3])
+local answers = {}
+for i, fields in ipairs(items) do
+  answers[i] = create(KEYS[i], KEYS[#items + 1], tonumber(ARGV[1]), ARGV[2], fields)
 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
--- Invariant: the set of STARTED items holds every STARTED item (by its
--- creation time) and no other written since.
-if redis.call('HGET', KEYS[1], 'status') == 'STARTED' then
-  redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at'), KEYS[1])
-else
-  redis.call('ZREM', KEYS[2], KEYS[1])
-end
-return 1
+return answers
 "#
 );
 
@@ -66,32 +67,59 @@ redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at') or ARGV[2]
 return 1
 "#;
 
+/// `fenced(key, started, version, owner, deleted_at_ms, change, base)`: the
+/// write of [`FENCED`], its effects' keys at `KEYS[base + 1 ..]`.
+macro_rules! fenced_lua {
+    () => {
+        r#"
+local function fenced(key, started, version, owner, deleted_at_ms, change, base)
+  if not holds(key, version, owner) then
+    return {'lock_lost'}
+  end
+  local refusal = refused(change, base)
+  if refusal then return refusal end
+  apply(change, base)
+  redis.call('HSET', key, unpack(change.set))
+  if #change.del > 0 then redis.call('HDEL', key, unpack(change.del)) end
+  if deleted_at_ms ~= '' then redis.call('PEXPIREAT', key, deleted_at_ms) end
+  -- Completed or failed: no longer in the set of STARTED items.
+  if redis.call('HGET', key, 'status') ~= 'STARTED' then
+    redis.call('ZREM', started, key)
+  end
+  return 1
+end
+"#
+    };
+}
+
 /// A write of the lease holder (complete, fail, release, extend): `KEYS[2]`
 /// the set of STARTED items, `ARGV[1]` version, `ARGV[2]` owner, `ARGV[3]`
 /// the new deletion time ('' keeps it), `ARGV[4]` the change as JSON:
 /// fields to set and to delete, and the work's effects (keys at
 /// `KEYS[3..]`). Answers 1, `{'lock_lost'}`, or the effect refused.
 pub(super) const FENCED: &str = concat!(
+    holds_lua!(),
     effects_lua!(),
+    fenced_lua!(),
+    "return fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4]), 2)"
+);
+
+/// Writes of several leases' holders, none with an effect: `KEYS[1..n]`
+/// the items, `KEYS[n + 1]` the set of STARTED items, `ARGV[1]` JSON: each
+/// one's version, owner, deletion time ('' keeps it), and change (fields
+/// to set and to delete). Each is [`FENCED`] on its own; answers each
+/// one's answer, in order.
+pub(super) const FENCED_MANY: &str = concat!(
+    holds_lua!(),
+    effects_lua!(),
+    fenced_lua!(),
     r#"
-local found = redis.call('HMGET', KEYS[1], 'status', 'version', 'owner')
--- Invariant: only the current owner of a STARTED item writes to it; a
--- worker taken over (new version, new owner) is fenced out, effects included.
-if found[1] ~= 'STARTED' or found[2] ~= ARGV[1] or found[3] ~= ARGV[2] then
-  return {'lock_lost'}
+local writes = cjson.decode(ARGV[1])
+local answers = {}
+for i, write in ipairs(writes) do
+  answers[i] = fenced(KEYS[i], KEYS[#writes + 1], write[1], write[2], write[3], write[4], #KEYS)
 end
-local change = cjson.decode(ARGV[4])
-local refusal = refused(change, 2)
-if refusal then return refusal end
-apply(change, 2)
-redis.call('HSET', KEYS[1], unpack(change.set))
-if #change.del > 0 then redis.call('HDEL', KEYS[1], unpack(change.del)) end
-if ARGV[3] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
--- Completed or failed: no longer in the set of STARTED items.
-if redis.call('HGET', KEYS[1], 'status') ~= 'STARTED' then
-  redis.call('ZREM', KEYS[2], KEYS[1])
-end
-return 1
+return answers
 "#
 );
 
@@ -159,6 +187,143 @@ impl RedisStore {
         }
     }
 
+    /// Claims together, each as [`Self::claim_new`] alone: ONE script.
+    pub(super) async fn claim_new_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now_ms();
+        let mut leases = Vec::with_capacity(claims.len());
+        let mut items = Vec::with_capacity(claims.len());
+        let mut invocation = self.scripts.create_many.prepare_invoke();
+        for (pk, request) in claims {
+            let lease = Lease::claimed(pk.clone(), 1, &self.config, now, request);
+            items.push(new_fields(&NewItem::started(
+                &lease,
+                *request,
+                &self.config,
+                now,
+            )));
+            invocation.key(self.item_key(pk));
+            leases.push(lease);
+        }
+        invocation
+            .key(self.started_set())
+            .arg(ms_to_s(now))
+            .arg(deleted_at_ms(self.config.expires_at_s(now)))
+            .arg(json!(items).to_string());
+        let answers = self
+            .run_many("claim (batch)", &invocation, elements)
+            .await?;
+        leases
+            .into_iter()
+            .zip(answers)
+            .map(|(lease, answer)| match answer {
+                Answer::Written => Ok(Conditional::Written(lease)),
+                Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),
+            })
+            .collect()
+    }
+
+    /// Fenced writes together, each as alone (no effects): ONE script.
+    pub(super) async fn write_fenced_many(
+        &self,
+        writes: &[(Lease, FencedWrite)],
+    ) -> Vec<Result<u64, StoreError>> {
+        if writes.is_empty() {
+            return Vec::new();
+        }
+        let now = self.now_ms();
+        let mut invocation = self.scripts.fenced_many.prepare_invoke();
+        let mut lua = Vec::with_capacity(writes.len());
+        let mut answers = Vec::with_capacity(writes.len());
+        for (lease, write) in writes {
+            let transition = self.transition(write, now);
+            invocation.key(self.item_key(&lease.pk));
+            lua.push(json!([
+                lease.version.to_string(),
+                lease.owner,
+                transition.deleted_at(),
+                transition.change(&Change::of([], &[])),
+            ]));
+            answers.push(transition.answer);
+        }
+        invocation
+            .key(self.started_set())
+            .arg(json!(lua).to_string());
+        match self
+            .run_many("fenced write (batch)", &invocation, elements)
+            .await
+        {
+            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+            Ok(written) => written
+                .into_iter()
+                .zip(writes)
+                .zip(answers)
+                .map(|((written, (lease, _)), answer)| match written {
+                    Answer::Written => Ok(answer),
+                    Answer::Refused(..) => Err(StoreError::LockLost {
+                        key: lease.pk.clone(),
+                        version: lease.version,
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    /// What a fenced write sets and deletes on the item, where it moves
+    /// its deletion, and what it answers.
+    fn transition(&self, write: &FencedWrite, now: u64) -> Transition {
+        let expires_at_s = self.config.expires_at_s(now);
+        let finished = |status: Status, extra: Option<(&'static str, String)>| Transition {
+            set: [
+                (attr::STATUS, status.as_str().to_owned()),
+                (attr::EXPIRES_AT, expires_at_s.to_string()),
+                (attr::UPDATED_AT, now.to_string()),
+            ]
+            .into_iter()
+            .chain(extra)
+            .collect(),
+            delete: &[attr::LOCK_EXPIRES_AT],
+            expires_at_s: Some(expires_at_s),
+            answer: expires_at_s,
+        };
+        let lease_until = |until_ms: u64| Transition {
+            set: vec![
+                (attr::LOCK_EXPIRES_AT, until_ms.to_string()),
+                (attr::UPDATED_AT, now.to_string()),
+            ],
+            delete: &[],
+            expires_at_s: None,
+            answer: until_ms,
+        };
+        match write {
+            FencedWrite::Complete { result } => finished(
+                Status::Completed,
+                result.as_ref().map(|result| (attr::RESULT, result.clone())),
+            ),
+            FencedWrite::Fail { error } => finished(
+                Status::Failed,
+                Some((attr::ERROR, bounded(error).to_owned())),
+            ),
+            FencedWrite::Release => lease_until(0),
+            FencedWrite::Extend { until_ms } => lease_until(*until_ms),
+        }
+    }
+
+    /// A held key's fields once completed with `result` (the group
+    /// commit's, `lock_free.rs`).
+    pub(super) fn completion_fields(&self, result: Option<String>, now: u64) -> Vec<String> {
+        self.transition(&FencedWrite::Complete { result }, now)
+            .set
+            .into_iter()
+            .flat_map(|(name, value)| [name.to_owned(), value])
+            .collect()
+    }
+
     /// Complete, together with the work's own writes and increments in the
     /// same script: either all happen or none. Returns the item's new
     /// `expires_at` (epoch seconds).
@@ -169,53 +334,23 @@ impl RedisStore {
         effects: Effects<RedisEffect>,
     ) -> Result<u64, StoreError> {
         let increments = transaction_effects([&effects], super::MAX_EFFECTS)?;
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut set = vec![
-            (attr::STATUS, Status::Completed.as_str().to_owned()),
-            (attr::EXPIRES_AT, expires_at_s.to_string()),
-            (attr::UPDATED_AT, now.to_string()),
-        ];
-        if let Some(result) = result {
-            set.push((attr::RESULT, result.to_owned()));
-        }
+        let result = result.map(str::to_owned);
+        let transition = self.transition(&FencedWrite::Complete { result }, self.now_ms());
         let change = Change::of_effects(&effects, &increments);
         let writes = effects.writes.len();
-        let expires = Some(expires_at_s);
-        self.fenced(
-            "complete",
-            lease,
-            set,
-            &[attr::LOCK_EXPIRES_AT],
-            expires,
-            change,
-        )
-        .await
-        .map_err(|refusal| refusal.into_error(writes))?;
-        Ok(expires_at_s)
+        self.fenced("complete", lease, &transition, change)
+            .await
+            .map_err(|refusal| refusal.into_error(writes))?;
+        Ok(transition.answer)
     }
 
     /// Fail permanently: redeliveries are refused.
     pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let set = vec![
-            (attr::STATUS, Status::Failed.as_str().to_owned()),
-            (attr::ERROR, bounded(error).to_owned()),
-            (attr::EXPIRES_AT, expires_at_s.to_string()),
-            (attr::UPDATED_AT, now.to_string()),
-        ];
-        let no_effects = Change::of([], &[]);
-        self.fenced(
-            "fail",
-            lease,
-            set,
-            &[attr::LOCK_EXPIRES_AT],
-            Some(expires_at_s),
-            no_effects,
-        )
-        .await
-        .map_err(|refusal| refusal.into_error(0))
+        let error = error.to_owned();
+        let transition = self.transition(&FencedWrite::Fail { error }, self.now_ms());
+        self.fenced("fail", lease, &transition, Change::of([], &[]))
+            .await
+            .map_err(|refusal| refusal.into_error(0))
     }
 
     /// Extend (heartbeat) the lease to `until_ms`; 0 releases it (the next
@@ -225,12 +360,12 @@ impl RedisStore {
         lease: &Lease,
         until_ms: u64,
     ) -> Result<Lease, StoreError> {
-        let set = vec![
-            (attr::LOCK_EXPIRES_AT, until_ms.to_string()),
-            (attr::UPDATED_AT, self.now_ms().to_string()),
-        ];
-        let operation = if until_ms == 0 { "release" } else { "extend" };
-        self.fenced(operation, lease, set, &[], None, Change::of([], &[]))
+        let (operation, write) = match until_ms {
+            0 => ("release", FencedWrite::Release),
+            _ => ("extend", FencedWrite::Extend { until_ms }),
+        };
+        let transition = self.transition(&write, self.now_ms());
+        self.fenced(operation, lease, &transition, Change::of([], &[]))
             .await
             .map_err(|refusal| refusal.into_error(0))?;
         Ok(Lease {
@@ -239,35 +374,23 @@ impl RedisStore {
         })
     }
 
-    /// Runs [`FENCED`]: `set` and `delete` on the lease's item, with
-    /// `change`'s effects, and its deletion moved to just after
-    /// `expires_at_s` when given.
+    /// Runs [`FENCED`]: `transition` on the lease's item, with `change`'s
+    /// effects.
     async fn fenced(
         &self,
         operation: &'static str,
         lease: &Lease,
-        set: Vec<(&str, String)>,
-        delete: &[&str],
-        expires_at_s: Option<u64>,
+        transition: &Transition,
         change: Change,
     ) -> Result<(), Refusal> {
-        let set: Vec<String> = set
-            .into_iter()
-            .flat_map(|(name, value)| [name.to_owned(), value])
-            .collect();
-        let lua = json!({
-            "set": set,
-            "del": delete,
-            "writes": change.writes,
-            "increments": change.increments,
-        });
+        let lua = transition.change(&change);
         let mut invocation = self.scripts.fenced.key(self.item_key(&lease.pk));
         invocation
             .key(self.started_set())
             .key(change.keys)
             .arg(lease.version)
             .arg(&lease.owner)
-            .arg(expires_at_s.map_or(String::new(), |at| deleted_at_ms(at).to_string()))
+            .arg(transition.deleted_at())
             .arg(lua.to_string());
         match self
             .run(operation, &invocation)
@@ -286,6 +409,47 @@ impl RedisStore {
                 }),
             }),
         }
+    }
+}
+
+/// What a fenced write does to its item.
+struct Transition {
+    set: Vec<(&'static str, String)>,
+    delete: &'static [&'static str],
+    /// Where the item's deletion moves (just after), if it does.
+    expires_at_s: Option<u64>,
+    /// What [`Store::write_fenced`] answers for it.
+    answer: u64,
+}
+
+impl Transition {
+    /// The new deletion time ('' keeps it).
+    fn deleted_at(&self) -> String {
+        self.expires_at_s
+            .map_or(String::new(), |at| deleted_at_ms(at).to_string())
+    }
+
+    /// The script's change: fields to set and delete, and `effects`.
+    fn change(&self, effects: &Change) -> serde_json::Value {
+        let set: Vec<&str> = self
+            .set
+            .iter()
+            .flat_map(|(name, value)| [*name, value.as_str()])
+            .collect();
+        json!({
+            "set": set,
+            "del": self.delete,
+            "writes": effects.writes,
+            "increments": effects.increments,
+        })
+    }
+}
+
+/// The items' answers in a batched script's answer.
+fn elements(value: redis::Value) -> Vec<redis::Value> {
+    match value {
+        redis::Value::Array(values) => values,
+        other => vec![other],
     }
 }
 

@@ -19,6 +19,52 @@ end
     };
 }
 
+/// `create(key, started, now_s, deleted_at_ms, fields)`: a new item (a
+/// claim's STARTED one, or a FAILED one of the lock-free path) at `key`
+/// unless a live one is there; `started` is the set of STARTED items.
+/// Answers 1, or `{'found', item}`.
+macro_rules! create_lua {
+    () => {
+        r#"
+local function create(key, started, now_s, deleted_at_ms, fields)
+  -- Invariant: one live item per key; a new item never replaces one that
+  -- has not passed its TTL.
+  if live(key, now_s) then
+    return {'found', redis.call('HGETALL', key)}
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIREAT', key, deleted_at_ms)
+  -- Invariant: the set of STARTED items holds every STARTED item (by its
+  -- creation time) and no other written since.
+  if redis.call('HGET', key, 'status') == 'STARTED' then
+    redis.call('ZADD', started, redis.call('HGET', key, 'created_at'), key)
+  else
+    redis.call('ZREM', started, key)
+  end
+  return 1
+end
+"#
+    };
+}
+
+/// `holds(key, version, owner)`: whether the lease of `version` and `owner`
+/// still holds the item at `key` (the fence of every write of a lease's
+/// holder).
+macro_rules! holds_lua {
+    () => {
+        r#"
+local function holds(key, version, owner)
+  local found = redis.call('HMGET', key, 'status', 'version', 'owner')
+  -- Invariant: only the current owner of a STARTED item writes to it; a
+  -- worker taken over (new version, new owner) is fenced out, effects
+  -- included.
+  return found[1] == 'STARTED' and found[2] == version and found[3] == owner
+end
+"#
+    };
+}
+
 /// `refused(change, base)` and `apply(change, base)`: a work's effects,
 /// their keys at `KEYS[base + 1 ..]` (the writes', then the merged
 /// increments'). A script checks every effect before it writes anything,
@@ -84,4 +130,4 @@ end
     };
 }
 
-pub(super) use {effects_lua, live_lua};
+pub(super) use {create_lua, effects_lua, holds_lua, live_lua};

@@ -6,22 +6,19 @@
 //! shared transaction is not committed (refused, failed), every lane in it
 //! commits its group on its own, which then says what happened.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::{Semaphore, oneshot};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use super::footprint::{Footprint, ItemLocks, Limits};
-use super::sizing::{Answer, GroupSizer};
-use crate::store::{CommitOutcome, NewCommit, Store, requests};
-
-/// Times the flusher lets other tasks run before it takes the queue, so
-/// that lanes ready at the same moment meet.
-const LINGER_YIELDS: usize = 3;
+use super::gather::Gather;
+use super::sizing::{Answer, Sizer};
+use crate::store::{Commit, CommitOutcome, Store, requests};
 
 /// One lane's group, waiting to be combined.
 pub(super) struct Submission<E> {
-    pub commits: Vec<NewCommit<E>>,
+    pub commits: Vec<Commit<E>>,
     /// The items its effects touch.
     pub footprint: Footprint,
     /// `Some(expires_at_s)` once committed with others; `None`: commit it
@@ -29,33 +26,20 @@ pub(super) struct Submission<E> {
     pub done: oneshot::Sender<Option<u64>>,
 }
 
-/// The groups waiting, and whether a flusher is on its way for them.
-struct Queue<E> {
-    waiting: Vec<Submission<E>>,
-    flushing: bool,
-    /// The latest flusher, stopped with its batch ([`Combiner::stop`]).
-    flusher: Option<AbortHandle>,
-}
-
-impl<E> Default for Queue<E> {
-    fn default() -> Self {
-        Self {
-            waiting: Vec::new(),
-            flushing: false,
-            flusher: None,
-        }
-    }
-}
-
-/// Shared by the lanes of one batch.
-pub(super) struct Combiner<S: Store> {
-    queue: Mutex<Queue<S::Effect>>,
+/// What sends shared transactions.
+struct Sender<S: Store> {
     store: S,
     permits: Arc<Semaphore>,
     items: Arc<ItemLocks>,
     /// How many records a shared transaction may hold now, and what it
     /// learns from each.
-    sizer: Arc<GroupSizer>,
+    sizer: Arc<Sizer>,
+}
+
+/// Shared by the lanes of one batch.
+pub(super) struct Combiner<S: Store> {
+    gather: Arc<Gather<Submission<S::Effect>>>,
+    sizer: Arc<Sizer>,
 }
 
 impl<S: Store> Combiner<S> {
@@ -63,27 +47,25 @@ impl<S: Store> Combiner<S> {
         store: S,
         permits: Arc<Semaphore>,
         items: Arc<ItemLocks>,
-        sizer: Arc<GroupSizer>,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            queue: Mutex::default(),
+        sizer: Arc<Sizer>,
+    ) -> Self {
+        let sender = Arc::new(Sender {
             store,
             permits,
             items,
-            sizer,
-        })
+            sizer: Arc::clone(&sizer),
+        });
+        let gather = Gather::new(Arc::new(move |waiting| {
+            let sender = Arc::clone(&sender);
+            Box::pin(async move { sender.send_all(waiting).await })
+        }));
+        Self { gather, sizer }
     }
 
     /// Stops the flusher: its batch is gone (the invocation ended or was
     /// dropped), so no shared transaction may start or go on after it.
     pub fn stop(&self) {
-        if let Some(flusher) = self.lock().flusher.take() {
-            flusher.abort();
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<S::Effect>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.gather.stop();
     }
 
     /// Whether a group of `records` may share a transaction with others.
@@ -95,56 +77,36 @@ impl<S: Store> Combiner<S> {
     /// items' `expires_at` when committed, `None` when the caller must commit
     /// them itself (no partner, or the shared transaction was not committed).
     pub async fn commit(
-        self: &Arc<Self>,
-        commits: Vec<NewCommit<S::Effect>>,
+        &self,
+        commits: Vec<Commit<S::Effect>>,
         footprint: Footprint,
     ) -> Option<u64> {
         let (done, answer) = oneshot::channel();
-        let start_flusher = {
-            let mut queue = self.lock();
-            queue.waiting.push(Submission {
-                commits,
-                footprint,
-                done,
-            });
-            !std::mem::replace(&mut queue.flushing, true)
-        };
-        if start_flusher {
-            let flusher = tokio::spawn(requests::inherit(Arc::clone(self).flush())).abort_handle();
-            self.lock().flusher = Some(flusher);
-        }
+        self.gather.hand_in([Submission {
+            commits,
+            footprint,
+            done,
+        }]);
         answer.await.ok().flatten()
     }
+}
 
-    /// Sends what is waiting, shared transactions side by side, until
-    /// nothing is.
-    async fn flush(self: Arc<Self>) {
-        loop {
-            for _ in 0..LINGER_YIELDS {
-                tokio::task::yield_now().await;
-            }
-            let waiting = {
-                let mut queue = self.lock();
-                if queue.waiting.is_empty() {
-                    queue.flushing = false;
-                    return;
+impl<S: Store> Sender<S> {
+    /// The groups handed in at once, in shared transactions side by side.
+    async fn send_all(self: Arc<Self>, waiting: Vec<Submission<S::Effect>>) {
+        let mut sends = JoinSet::new();
+        for shared in pack(waiting, Limits::of::<S>(self.sizer.limit())) {
+            if shared.len() < 2 {
+                // No partner: the lane commits alone, without delay.
+                for submission in shared {
+                    let _ = submission.done.send(None);
                 }
-                std::mem::take(&mut queue.waiting)
-            };
-            let mut sends = JoinSet::new();
-            for shared in pack(waiting, Limits::of::<S>(self.sizer.limit())) {
-                if shared.len() < 2 {
-                    // No partner: the lane commits alone, without delay.
-                    for submission in shared {
-                        let _ = submission.done.send(None);
-                    }
-                    continue;
-                }
-                let this = Arc::clone(&self);
-                sends.spawn(requests::inherit(async move { this.send(shared).await }));
+                continue;
             }
-            while sends.join_next().await.is_some() {}
+            let this = Arc::clone(&self);
+            sends.spawn(requests::inherit(async move { this.send(shared).await }));
         }
+        while sends.join_next().await.is_some() {}
     }
 
     /// One shared transaction; every lane in it learns whether it committed.
@@ -159,7 +121,7 @@ impl<S: Store> Combiner<S> {
         let committed = {
             let _permit = self.permits.acquire().await;
             let (records, sent) = (commits.len(), std::time::Instant::now());
-            let result = self.store.commit_new(commits).await;
+            let result = self.store.commit(commits).await;
             self.sizer
                 .observe(records, sent.elapsed(), Answer::of(&result));
             match result {

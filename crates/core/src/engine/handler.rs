@@ -146,6 +146,12 @@ impl<E> Completion<E> {
         }
     }
 
+    /// Whether the work's effect happened outside the store ("direct
+    /// mode"): nothing to commit beside the completion.
+    pub(super) fn is_direct(&self) -> bool {
+        self.writes.is_empty() && self.increments.is_empty()
+    }
+
     /// Why this completion cannot be stored, if so (a permanent failure of
     /// the message: retrying gives the same result).
     pub(super) fn refusal(&self) -> Option<HandlerError> {

@@ -1,97 +1,95 @@
-//! One lane: messages whose work must run in order. The work runs one message
-//! at a time; the claims of up to `claim_ahead` following messages are made
-//! meanwhile, so a message's claim does not wait for the previous effect.
+//! One lane on the locking path: messages whose work must run in order. The
+//! work runs one message at a time; nothing else waits in its way:
+//! - the next messages are claimed ahead, up to `claim_ahead`, half a window
+//!   at a time, handed in together (with the other lanes' claims, one
+//!   request per store batch: `batched.rs`), so a message's claim is made
+//!   long before its turn and costs a fraction of a request;
+//! - a completion with no effect in the store (the effect happened outside:
+//!   direct mode) waits in the lane's buffer and goes with its neighbours'
+//!   (one request per store batch, each fenced on its own lease), handed in
+//!   when the buffer is full or its oldest completion has waited
+//!   [`COMPLETION_LINGER`], and answered while the next messages run;
+//! - a completion with an effect in the store joins the lane's group:
+//!   consecutive messages commit in ONE transaction, each item fenced on
+//!   its lease, as the lock-free path's groups do (`lock_free/`).
+//!
+//! Every lease the lane holds (claimed ahead, running, waiting to be
+//! recorded) is renewed by the batch's one heartbeat (`lease.rs`). When the
+//! lane stops, the claims made ahead are released together. Outcomes are
+//! recorded in the lane's order whatever order they are learned in
+//! (`log.rs`); one that is not done stops the lane as soon as it is known.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-use tokio_util::task::AbortOnDropHandle;
+use tokio::sync::{oneshot, watch};
 
-use crate::store::{Lease, Store, StoreError, requests};
+use crate::store::{Claim, FencedWrite, Lease, Store, StoreError};
 
+use super::batched::{ClaimAnswer, WriteAnswer};
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
-use super::{Batch, Engine, Message, Outcome, RecordHandler, RecordOutcome, StopReason, Work};
+use super::footprint::{Footprint, Limits, estimated_bytes};
+use super::lock_free::{Group, Planned};
+use super::log::{LaneLog, Ticket};
+use super::record::{Judged, Ran};
+use super::{Batch, Engine, FencingToken, Message, Outcome, RecordHandler, RecordOutcome, Work};
 
-/// The outcomes of a lane so far, and why it stopped starting messages.
-pub(super) struct LaneLog {
-    outcomes: Vec<RecordOutcome>,
-    pub stop: Option<StopReason>,
-}
-
-impl LaneLog {
-    pub fn new(len: usize) -> Self {
-        Self {
-            outcomes: Vec::with_capacity(len),
-            stop: None,
-        }
-    }
-
-    /// Why the next message must not start, if so: the lane's own stop, or
-    /// the batch's (deadline near, DynamoDB down).
-    pub fn stop_reason<S: Store>(&mut self, batch: &Batch<S>) -> Option<StopReason> {
-        self.stop = self.stop.or_else(|| batch.guard.stop_reason());
-        self.stop
-    }
-
-    /// Why a computed lock-free commit must not be sent, if so: the lane's
-    /// own stop, or the store down. Near the deadline it still goes: its
-    /// work is done and one request finishes it, as the locking path still
-    /// completes work that ended (the safety margin is for that).
-    pub fn stop_before_commit<S: Store>(&self, batch: &Batch<S>) -> Option<StopReason> {
-        match self.stop {
-            None | Some(StopReason::DeadlineNear) => batch
-                .guard
-                .is_store_down()
-                .then_some(StopReason::StoreUnavailable),
-            own => own,
-        }
-    }
-
-    /// Records the next message's outcome. One not done (finished, or
-    /// parked) stops the lane; the store unavailable stops the whole batch
-    /// (fail closed).
-    pub fn push<S: Store>(&mut self, outcome: Outcome, started: Instant, batch: &Batch<S>) {
-        if let Outcome::StoreFailed(err) | Outcome::Unrecorded(err) = &outcome
-            && err.is_retryable()
-        {
-            tracing::error!(error = %err, "store unavailable: failing closed, no further record of this batch starts");
-            batch.guard.store_failed();
-        }
-        if !outcome.is_done(batch.parking) {
-            self.stop = self.stop.or(Some(StopReason::EarlierRecordUnfinished));
-        }
-        self.outcomes.push(RecordOutcome {
-            outcome,
-            elapsed: started.elapsed(),
-        });
-    }
-
-    /// The outcomes, the messages never looked at reported as not started.
-    pub fn finish<T>(mut self, rest: impl Iterator<Item = T>) -> Vec<RecordOutcome> {
-        let reason = self.stop.unwrap_or(StopReason::EarlierRecordUnfinished);
-        self.outcomes.extend(rest.map(|_| RecordOutcome {
-            outcome: Outcome::NotStarted(reason),
-            elapsed: Duration::ZERO,
-        }));
-        self.outcomes
-    }
-}
+/// The longest a direct completion waits in the lane's buffer for
+/// neighbours (counting the next message's work, as long as the last
+/// one's): the widest a crash's window of effects done but not recorded
+/// grows by. Its neighbours make it cheap: at 5 ms per message, about 20
+/// completions share a request.
+pub const COMPLETION_LINGER: Duration = Duration::from_millis(100);
 
 /// What is prepared for a message before its turn.
 enum Step {
     /// Settled without a claim: unreadable, or known COMPLETED.
     Done(Outcome),
-    /// The first copy of its key in the batch: its claim, running ahead (a
-    /// claim dropped unawaited, with its invocation, stops where it is).
-    Claiming(AbortOnDropHandle<Result<Lease, Outcome>>, FirstCopy),
+    /// The first copy of its key in the batch: its claim, handed in ahead.
+    Claiming(ClaimAnswer, FirstCopy),
     /// A later copy of a key in flight (in this batch or another of the
     /// container): waits for the first copy's outcome.
     Waiting(watch::Receiver<Option<Settled>>),
 }
 
 type Prepared<R> = (Option<Work<R>>, Step);
+
+/// A direct completion on its way.
+struct Direct {
+    ticket: Ticket,
+    started: Instant,
+    work_key: String,
+    payload_hash: String,
+    result: Option<String>,
+    lease: Lease,
+    first_copy: FirstCopy,
+    /// When it joined the buffer.
+    buffered: Instant,
+}
+
+/// What a lane has under way besides the message whose work runs.
+struct Lane<R, E> {
+    prepared: VecDeque<Prepared<R>>,
+    group: Group<R, E>,
+    buffer: Vec<Direct>,
+    /// Handed in, not yet answered.
+    sent: Vec<(Direct, WriteAnswer)>,
+    /// How long the last message's work took.
+    last_work: Duration,
+}
+
+impl<R, E> Default for Lane<R, E> {
+    fn default() -> Self {
+        Self {
+            prepared: VecDeque::new(),
+            group: Group::default(),
+            buffer: Vec::new(),
+            sent: Vec::new(),
+            last_work: Duration::ZERO,
+        }
+    }
+}
 
 impl<H, S> Engine<H, S>
 where
@@ -101,110 +99,369 @@ where
     /// Runs a lane in order, stopping at the first message not finished.
     pub(super) async fn run_lane(
         self: Arc<Self>,
-        lane: Vec<Message<H::Record>>,
+        messages: Vec<Message<H::Record>>,
         batch: Arc<Batch<S>>,
     ) -> Vec<RecordOutcome> {
-        let mut log = LaneLog::new(lane.len());
-        let mut pending = lane.into_iter();
-        let mut prepared: VecDeque<Prepared<H::Record>> = VecDeque::new();
+        let mut log = LaneLog::new(messages.len());
+        let mut pending = messages.into_iter();
+        let mut lane = Lane::default();
+        let window = self.config.claim_ahead.max(1);
         loop {
-            while log.stop.is_none() && prepared.len() < self.config.claim_ahead.max(1) {
-                let Some(item) = pending.next() else { break };
-                prepared.push_back(self.prepare(item, &batch));
+            self.answered(&mut lane, &mut log, &batch, false).await;
+            if log.stop_reason(&batch).is_some() {
+                self.abandon(&mut lane, &mut log, &batch).await;
+                break;
             }
-            let Some((work, step)) = prepared.pop_front() else {
+            if lane.prepared.len() <= window / 2 {
+                let room = window - lane.prepared.len();
+                self.prepare(pending.by_ref().take(room), &mut lane, &batch);
+            }
+            let Some((work, step)) = lane.prepared.pop_front() else {
                 break;
             };
-            let started = Instant::now();
-            let outcome = match (log.stop_reason(&batch), work) {
-                (Some(reason), work) => {
-                    self.abandon(step, work.as_ref().map_or("", |w| &w.origin))
-                        .await;
-                    Outcome::NotStarted(reason)
-                }
-                (None, work) => self.finish(work, step, &batch).await,
-            };
-            log.push(outcome, started, &batch);
+            let ticket = log.reserve();
+            self.turn(work, step, ticket, &mut lane, &mut log, &batch)
+                .await;
         }
+        self.record_all(&mut lane, &mut log, &batch).await;
         log.finish(pending)
     }
 
-    /// Settles what can be settled without a claim, or starts the claim.
+    /// Settles what can be settled without a claim, and hands in the claims
+    /// of the others (together: nothing yields between them).
     fn prepare(
-        self: &Arc<Self>,
-        message: Message<H::Record>,
+        &self,
+        messages: impl Iterator<Item = Message<H::Record>>,
+        lane: &mut Lane<H::Record, S::Effect>,
         batch: &Batch<S>,
-    ) -> Prepared<H::Record> {
-        let work = match message {
-            Ok(work) => work,
-            Err(reason) => return (None, Step::Done(Outcome::Invalid { reason })),
-        };
-        if let Some(result) = self.known_duplicate(&work, batch) {
-            return (Some(work), Step::Done(Outcome::Duplicate { result }));
+    ) {
+        let deadline = batch.guard.deadline();
+        for message in messages {
+            let work = match message {
+                Ok(work) => work,
+                Err(reason) => {
+                    let invalid = Step::Done(Outcome::Invalid { reason });
+                    lane.prepared.push_back((None, invalid));
+                    continue;
+                }
+            };
+            let step = if let Some(result) = self.known_duplicate(&work, batch) {
+                Step::Done(Outcome::Duplicate { result })
+            } else {
+                match batch.in_flight.turn(&work.key) {
+                    Turn::Later(first) => Step::Waiting(first),
+                    Turn::First(first_copy) => {
+                        let answer = batch.batched.claim(Claim {
+                            key: work.key.clone(),
+                            payload_hash: work.payload_hash.clone(),
+                            origin: Some(work.origin.clone()),
+                            lease_cap_ms: deadline.lease_cap_ms(),
+                            holder: work.holder.clone(),
+                        });
+                        Step::Claiming(answer, first_copy)
+                    }
+                }
+            };
+            lane.prepared.push_back((Some(work), step));
         }
-        let step = match batch.in_flight.turn(&work.key) {
-            Turn::Later(receiver) => Step::Waiting(receiver),
-            Turn::First(sender) => {
-                let (engine, deadline) = (Arc::clone(self), batch.guard.deadline());
-                let (key, hash, origin, holder) = (
-                    work.key.clone(),
-                    work.payload_hash.clone(),
-                    work.origin.clone(),
-                    work.holder.clone(),
-                );
-                Step::Claiming(
-                    AbortOnDropHandle::new(tokio::spawn(requests::inherit(async move {
-                        let holder = holder.as_deref();
-                        engine.claim(&key, &hash, &origin, holder, deadline).await
-                    }))),
-                    sender,
-                )
-            }
-        };
-        (Some(work), step)
     }
 
     /// The message's turn: its work runs (or its first copy's outcome
     /// counts); a duplicate goes to the handler's `on_duplicate`.
-    async fn finish(&self, work: Option<Work<H::Record>>, step: Step, batch: &Batch<S>) -> Outcome {
+    async fn turn(
+        &self,
+        work: Option<Work<H::Record>>,
+        step: Step,
+        ticket: Ticket,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
+        let started = Instant::now();
         let deadline = batch.guard.deadline();
-        let outcome = match (step, &work) {
-            (Step::Done(outcome), _) => outcome,
-            (Step::Claiming(claim, first), Some(work)) => {
-                let outcome = match claim.await {
-                    Ok(Ok(lease)) => self.work(work, lease, deadline).await,
-                    Ok(Err(outcome)) => outcome,
-                    Err(err) => Outcome::StoreFailed(StoreError::Unavailable {
-                        operation: "claim",
-                        message: format!("the claim's task failed: {err}"),
-                    }),
-                };
-                first.settle(Settled::new(&work.payload_hash, &outcome));
-                outcome
-            }
+        let outcome = match (step, work) {
+            (Step::Done(outcome), Some(work)) => self.replayed(&work, outcome).await,
+            (Step::Done(outcome), None) => outcome,
             (Step::Waiting(first), Some(work)) => {
-                match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
+                // The first copy may be this lane's own, still on its way.
+                self.record_all(lane, log, batch).await;
+                let outcome = match coalesce::wait_for_first(first, &work.payload_hash, &deadline)
+                    .await
+                {
                     Waited::Duplicate(result) => Outcome::Duplicate { result },
-                    Waited::OnItsOwn => self.claim_and_run(work, deadline).await,
-                    Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
+                    Waited::OnItsOwn => self.claim_and_run(&work, deadline, &batch.leases).await,
+                    Waited::Cut => Outcome::NotStarted(super::StopReason::DeadlineNear),
+                };
+                self.replayed(&work, outcome).await
+            }
+            (Step::Claiming(answer, first_copy), Some(work)) => {
+                match self.run_claim(&work, answer, lane, log, batch).await {
+                    Ok(lease) => {
+                        return self
+                            .run(work, lease, first_copy, ticket, started, lane, log, batch)
+                            .await;
+                    }
+                    Err(outcome) => {
+                        first_copy.settle(Settled::new(&work.payload_hash, &outcome));
+                        self.replayed(&work, outcome).await
+                    }
                 }
             }
             // A step other than Done always carries its message.
-            (_, None) => Outcome::NotStarted(StopReason::EarlierRecordUnfinished),
+            (_, None) => Outcome::NotStarted(super::StopReason::EarlierRecordUnfinished),
         };
-        match &work {
-            Some(work) => self.replayed(work, outcome).await,
-            None => outcome,
+        self.settle(ticket, outcome, started, lane, log, batch)
+            .await;
+    }
+
+    /// Records the outcome of the message at `ticket`. One that stops the
+    /// lane first lets the messages before it in the group commit: they
+    /// finished before it.
+    async fn settle(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        started: Instant,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
+        if !outcome.is_done(batch.parking) && !lane.group.members.is_empty() {
+            let group = std::mem::take(&mut lane.group);
+            self.commit_group(group, log, batch).await;
+        }
+        log.resolve(ticket, outcome, started, batch);
+    }
+
+    /// The lease of a message's claim made ahead, or the outcome that makes
+    /// its work unnecessary or impossible now. A key held elsewhere whose
+    /// lease ends while records may still start is waited for (what the
+    /// lane has under way recorded first) and claimed again alone.
+    async fn run_claim(
+        &self,
+        work: &Work<H::Record>,
+        answer: ClaimAnswer,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) -> Result<Lease, Outcome> {
+        let deadline = batch.guard.deadline();
+        let claim = answer.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable {
+                operation: "claim",
+                message: "the claim's batch ended before it was answered".into(),
+            })
+        });
+        match self.judge_claim(&work.key, claim, deadline) {
+            Judged::Lease(lease) => Ok(lease),
+            Judged::Settled(outcome) => Err(outcome),
+            Judged::WaitAndRetry(wait) => {
+                self.record_all(lane, log, batch).await;
+                tokio::time::sleep(wait).await;
+                self.claim(work, deadline, &batch.leases).await
+            }
         }
     }
 
-    /// A message that will not run: a claim made ahead for it is released at
-    /// once, so that its redelivery need not wait for the lease to end.
-    async fn abandon(&self, step: Step, origin: &str) {
-        if let Step::Claiming(claim, _) = step
-            && let Ok(Ok(lease)) = claim.await
-        {
-            self.release(&lease, origin).await;
+    /// Runs a claimed message's work; its completion joins the buffer or
+    /// the group, any other outcome is recorded at once.
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        work: Work<H::Record>,
+        lease: Lease,
+        first_copy: FirstCopy,
+        ticket: Ticket,
+        started: Instant,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
+        let deadline = batch.guard.deadline();
+        let pk = lease.pk.clone();
+        let ran = self
+            .run_claimed(&work, lease, deadline, &batch.leases)
+            .await;
+        lane.last_work = started.elapsed();
+        match ran {
+            Ran::Settled(outcome) => {
+                batch.leases.release(&pk);
+                first_copy.settle(Settled::new(&work.payload_hash, &outcome));
+                let outcome = self.replayed(&work, outcome).await;
+                self.settle(ticket, outcome, started, lane, log, batch)
+                    .await;
+            }
+            Ran::Completed(completion, lease) if completion.is_direct() => {
+                lane.buffer.push(Direct {
+                    ticket,
+                    started,
+                    work_key: work.key,
+                    payload_hash: work.payload_hash,
+                    result: completion.result,
+                    lease,
+                    first_copy,
+                    buffered: Instant::now(),
+                });
+                let full = lane.buffer.len() >= self.batch_size();
+                let waited = lane.buffer[0].buffered.elapsed() + lane.last_work;
+                if full || waited >= COMPLETION_LINGER {
+                    self.hand_in(lane, batch);
+                }
+            }
+            Ran::Completed(completion, lease) => {
+                let planned = Planned {
+                    footprint: Footprint::of(
+                        completion.writes.iter().map(S::touched),
+                        &completion.increments,
+                    )
+                    .weighing(estimated_bytes(
+                        &work.key,
+                        &work.origin,
+                        completion.result.as_deref(),
+                        completion.writes.len(),
+                    )),
+                    token: FencingToken::from(&lease),
+                    work,
+                    completion,
+                    first_copy: Some(first_copy),
+                    started,
+                    ticket,
+                    held: Some(lease),
+                };
+                let limits = Limits::of::<S>(self.sizer.limit());
+                if let Some(refused) = lane.group.add(planned, limits) {
+                    let full = std::mem::take(&mut lane.group);
+                    self.commit_group(full, log, batch).await;
+                    // An empty group takes any message.
+                    let _ = lane.group.add(refused, limits);
+                }
+            }
         }
+    }
+
+    /// How many fenced writes share a request now.
+    fn batch_size(&self) -> usize {
+        self.batch_sizer.limit().min(S::MAX_BATCH).max(1)
+    }
+
+    /// Hands in the buffer's completions, each fenced on its lease.
+    fn hand_in(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
+        if lane.buffer.is_empty() {
+            return;
+        }
+        let buffer = std::mem::take(&mut lane.buffer);
+        let writes = buffer
+            .iter()
+            .map(|direct| {
+                let result = direct.result.clone();
+                (direct.lease.clone(), FencedWrite::Complete { result })
+            })
+            .collect();
+        let answers = batch.batched.write(writes);
+        lane.sent.extend(buffer.into_iter().zip(answers));
+    }
+
+    /// Records the direct completions answered (all of them, waiting for
+    /// the answers, when `wait`).
+    async fn answered(
+        &self,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+        wait: bool,
+    ) {
+        let mut still = Vec::new();
+        for (direct, mut answer) in std::mem::take(&mut lane.sent) {
+            let written = match answer.try_recv() {
+                Ok(written) => written,
+                Err(oneshot::error::TryRecvError::Empty) if !wait => {
+                    still.push((direct, answer));
+                    continue;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    answer.await.unwrap_or_else(|_| Err(ended()))
+                }
+                Err(oneshot::error::TryRecvError::Closed) => Err(ended()),
+            };
+            let outcome = match written {
+                Ok(expires_at_s) => {
+                    let result = direct.result.as_deref();
+                    self.remember(
+                        &direct.work_key,
+                        &direct.payload_hash,
+                        result,
+                        &direct.lease,
+                        expires_at_s,
+                    )
+                }
+                // The effect happened all the same: done, not recorded.
+                Err(err) => Outcome::Unrecorded(err),
+            };
+            batch.leases.release(&direct.lease.pk);
+            direct
+                .first_copy
+                .settle(Settled::new(&direct.payload_hash, &outcome));
+            log.resolve(direct.ticket, outcome, direct.started, batch);
+        }
+        lane.sent = still;
+    }
+
+    /// Records everything the lane has under way: the group committed, the
+    /// buffer handed in, every answer waited for.
+    async fn record_all(
+        &self,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
+        let group = std::mem::take(&mut lane.group);
+        self.commit_group(group, log, batch).await;
+        self.hand_in(lane, batch);
+        self.answered(lane, log, batch, true).await;
+    }
+
+    /// The lane stopped: the messages prepared will not run. Their claims
+    /// made ahead are released together, so that their redeliveries need
+    /// not wait for the leases to end.
+    async fn abandon(
+        &self,
+        lane: &mut Lane<H::Record, S::Effect>,
+        log: &mut LaneLog,
+        batch: &Batch<S>,
+    ) {
+        let reason = log
+            .stop
+            .unwrap_or(super::StopReason::EarlierRecordUnfinished);
+        let mut leases = Vec::new();
+        for (work, step) in std::mem::take(&mut lane.prepared) {
+            if let Step::Claiming(answer, _first_copy) = step
+                && let Ok(Ok(
+                    crate::store::ClaimOutcome::Acquired(lease)
+                    | crate::store::ClaimOutcome::TakenOver(lease),
+                )) = answer.await
+            {
+                batch.leases.release(&lease.pk);
+                leases.push((lease, work.map(|w| w.origin).unwrap_or_default()));
+            }
+            log.push(Outcome::NotStarted(reason), Instant::now(), batch);
+        }
+        let releases = leases
+            .iter()
+            .map(|(lease, _)| (lease.clone(), FencedWrite::Release))
+            .collect();
+        let answers = batch.batched.write(releases);
+        for ((_, origin), answer) in leases.iter().zip(answers) {
+            if let Ok(Err(err)) = answer.await {
+                tracing::warn!(origin, error = %err, "could not release the key");
+            }
+        }
+    }
+}
+
+/// The answer of a write whose batch ended before it was sent.
+fn ended() -> StoreError {
+    StoreError::Unavailable {
+        operation: "complete",
+        message: "the batch ended before the completion was answered".into(),
     }
 }

@@ -1,13 +1,21 @@
-//! Keeping a lease while the business logic runs: a heartbeat renews it every
-//! third of the lock timeout, never past the invocation's deadline (plus
-//! [`super::deadline::LEASE_GRACE`]).
+//! Keeping leases while their messages wait and run. A batch's leases (its
+//! claims made ahead, the work running, the completions on their way) are
+//! held in ONE registry; its heartbeat renews, every third of the lock
+//! timeout, every lease more than a third through, in as few requests as
+//! the store's batches allow ([`Store::write_fenced`]), never past the
+//! invocation's deadline (plus [`super::deadline::LEASE_GRACE`]). A lease
+//! the store refuses to renew (taken over) is lost: the work running under
+//! it is stopped and never recorded.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::clock::duration_ms;
-use crate::store::{Lease, Store, StoreError};
+use crate::store::{FencedWrite, Lease, Store, StoreError};
 
 use super::deadline::Deadline;
 
@@ -22,47 +30,150 @@ pub enum Held<T> {
     Cut { lease: Lease },
 }
 
-/// Runs `work` while renewing `lease`; log lines name the message by its
-/// `origin`, never by its key.
-pub async fn hold<T, S: Store>(
-    store: &S,
-    lease: Lease,
-    deadline: Deadline,
-    work: impl Future<Output = T>,
-    origin: &str,
-) -> Held<T> {
-    let lock_timeout = store.config().lock_timeout;
-    let current = Mutex::new(lease);
-    let latest = || current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let heartbeat = async {
+#[derive(Default)]
+struct State {
+    /// By `pk`: the leases held, as last renewed.
+    held: HashMap<String, Lease>,
+    /// The `pk`s whose lease was lost while held.
+    lost: HashSet<String>,
+}
+
+/// The leases a batch holds.
+pub struct Leases {
+    state: Mutex<State>,
+    /// Says that a lease was lost.
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Leases {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds `lease` until [`Self::release`]: the heartbeat renews it.
+    pub fn hold(&self, lease: &Lease) {
+        let mut state = self.lock();
+        state.lost.remove(&lease.pk);
+        state.held.insert(lease.pk.clone(), lease.clone());
+    }
+
+    /// `lease` as last renewed (itself if it is not held).
+    pub fn latest(&self, lease: &Lease) -> Lease {
+        self.lock()
+            .held
+            .get(&lease.pk)
+            .cloned()
+            .unwrap_or_else(|| lease.clone())
+    }
+
+    /// Stops renewing the lease of `pk`: its item was written for the last
+    /// time (completed, failed, released) or the lease is given up.
+    pub fn release(&self, pk: &str) {
+        let mut state = self.lock();
+        state.held.remove(pk);
+        state.lost.remove(pk);
+    }
+
+    /// Resolves once the lease of `pk` is lost.
+    pub async fn lost(&self, pk: &str) {
+        let mut changed = self.changed.subscribe();
+        loop {
+            if self.lock().lost.contains(pk) {
+                return;
+            }
+            if changed.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    fn mark_lost(&self, pk: &str) {
+        let mut state = self.lock();
+        if state.held.remove(pk).is_some() {
+            state.lost.insert(pk.to_owned());
+            drop(state);
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The heartbeat: renews the leases held, for ever (the caller stops it
+    /// with its batch).
+    pub async fn beat<S: Store>(&self, store: &S, deadline: Deadline) {
+        let lock_timeout = store.config().lock_timeout;
         let every = (lock_timeout / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            let now = store.now_ms();
-            let lease = latest();
+            self.renew(store, deadline, duration_ms(lock_timeout)).await;
+        }
+    }
+
+    /// One beat: every lease held more than a third through its lock
+    /// timeout extends to a full one (capped by the deadline).
+    async fn renew<S: Store>(&self, store: &S, deadline: Deadline, lock_timeout_ms: u64) {
+        let now = store.now_ms();
+        let wanted = now + lock_timeout_ms;
+        let until = deadline
+            .lease_cap_ms()
+            .map_or(wanted, |cap| wanted.min(cap));
+        let due: Vec<Lease> = self
+            .lock()
+            .held
+            .values()
+            .filter(|lease| lease.lock_expires_at_ms < now + lock_timeout_ms * 2 / 3)
+            .cloned()
+            .collect();
+        let mut writes = Vec::new();
+        for lease in due {
             if lease.lock_expires_at_ms <= now {
-                tracing::warn!(origin, "lease ran out before it could be renewed");
-                return;
-            }
-            let wanted = now + duration_ms(lock_timeout);
-            let until = deadline
-                .lease_cap_ms()
-                .map_or(wanted, |cap| wanted.min(cap));
-            if until <= lease.lock_expires_at_ms {
-                continue; // capped by the deadline: nothing to gain
-            }
-            match store.extend(&lease, until).await {
-                Ok(renewed) => *current.lock().unwrap_or_else(|p| p.into_inner()) = renewed,
-                Err(StoreError::LockLost { .. }) => return,
-                // Try again at the next beat, while the lease still holds.
-                Err(err) => tracing::warn!(origin, error = %err, "lease renewal failed"),
+                tracing::warn!(
+                    version = lease.version,
+                    "lease ran out before it could be renewed"
+                );
+                self.mark_lost(&lease.pk);
+            } else if until > lease.lock_expires_at_ms {
+                // Capped by the deadline otherwise: nothing to gain.
+                writes.push((lease, FencedWrite::Extend { until_ms: until }));
             }
         }
-    };
-    let cut = deadline.cut();
+        let lots = writes.chunks(S::MAX_BATCH.max(1));
+        let answers = futures_util::future::join_all(lots.map(|lot| store.write_fenced(lot))).await;
+        for ((lease, _), answer) in writes.iter().zip(answers.into_iter().flatten()) {
+            match answer {
+                Ok(until_ms) => {
+                    if let Some(held) = self.lock().held.get_mut(&lease.pk)
+                        && held.version == lease.version
+                    {
+                        held.lock_expires_at_ms = until_ms;
+                    }
+                }
+                Err(StoreError::LockLost { .. }) => self.mark_lost(&lease.pk),
+                // Tried again at the next beat, while the lease still holds.
+                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+            }
+        }
+    }
+}
+
+/// Runs `work` under `lease`, held in `leases` (whose heartbeat renews it),
+/// until it finishes, the lease is lost, or the deadline cuts it.
+pub async fn hold<T>(
+    leases: &Leases,
+    lease: &Lease,
+    deadline: Deadline,
+    work: impl Future<Output = T>,
+) -> Held<T> {
     tokio::select! {
-        value = work => Held::Finished { value, lease: latest() },
-        () = heartbeat => Held::LockLost,
-        () = cut => Held::Cut { lease: latest() },
+        value = work => Held::Finished { value, lease: leases.latest(lease) },
+        () = leases.lost(&lease.pk) => Held::LockLost,
+        () = deadline.cut() => Held::Cut { lease: leases.latest(lease) },
     }
 }

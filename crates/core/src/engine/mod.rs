@@ -6,9 +6,12 @@
 //! and after a message that did not finish the rest of its lane is not
 //! started. The handler chooses the path ([`CommitPath`]):
 //! - locking (`lane.rs`, `record.rs`): the business logic runs one message
-//!   after another while the claims of the next few messages are already made
-//!   ("claim ahead"); claims made ahead of a message that did not finish are
-//!   released at once;
+//!   after another while the claims of the next messages are already made
+//!   ("claim ahead"), many in one request (`batched.rs`); completions go
+//!   together too: direct ones in batches of fenced writes, ones with an
+//!   effect in the store in group transactions; one heartbeat renews every
+//!   lease of the batch (`lease.rs`); claims made ahead of a message that
+//!   did not finish are released at once;
 //! - lock-free (`lock_free/`): the handler's writes commit with the
 //!   COMPLETED item in one transaction, consecutive messages together, and
 //!   the groups of lanes ready at once together (`combine.rs`), the
@@ -18,15 +21,18 @@
 //! the same time (`footprint.rs`): the function never conflicts with
 //! itself.
 
+mod batched;
 mod cache;
 mod coalesce;
 mod combine;
 mod deadline;
 mod footprint;
+mod gather;
 mod handler;
 mod lane;
 mod lease;
 mod lock_free;
+mod log;
 mod outcome;
 mod precheck;
 mod record;
@@ -44,16 +50,19 @@ pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
+pub use lane::COMPLETION_LINGER;
 pub use outcome::{Outcome, Parking, PoisonPolicy};
-pub use sizing::{Resized, SLOW_COMMIT};
+pub use sizing::{CLAIM_START, GROUP_START, Resized, SLOW_COMMIT};
 
 use crate::store::{Store, requests};
+use batched::Batched;
 use cache::CompletedCache;
 use coalesce::{InFlight, Running};
 use combine::Combiner;
 use deadline::BatchGuard;
 use footprint::ItemLocks;
-use sizing::GroupSizer;
+use lease::Leases;
+use sizing::Sizer;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -86,8 +95,8 @@ pub struct EngineConfig {
     /// At most this many claims and pieces of work at once across a batch:
     /// the bound on in-flight DynamoDB requests. Default 64.
     pub max_in_flight: usize,
-    /// Messages of a lane claimed ahead of the one whose work runs.
-    /// Default 16.
+    /// Messages of a lane claimed ahead of the one whose work runs (half of
+    /// them at a time, in batches). Default 50: two of DynamoDB's batches.
     pub claim_ahead: usize,
     /// Keys of the warm container's cache of COMPLETED keys; 0 disables it.
     /// Default 10,000.
@@ -120,7 +129,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             max_in_flight: 64,
-            claim_ahead: 16,
+            claim_ahead: 50,
             completed_cache: 10_000,
             max_records_per_transaction: 99,
             poison: PoisonPolicy::Park,
@@ -155,9 +164,14 @@ pub type Tagged<T, R> = (T, Message<R>);
 /// State shared by the lanes of one batch.
 struct Batch<S: Store> {
     in_flight: InFlight,
-    /// Lock-free path: groups of several lanes in one transaction. One per
-    /// batch, so that `in_flight` keeps its idempotency keys distinct.
-    combiner: Arc<Combiner<S>>,
+    /// Groups of several lanes in one transaction. One per batch, so that
+    /// `in_flight` keeps its idempotency keys distinct.
+    combiner: Combiner<S>,
+    /// Locking path: the lanes' claims and fenced writes, batched.
+    batched: Batched,
+    /// Every lease the batch holds, renewed by one heartbeat.
+    leases: Arc<Leases>,
+    heartbeat: tokio::task::AbortHandle,
     guard: BatchGuard,
     parking: Parking,
     /// Keys known COMPLETED before the batch started.
@@ -169,6 +183,8 @@ impl<S: Store> Drop for Batch<S> {
     /// freezing or ending the container) must not write on its own later.
     fn drop(&mut self) {
         self.combiner.stop();
+        self.batched.stop();
+        self.heartbeat.abort();
     }
 }
 
@@ -186,8 +202,10 @@ pub struct Engine<H, S> {
     /// The first copies of keys running, across batches (the invocations
     /// a container serves at once).
     running: Arc<Running>,
-    /// Records per lock-free transaction, learned from the store's answers.
-    sizer: Arc<GroupSizer>,
+    /// Records per transaction group, learned from the store's answers.
+    sizer: Arc<Sizer>,
+    /// Claims (and fenced writes) per batched request, likewise.
+    batch_sizer: Arc<Sizer>,
 }
 
 impl<H, S> Engine<H, S>
@@ -202,9 +220,11 @@ where
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             items: Arc::default(),
             running: Arc::default(),
-            sizer: Arc::new(GroupSizer::new(
+            sizer: Arc::new(Sizer::groups(
+                GROUP_START,
                 config.max_records_per_transaction.min(S::MAX_EFFECTS),
             )),
+            batch_sizer: Arc::new(Sizer::batches(CLAIM_START, S::MAX_BATCH)),
             store,
             handler,
             config,
@@ -228,7 +248,7 @@ where
         &self.handler
     }
 
-    /// How many records a lock-free transaction may hold now (the sizing
+    /// How many records a transaction group may hold now (the sizing
     /// learns it from the store's answers, within
     /// [`EngineConfig::max_records_per_transaction`]).
     pub fn group_size(&self) -> usize {
@@ -239,6 +259,18 @@ where
     /// started: what the benchmark charts.
     pub fn group_sizes(&self) -> Vec<Resized> {
         self.sizer.history()
+    }
+
+    /// How many claims (or fenced writes) one batched request may hold now,
+    /// within the store's batch ([`Store::MAX_BATCH`]).
+    pub fn claim_batch_size(&self) -> usize {
+        self.batch_sizer.limit().min(S::MAX_BATCH)
+    }
+
+    /// Every change of [`Self::claim_batch_size`] so far, the first being
+    /// where it started.
+    pub fn claim_batch_sizes(&self) -> Vec<Resized> {
+        self.batch_sizer.history()
     }
 
     /// How much it does at once, what it remembers, what it parks.
@@ -263,6 +295,14 @@ where
             messages.push(lane_messages);
         }
         let lanes = messages;
+        let leases = Arc::new(Leases::default());
+        let heartbeat = {
+            let (leases, store) = (Arc::clone(&leases), self.store.clone());
+            tokio::spawn(requests::inherit(async move {
+                leases.beat(&store, deadline).await
+            }))
+            .abort_handle()
+        };
         let batch = Arc::new(Batch {
             completed: self.known_completed(&lanes).await,
             in_flight: InFlight::new(Arc::clone(&self.running)),
@@ -272,6 +312,14 @@ where
                 Arc::clone(&self.items),
                 Arc::clone(&self.sizer),
             ),
+            batched: Batched::new(
+                self.store.clone(),
+                Arc::clone(&self.permits),
+                Arc::clone(&self.batch_sizer),
+                Arc::clone(&leases),
+            ),
+            leases,
+            heartbeat,
             guard: BatchGuard::new(deadline),
             parking: self.config.parking(),
         });

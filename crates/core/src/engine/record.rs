@@ -1,4 +1,8 @@
-//! The life of one message: claim, run under a renewed lease, record.
+//! The life of one message on the locking path: claim, run under a renewed
+//! lease, record. A lane's messages go through the same steps with their
+//! claims and completions batched (`lane.rs`); a message on its own (a
+//! later copy whose first copy did not finish, [`Engine::run_once`]) takes
+//! them one request at a time.
 
 use std::time::Duration;
 
@@ -11,8 +15,28 @@ use super::cache::Completed;
 use super::deadline::Deadline;
 use super::footprint::Footprint;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
-use super::lease::{Held, hold};
-use super::{Engine, Outcome, Work};
+use super::lease::{Held, Leases, hold};
+use super::{Completion, Engine, Outcome, Work};
+
+/// What running a claimed message's business logic came to.
+pub(super) enum Ran<E> {
+    /// It finished with `completion` to record, under `lease`.
+    Completed(Completion<E>, Lease),
+    /// It ended otherwise, already settled (a failure recorded, the lock
+    /// lost, the work cut and the key released).
+    Settled(Outcome),
+}
+
+/// What a claim's answer means for its message.
+pub(super) enum Judged {
+    /// The lease to do its work.
+    Lease(Lease),
+    /// The outcome that makes the work unnecessary or impossible now.
+    Settled(Outcome),
+    /// Another worker's lease ends while records may still start: claim
+    /// again after this long.
+    WaitAndRetry(Duration),
+}
 
 impl<H, S> Engine<H, S>
 where
@@ -23,7 +47,11 @@ where
     /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
     /// the lease and cuts the work.
     pub async fn run_once(&self, work: &Work<H::Record>, deadline: Deadline) -> Outcome {
-        let outcome = self.claim_and_run(work, deadline).await;
+        let leases = Leases::default();
+        let outcome = tokio::select! {
+            outcome = self.claim_and_run(work, deadline, &leases) => outcome,
+            () = leases.beat(&self.store, deadline) => unreachable!("the heartbeat never ends"),
+        };
         self.replayed(work, outcome).await
     }
 
@@ -33,72 +61,78 @@ where
         &self,
         work: &Work<H::Record>,
         deadline: Deadline,
+        leases: &Leases,
     ) -> Outcome {
-        match self
-            .claim(
-                &work.key,
-                &work.payload_hash,
-                &work.origin,
-                work.holder.as_deref(),
-                deadline,
-            )
-            .await
-        {
-            Ok(lease) => self.work(work, lease, deadline).await,
+        match self.claim(work, deadline, leases).await {
+            Ok(lease) => self.work(work, lease, deadline, leases).await,
             Err(outcome) => outcome,
         }
     }
 
-    /// Claims a message's key: the lease to do its work, or the outcome
-    /// that makes the work unnecessary or impossible now. (The payload itself
-    /// is not needed: claims made ahead do not copy it.)
-    /// A key held by another worker whose lease ends while records may
-    /// still start is waited for and claimed again (taken over if that
-    /// worker crashed, a duplicate if it finished).
+    /// Claims a message's key alone: the lease to do its work (held in
+    /// `leases`), or the outcome that makes the work unnecessary or
+    /// impossible now. A key held by another worker whose lease ends while
+    /// records may still start is waited for and claimed again (taken over
+    /// if that worker crashed, a duplicate if it finished).
     pub(super) async fn claim(
         &self,
-        key: &str,
-        payload_hash: &str,
-        origin: &str,
-        holder: Option<&str>,
+        work: &Work<H::Record>,
         deadline: Deadline,
+        leases: &Leases,
     ) -> Result<Lease, Outcome> {
         loop {
             let claim = {
                 let _permit = self.permits.acquire().await;
                 self.store
                     .claim(ClaimRequest {
-                        key,
-                        payload_hash,
-                        origin: Some(origin),
+                        key: &work.key,
+                        payload_hash: &work.payload_hash,
+                        origin: Some(&work.origin),
                         lease_cap_ms: deadline.lease_cap_ms(),
-                        holder,
+                        holder: work.holder.as_deref(),
                     })
                     .await
             };
-            return match claim {
-                Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => Ok(lease),
-                Ok(ClaimOutcome::Duplicate(item)) => {
-                    let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-                    let result = completed.result.clone();
-                    self.cache.insert(key, completed, item.expires_at_s);
-                    Err(Outcome::Duplicate { result })
+            match self.judge_claim(&work.key, claim, deadline) {
+                Judged::Lease(lease) => {
+                    leases.hold(&lease);
+                    return Ok(lease);
                 }
-                Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline) {
-                    Some(wait) => {
-                        tokio::time::sleep(wait).await;
-                        continue;
-                    }
-                    None => Err(Outcome::InProgress),
-                },
-                Ok(ClaimOutcome::PayloadMismatch(_)) => Err(Outcome::PayloadMismatch),
-                Ok(ClaimOutcome::OtherScope(item)) => Err(self.other_scope(item)),
-                Ok(ClaimOutcome::PreviouslyFailed(item)) => {
-                    Err(Outcome::PreviouslyFailed { error: item.error })
-                }
-                Err(err) => Err(store_failure(err)),
-            };
+                Judged::Settled(outcome) => return Err(outcome),
+                Judged::WaitAndRetry(wait) => tokio::time::sleep(wait).await,
+            }
         }
+    }
+
+    /// What the answer to a claim of `key` means.
+    pub(super) fn judge_claim(
+        &self,
+        key: &str,
+        claim: Result<ClaimOutcome, StoreError>,
+        deadline: Deadline,
+    ) -> Judged {
+        let outcome = match claim {
+            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => {
+                return Judged::Lease(lease);
+            }
+            Ok(ClaimOutcome::Duplicate(item)) => {
+                let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+                let result = completed.result.clone();
+                self.cache.insert(key, completed, item.expires_at_s);
+                Outcome::Duplicate { result }
+            }
+            Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline) {
+                Some(wait) => return Judged::WaitAndRetry(wait),
+                None => Outcome::InProgress,
+            },
+            Ok(ClaimOutcome::PayloadMismatch(_)) => Outcome::PayloadMismatch,
+            Ok(ClaimOutcome::OtherScope(item)) => self.other_scope(item),
+            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
+                Outcome::PreviouslyFailed { error: item.error }
+            }
+            Err(err) => store_failure(err),
+        };
+        Judged::Settled(outcome)
     }
 
     /// A key another scope holds: refused, naming both scopes.
@@ -126,17 +160,37 @@ where
             .then(|| Duration::from_millis(left))
     }
 
-    /// Runs the business logic under `lease` and records its outcome.
+    /// Runs the business logic under `lease` and records its outcome, one
+    /// request.
     pub(super) async fn work(
         &self,
         work: &Work<H::Record>,
         lease: Lease,
         deadline: Deadline,
+        leases: &Leases,
     ) -> Outcome {
+        let pk = lease.pk.clone();
+        let outcome = match self.run_claimed(work, lease, deadline, leases).await {
+            Ran::Settled(outcome) => outcome,
+            Ran::Completed(completion, lease) => self.complete(work, completion, &lease).await,
+        };
+        leases.release(&pk);
+        outcome
+    }
+
+    /// Runs the business logic under `lease` (renewed by `leases`'
+    /// heartbeat): the completion to record, or how it ended otherwise.
+    pub(super) async fn run_claimed(
+        &self,
+        work: &Work<H::Record>,
+        lease: Lease,
+        deadline: Deadline,
+        leases: &Leases,
+    ) -> Ran<S::Effect> {
         let _permit = self.permits.acquire().await;
-        let lease = match self.refresh(lease, deadline).await {
+        let lease = match self.refresh(leases.latest(&lease), deadline, leases).await {
             Ok(lease) => lease,
-            Err(outcome) => return outcome,
+            Err(outcome) => return Ran::Settled(outcome),
         };
         let token = FencingToken::from(&lease);
         let run = self
@@ -144,36 +198,45 @@ where
             .handle(&token, &work.record)
             .instrument(work.span.clone());
         let origin = work.origin.as_str();
-        let (completion, lease) = match hold(&self.store, lease, deadline, run, origin).await {
+        match hold(leases, &lease, deadline, run).await {
             Held::Finished {
                 value: Ok(completion),
                 lease,
-            } => (completion, lease),
+            } => match completion.refusal() {
+                Some(error) => Ran::Settled(self.settle_failure(&lease, error, origin).await),
+                None => Ran::Completed(completion, lease),
+            },
             Held::Finished {
                 value: Err(error),
                 lease,
-            } => {
-                return self.settle_failure(&lease, error, origin).await;
-            }
+            } => Ran::Settled(self.settle_failure(&lease, error, origin).await),
             Held::LockLost => {
                 tracing::warn!(
                     origin,
                     version = token.version,
                     "lock lost: the work was stopped and is not recorded"
                 );
-                return Outcome::LockLost;
+                Ran::Settled(Outcome::LockLost)
             }
             Held::Cut { lease } => {
                 self.release(&lease, origin).await;
-                return Outcome::TimedOut;
+                Ran::Settled(Outcome::TimedOut)
             }
-        };
-        if let Some(error) = completion.refusal() {
-            return self.settle_failure(&lease, error, origin).await;
         }
+    }
+
+    /// Records a finished work's completion under `lease`, with its effect
+    /// in the same transaction.
+    async fn complete(
+        &self,
+        work: &Work<H::Record>,
+        completion: Completion<S::Effect>,
+        lease: &Lease,
+    ) -> Outcome {
+        let origin = work.origin.as_str();
         let policy = completion.on_condition_failure;
         // The work's effect, if any, happened outside the store.
-        let direct = completion.writes.is_empty() && completion.increments.is_empty();
+        let direct = completion.is_direct();
         let result = completion.result.as_deref();
         let recorded = {
             let footprint = Footprint::of(
@@ -183,18 +246,12 @@ where
             // Never in flight with another commit touching its items.
             let _hold = self.items.hold([&footprint]).await;
             self.store
-                .complete(&lease, result, completion.effects())
+                .complete(lease, result, completion.effects())
                 .await
         };
         match recorded {
             Ok(expires_at_s) => {
-                let completed = Completed::new(&work.payload_hash, result);
-                let result = completed.result.clone();
-                self.cache.insert(&work.key, completed, expires_at_s);
-                Outcome::Processed {
-                    version: lease.version,
-                    result,
-                }
+                self.remember(&work.key, &work.payload_hash, result, lease, expires_at_s)
             }
             // Nothing was written: the effect's own condition decides.
             Err(err @ StoreError::EffectConditionFailed { .. }) => {
@@ -203,38 +260,68 @@ where
                     ConditionFailure::Permanent => HandlerError::Permanent(error),
                     ConditionFailure::Retryable => HandlerError::Retryable(error),
                 };
-                self.settle_failure(&lease, error, origin).await
+                self.settle_failure(lease, error, origin).await
             }
             Err(err @ StoreError::TooManyWrites { .. }) => {
-                self.settle_failure(&lease, HandlerError::Permanent(err.to_string()), origin)
+                self.settle_failure(lease, HandlerError::Permanent(err.to_string()), origin)
                     .await
             }
-            // Direct mode's window: done, but not recorded as done.
-            Err(err) if direct => Outcome::Unrecorded(err),
-            Err(err) => store_failure(err),
+            Err(err) => unrecorded(err, direct),
         }
     }
 
-    /// A lease claimed ahead may have waited for its turn: with less than
-    /// half a lock timeout left, it is renewed (fenced) before the work starts.
-    async fn refresh(&self, lease: Lease, deadline: Deadline) -> Result<Lease, Outcome> {
+    /// A completion of `key` written under `lease`: remembered in the cache.
+    pub(super) fn remember(
+        &self,
+        key: &str,
+        payload_hash: &str,
+        result: Option<&str>,
+        lease: &Lease,
+        expires_at_s: u64,
+    ) -> Outcome {
+        let completed = Completed::new(payload_hash, result);
+        let result = completed.result.clone();
+        self.cache.insert(key, completed, expires_at_s);
+        Outcome::Processed {
+            version: lease.version,
+            result,
+        }
+    }
+
+    /// A lease claimed ahead has waited for its turn, renewed by the
+    /// heartbeat; with less than a quarter of a lock timeout left (the
+    /// heartbeat failed), it is renewed (fenced) before the work starts.
+    async fn refresh(
+        &self,
+        lease: Lease,
+        deadline: Deadline,
+        leases: &Leases,
+    ) -> Result<Lease, Outcome> {
         let lock_timeout = duration_ms(self.store.config().lock_timeout);
         let now = self.store.now_ms();
-        if lease.lock_expires_at_ms >= now + lock_timeout / 2 {
+        if lease.lock_expires_at_ms >= now + lock_timeout / 4 {
             return Ok(lease);
         }
         let wanted = now + lock_timeout;
         let until = deadline
             .lease_cap_ms()
             .map_or(wanted, |cap| wanted.min(cap));
-        self.store
+        let renewed = self
+            .store
             .extend(&lease, until)
             .await
-            .map_err(store_failure)
+            .map_err(store_failure)?;
+        leases.hold(&renewed);
+        Ok(renewed)
     }
 
     /// Records a failed attempt: FAILED for good, or released for a retry.
-    async fn settle_failure(&self, lease: &Lease, error: HandlerError, origin: &str) -> Outcome {
+    pub(super) async fn settle_failure(
+        &self,
+        lease: &Lease,
+        error: HandlerError,
+        origin: &str,
+    ) -> Outcome {
         match error {
             HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
                 Ok(()) => Outcome::Failed { error },
@@ -254,6 +341,16 @@ where
         if let Err(err) = self.store.release(lease).await {
             tracing::warn!(origin, error = %err, "could not release the key");
         }
+    }
+}
+
+/// A completion that could not be written: in direct mode the effect
+/// happened all the same (its window: done, but not recorded as done).
+pub(super) fn unrecorded(err: StoreError, direct: bool) -> Outcome {
+    if direct {
+        Outcome::Unrecorded(err)
+    } else {
+        store_failure(err)
     }
 }
 

@@ -1,34 +1,43 @@
-//! How many records share one lock-free transaction, learned from what the
-//! store answers: one sizer per engine (a container, on one store).
+//! How many records share one request, learned from what the store
+//! answers: one sizer per engine (a container, on one store) for lock-free
+//! and locking transaction groups, and one for batches of claims.
 //!
-//! The rule is additive-increase, multiplicative-decrease (AIMD, as TCP
-//! sizes its window):
-//! - a transaction that committed quickly (under [`SLOW_COMMIT`]) while the
-//!   size limited it (it held as many records as allowed) lets the size
-//!   grow by one record. Not faster: many lanes commit at once, and a size
-//!   that doubled on each of their answers would send a burst of the
-//!   biggest transactions before the first slow answer could say the store
-//!   queues them;
-//! - a slow answer (at least [`SLOW_COMMIT`]) takes a quarter off; the store
-//!   was busy, and a larger transaction holds its locks (DynamoDB's items,
-//!   PostgreSQL's rows, Redis's whole server while its script runs) longer;
+//! The rule is TCP's: slow start, then additive-increase,
+//! multiplicative-decrease (AIMD):
+//! - a new container starts from [`GROUP_START`] (claims: the store's
+//!   batch, at most [`CLAIM_START`]) and DOUBLES on every request answered
+//!   quickly (under [`SLOW_COMMIT`]) while the size limited it (it held as
+//!   many records as allowed), until the store first pushes back: a new
+//!   container's first batch should be about as fast as a warm one's;
+//! - after the first pushback the size grows by one per such answer. Not
+//!   faster: many lanes send at once, and a size that doubled on each of
+//!   their answers would send a burst of the biggest requests before the
+//!   first slow answer could say the store queues them;
+//! - for transaction groups, a slow answer (at least [`SLOW_COMMIT`]) takes
+//!   a quarter off; the store was busy, and a larger transaction holds its
+//!   locks (DynamoDB's items, PostgreSQL's rows, Redis's whole server while
+//!   its script runs) longer. A batch of claims or fenced writes holds no
+//!   lock across its items (each is written on its own): its latency says
+//!   nothing a smaller batch would improve, so only an overload shrinks it;
 //! - an overloaded store (a timeout, throttling, a transaction conflict or
 //!   the store unreachable) halves it;
 //! - a refusal of the records themselves (a key taken, a condition, a floor)
 //!   says nothing of the store's load, and changes nothing.
 //!
-//! Why: a bigger transaction amortises a round trip over more records (one
-//! hot account's 1,000 payments: 0.101 requests per record at 10, 0.013 at
-//! 99), but under a heavy load big transactions queue inside the store past
-//! the clients' timeouts (DynamoDB Local, 10,000 records in `key` order:
-//! 8,650 reported at a fixed 50). A transaction's latency is the earliest
-//! honest signal of that queue, long before a timeout.
+//! Why: a bigger request amortises a round trip over more records (one hot
+//! account's 1,000 payments: 0.101 requests per record at 10, 0.013 at 99),
+//! but under a heavy load big transactions queue inside the store past the
+//! clients' timeouts (DynamoDB Local, 10,000 records in `key` order: 8,650
+//! reported at a fixed 50). A request's latency is the earliest honest
+//! signal of that queue, long before a timeout.
 //!
-//! The size stays within `[1, cap]`: `cap` is `MAX_RECORDS_PER_TRANSACTION`
-//! (default: the store's most, 99); what one transaction may hold besides
-//! (DynamoDB's 100 actions and 4 MB) is the footprint's to keep. Where
-//! records land changes no record's outcome: a refused merged group splits
-//! as before.
+//! The size stays within `[1, cap]`: for groups `cap` is
+//! `MAX_RECORDS_PER_TRANSACTION` (default: the store's most, 99), what one
+//! transaction may hold besides (DynamoDB's 100 actions and 4 MB) being the
+//! footprint's to keep; for claims, the store's batch
+//! ([`crate::store::Store::MAX_BATCH`]). Where records land changes no
+//! record's outcome: a refused merged group splits as before, a claim
+//! refused in a batch is settled alone.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -41,8 +50,13 @@ use crate::store::{CommitOutcome, StoreError};
 /// request times out.
 pub const SLOW_COMMIT: Duration = Duration::from_millis(250);
 
-/// The size a sizer starts from (the former fixed default).
-pub const START: usize = 10;
+/// Where a new container's transaction groups start: a quarter of
+/// DynamoDB's 100 actions, which two quick answers take to its most.
+pub const GROUP_START: usize = 25;
+
+/// Where a new container's batches of claims start (or the store's batch,
+/// if smaller): DynamoDB's whole `BatchExecuteStatement`.
+pub const CLAIM_START: usize = 25;
 
 /// What a transaction's answer says of the store's load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,28 +94,45 @@ pub struct Resized {
 struct State {
     /// The size as a real number, so that a quarter off and one more add up.
     size: f64,
+    /// Still doubling: the store has not pushed back yet.
+    slow_start: bool,
     /// Every change (bounded).
     history: Vec<Resized>,
 }
 
-/// Records per lock-free transaction, from the answers of the store.
-pub struct GroupSizer {
+/// Records per request, from the answers of the store.
+pub struct Sizer {
     cap: usize,
+    /// An answer after this long is slow (`None`: latency is no signal).
+    slow: Option<Duration>,
     state: Mutex<State>,
 }
 
 /// At most this many changes are kept.
 const HISTORY: usize = 10_000;
 
-impl GroupSizer {
-    /// A sizer within `[1, cap]`, from [`START`] (or `cap`, if smaller).
-    pub fn new(cap: usize) -> Self {
+impl Sizer {
+    /// A sizer of transaction groups within `[1, cap]`, from `start` (or
+    /// `cap`, if smaller): an answer after [`SLOW_COMMIT`] is slow.
+    pub fn groups(start: usize, cap: usize) -> Self {
+        Self::new(start, cap, Some(SLOW_COMMIT))
+    }
+
+    /// A sizer of batches (claims, fenced writes) within `[1, cap]`, from
+    /// `start`: only an overload shrinks it.
+    pub fn batches(start: usize, cap: usize) -> Self {
+        Self::new(start, cap, None)
+    }
+
+    fn new(start: usize, cap: usize, slow: Option<Duration>) -> Self {
         let cap = cap.max(1);
-        let size = START.min(cap);
+        let size = start.clamp(1, cap);
         Self {
             cap,
+            slow,
             state: Mutex::new(State {
                 size: size as f64,
+                slow_start: true,
                 history: vec![Resized {
                     at: Instant::now(),
                     size,
@@ -114,21 +145,32 @@ impl GroupSizer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a transaction may hold now.
+    /// Records a request may hold now.
     pub fn limit(&self) -> usize {
         (self.lock().size as usize).clamp(1, self.cap)
     }
 
-    /// Learns from a transaction of `records` answered after `elapsed`.
+    /// Learns from a request of `records` answered after `elapsed`.
     pub fn observe(&self, records: usize, elapsed: Duration, answer: Answer) {
         let mut state = self.lock();
         let before = (state.size as usize).clamp(1, self.cap);
         match answer {
-            Answer::Overloaded => state.size = (state.size / 2.0).max(1.0),
-            Answer::Served if elapsed >= SLOW_COMMIT => state.size = (state.size * 0.75).max(1.0),
-            // Only a transaction the size limited says a bigger one would do.
+            Answer::Overloaded => {
+                state.slow_start = false;
+                state.size = (state.size / 2.0).max(1.0);
+            }
+            Answer::Served if self.slow.is_some_and(|slow| elapsed >= slow) => {
+                state.slow_start = false;
+                state.size = (state.size * 0.75).max(1.0);
+            }
+            // Only a request the size limited says a bigger one would do.
             Answer::Served if records >= before => {
-                state.size = (state.size + 1.0).min(self.cap as f64);
+                let grown = if state.slow_start {
+                    state.size * 2.0
+                } else {
+                    state.size + 1.0
+                };
+                state.size = grown.min(self.cap as f64);
             }
             Answer::Served => {}
         }
@@ -154,22 +196,25 @@ mod tests {
     const QUICK: Duration = Duration::from_millis(20);
 
     #[test]
-    fn quick_full_transactions_grow_it_to_the_cap_and_trouble_shrinks_it() {
-        let sizer = GroupSizer::new(99);
-        assert_eq!(sizer.limit(), 10);
-        // One more per full transaction committed quickly, up to the cap.
-        for expected in (11..=99).chain([99]) {
-            sizer.observe(sizer.limit(), QUICK, Answer::Served);
-            assert_eq!(sizer.limit(), expected);
-        }
-        // A transaction below the size says nothing.
+    fn it_doubles_until_the_store_pushes_back_then_grows_by_one() {
+        let sizer = Sizer::groups(GROUP_START, 99);
+        assert_eq!(sizer.limit(), 25);
+        // Slow start: twice the size per full request answered quickly.
+        sizer.observe(25, QUICK, Answer::Served);
+        assert_eq!(sizer.limit(), 50);
+        // A request below the size says nothing.
         sizer.observe(3, QUICK, Answer::Served);
-        assert_eq!(sizer.limit(), 99);
-        // Slow: a quarter off; overloaded: half; a refusal of its own
-        // records (a served answer) quickly: nothing.
+        assert_eq!(sizer.limit(), 50);
+        sizer.observe(50, QUICK, Answer::Served);
+        assert_eq!(sizer.limit(), 99, "capped");
+        // Slow: a quarter off, and the slow start is over.
         sizer.observe(99, SLOW_COMMIT, Answer::Served);
         assert_eq!(sizer.limit(), 74);
-        sizer.observe(74, QUICK, Answer::Overloaded);
+        sizer.observe(74, QUICK, Answer::Served);
+        assert_eq!(sizer.limit(), 75, "one more, no longer twice");
+        // Overloaded: half; a refusal of its own records (a served answer)
+        // quickly: one more as any quick full answer.
+        sizer.observe(75, QUICK, Answer::Overloaded);
         assert_eq!(sizer.limit(), 37);
         sizer.observe(37, QUICK, Answer::Served);
         assert_eq!(sizer.limit(), 38);
@@ -178,16 +223,36 @@ mod tests {
         }
         assert_eq!(sizer.limit(), 1, "never below one");
         let sizes: Vec<usize> = sizer.history().iter().map(|r| r.size).collect();
-        assert_eq!(&sizes[..3], [10, 11, 12]);
-        assert_eq!(&sizes[89..92], [99, 74, 37]);
+        assert_eq!(&sizes[..7], [25, 50, 99, 74, 75, 37, 38]);
+    }
+
+    #[test]
+    fn an_overload_ends_the_slow_start_too() {
+        let sizer = Sizer::groups(8, 99);
+        sizer.observe(8, QUICK, Answer::Overloaded);
+        assert_eq!(sizer.limit(), 4);
+        sizer.observe(4, QUICK, Answer::Served);
+        assert_eq!(sizer.limit(), 5);
     }
 
     #[test]
     fn the_cap_bounds_it_from_the_start() {
-        let sizer = GroupSizer::new(4);
+        let sizer = Sizer::groups(GROUP_START, 4);
         assert_eq!(sizer.limit(), 4);
         sizer.observe(4, QUICK, Answer::Served);
         assert_eq!(sizer.limit(), 4);
-        assert_eq!(GroupSizer::new(1).limit(), 1);
+        assert_eq!(Sizer::groups(GROUP_START, 1).limit(), 1);
+        assert_eq!(Sizer::batches(0, 10).limit(), 1);
+    }
+
+    #[test]
+    fn a_batch_shrinks_only_when_the_store_is_overloaded() {
+        let sizer = Sizer::batches(CLAIM_START, 100);
+        sizer.observe(25, SLOW_COMMIT * 4, Answer::Served);
+        assert_eq!(sizer.limit(), 50, "slow but served: still doubling");
+        sizer.observe(50, QUICK, Answer::Overloaded);
+        assert_eq!(sizer.limit(), 25);
+        sizer.observe(25, SLOW_COMMIT, Answer::Served);
+        assert_eq!(sizer.limit(), 26);
     }
 }

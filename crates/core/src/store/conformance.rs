@@ -21,8 +21,8 @@ use std::time::Duration;
 use crate::clock::now_ms;
 use crate::config::StoreConfig;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listing,
-    NewCommit, Operator, Status, Store, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite,
+    Increment, Lease, Listing, Operator, Status, Store, StoreError,
 };
 use tokio::sync::Barrier;
 
@@ -100,7 +100,11 @@ macro_rules! conformance_suite {
             a_key_another_scope_holds_is_never_its_duplicate_lock_or_failure,
             an_abandoned_lock_of_another_scope_is_never_taken_over,
             items_written_before_scopes_belong_to_whoever_finds_them,
-            claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner
+            claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner,
+            claims_made_together_each_answer_as_alone,
+            batched_and_single_claimers_of_one_key_have_one_winner,
+            fenced_writes_made_together_each_keep_their_fence,
+            a_commit_completes_held_keys_under_their_fence_with_their_effects
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -657,14 +661,15 @@ pub async fn a_completion_and_its_effect_happen_together_or_not_at_all<B: Backen
     );
 }
 
-fn new_commit<E>(key: &str, hash: &str, effects: Vec<E>) -> NewCommit<E> {
-    NewCommit {
+fn new_commit<E>(key: &str, hash: &str, effects: Vec<E>) -> Commit<E> {
+    Commit {
         key: key.to_owned(),
         payload_hash: hash.to_owned(),
         origin: Some(format!("payments-0@{key}")),
         owner: uuid::Uuid::new_v4().to_string(),
         result: Some(format!("applied {key}")),
         effects: effects.into(),
+        held: None,
     }
 }
 
@@ -676,8 +681,8 @@ fn payment<B: Backend>(backend: &B, account: &str, by: i64) -> Increment {
         .add("payment_count", 1)
 }
 
-fn incrementing<E>(key: &str, increment: Increment) -> NewCommit<E> {
-    NewCommit {
+fn incrementing<E>(key: &str, increment: Increment) -> Commit<E> {
+    Commit {
         effects: Effects {
             writes: Vec::new(),
             increments: vec![increment],
@@ -702,14 +707,14 @@ pub async fn increments_of_one_item_merge_and_keep_every_floor<B: Backend>(backe
     };
     committed(
         store
-            .commit_new(vec![incrementing("i-0", pay(5))])
+            .commit(vec![incrementing("i-0", pay(5))])
             .await
             .expect("commit"),
     );
     // 5 +10 -20 +100: the sum (95) is fine, but the second step (-5) is
     // not. Nothing is written.
     let outcome = store
-        .commit_new(vec![
+        .commit(vec![
             incrementing("i-1", pay(10)),
             incrementing("i-2", pay(-20)),
             incrementing("i-3", pay(100)),
@@ -732,7 +737,7 @@ pub async fn increments_of_one_item_merge_and_keep_every_floor<B: Backend>(backe
     // 5 +10 -15 +100: every step stays at 0 or above: one update.
     committed(
         store
-            .commit_new(vec![
+            .commit(vec![
                 incrementing("i-1", pay(10)),
                 incrementing("i-2", pay(-15)),
                 incrementing("i-3", pay(100)),
@@ -789,7 +794,7 @@ pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Ba
 
     // The second message's key is not new: nothing of the commit happens.
     let outcome = store
-        .commit_new(vec![
+        .commit(vec![
             new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
             new_commit("taken", "h1", vec![backend.effect(&store, &b, 10, None)]),
         ])
@@ -804,7 +809,7 @@ pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Ba
     }
     // The second message's effect is refused: nothing happens either.
     let outcome = store
-        .commit_new(vec![
+        .commit(vec![
             new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
             new_commit("m-2", "h1", vec![backend.effect(&store, &b, -1, Some(0))]),
         ])
@@ -823,7 +828,7 @@ pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Ba
     assert_eq!(backend.counter(&store, &a).await, 0);
 
     let outcome = store
-        .commit_new(vec![
+        .commit(vec![
             new_commit("m-1", "h1", vec![backend.effect(&store, &a, 10, None)]),
             new_commit("m-2", "h2", vec![backend.effect(&store, &b, 3, Some(0))]),
         ])
@@ -850,7 +855,7 @@ pub async fn a_lock_free_commit_writes_every_message_and_effect_or_nothing<B: Ba
     );
     // Committed once: the same message again is refused with the item.
     let again = store
-        .commit_new(vec![new_commit(
+        .commit(vec![new_commit(
             "m-1",
             "h1",
             vec![backend.effect(&store, &a, 10, None)],
@@ -882,7 +887,7 @@ pub async fn lock_free_commits_and_claims_racing_on_one_key_have_one_winner<B: B
             commits.push(tokio::spawn(async move {
                 barrier_c.wait().await;
                 let commit = new_commit(&key_c, "h1", vec![effect]);
-                committer.commit_new(vec![commit]).await
+                committer.commit(vec![commit]).await
             }));
             let (claimer, barrier_c, key_c) = (store.clone(), barrier.clone(), key.clone());
             claims.push(tokio::spawn(async move {
@@ -991,15 +996,16 @@ pub async fn a_key_another_scope_holds_is_never_its_duplicate_lock_or_failure<B:
             other => panic!("{key}: B must be refused, got {other:?}"),
         }
         let counter = format!("c-{}", uuid::Uuid::new_v4());
-        let commit = NewCommit {
+        let commit = Commit {
             key: key.to_owned(),
             payload_hash: "h1".into(),
             origin: None,
             owner: "b-owner".into(),
             result: Some("paid by b".into()),
             effects: vec![backend.effect(&b, &counter, 5, None)].into(),
+            held: None,
         };
-        match b.commit_new(vec![commit]).await.expect("commit") {
+        match b.commit(vec![commit]).await.expect("commit") {
             CommitOutcome::KeyTaken {
                 index: 0,
                 item: Some(found),
@@ -1151,6 +1157,319 @@ pub async fn claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner<B: Bac
             other => panic!("{scope}: {other:?} (winner {})", winners[0]),
         }
     }
+}
+
+/// An owned claim of `key` for a payload fingerprinted `hash`.
+pub fn claim_of(key: &str, hash: &str) -> Claim {
+    Claim {
+        key: key.to_owned(),
+        payload_hash: hash.to_owned(),
+        origin: Some("payments-0@15".into()),
+        lease_cap_ms: None,
+        holder: None,
+    }
+}
+
+/// Claims made together in one batched request: each answers what it would
+/// have answered alone (new keys acquired, a duplicate, a live lock, a
+/// failure, a key reused, an abandoned lock taken over, an item past its
+/// TTL claimed again, a key too long refused), and none depends on another.
+pub async fn claims_made_together_each_answer_as_alone<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let done = acquire(&store, "done", "h1").await;
+    store
+        .complete(&done, Some("paid"), vec![].into())
+        .await
+        .expect("complete");
+    let failed = acquire(&store, "failed", "h1").await;
+    store.fail(&failed, "bad").await.expect("fail");
+    acquire(&store, "stale", "h1").await;
+    wait_for_lock_expiry().await;
+    let live = in_scope(backend, &store, store.config().scope.as_deref());
+    let live = backend.with_config(
+        &live,
+        StoreConfig {
+            lock_timeout: LONG_LOCK,
+            ..live.config().clone()
+        },
+    );
+    acquire(&live, "live", "h1").await;
+    acquire(&live, "reused", "h1").await;
+    let too_long = "k".repeat(<B::S as Store>::MAX_KEY_BYTES + 1);
+    let claims: Vec<Claim> = [
+        "new-1", "done", "live", "failed", "stale", "reused", "new-2", &too_long,
+    ]
+    .iter()
+    .map(|key| claim_of(key, if *key == "reused" { "h2" } else { "h1" }))
+    .collect();
+    let outcomes = claim_many(&store, &claims).await;
+    let names: Vec<String> = outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(ClaimOutcome::Acquired(lease)) => format!("acquired v{}", lease.version),
+            Ok(ClaimOutcome::TakenOver(lease)) => format!("taken over v{}", lease.version),
+            Ok(ClaimOutcome::Duplicate(item)) => format!("duplicate {:?}", item.result),
+            Ok(ClaimOutcome::InProgress(_)) => "in progress".into(),
+            Ok(ClaimOutcome::PreviouslyFailed(_)) => "failed".into(),
+            Ok(ClaimOutcome::PayloadMismatch(_)) => "mismatch".into(),
+            Ok(ClaimOutcome::OtherScope(_)) => "other scope".into(),
+            Err(StoreError::InvalidKey(_)) => "invalid key".into(),
+            Err(err) => format!("error {err}"),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "acquired v1",
+            "duplicate Some(\"paid\")",
+            "in progress",
+            "failed",
+            "taken over v2",
+            "mismatch",
+            "acquired v1",
+            "invalid key"
+        ]
+    );
+    for key in ["new-1", "new-2"] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!((item.status, item.version), (Status::Started, 1), "{key}");
+    }
+    // An item past its TTL is claimed again in a batch, as alone.
+    let config = store.config().clone();
+    let later = backend.with_config(
+        &store,
+        StoreConfig {
+            clock_offset_ms: (config.retention.as_millis() as i64) + 10_000,
+            ..config
+        },
+    );
+    let again = claim_many(&later, &[claim_of("done", "h2"), claim_of("new-3", "h1")]).await;
+    assert!(
+        matches!(
+            again[..],
+            [Ok(ClaimOutcome::Acquired(_)), Ok(ClaimOutcome::Acquired(_))]
+        ),
+        "{again:?}"
+    );
+    assert!(claim_many(&store, &[]).await.is_empty());
+}
+
+/// [`Store::claim_many`]'s answers, in the claims' order.
+async fn claim_many<S: Store>(
+    store: &S,
+    claims: &[Claim],
+) -> Vec<Result<ClaimOutcome, StoreError>> {
+    let answers = std::sync::Mutex::new(claims.iter().map(|_| None).collect::<Vec<_>>());
+    store
+        .claim_many(claims, |i, outcome| {
+            answers.lock().expect("answers")[i] = Some(outcome);
+        })
+        .await;
+    answers
+        .into_inner()
+        .expect("answers")
+        .into_iter()
+        .map(|answer| answer.expect("every claim answered"))
+        .collect()
+}
+
+/// 8 batched claimers (each with a key of its own beside) and 8 single
+/// claimers claim one fresh key at the same moment: exactly one wins it,
+/// every other is told it is in progress, every own key is acquired.
+pub async fn batched_and_single_claimers_of_one_key_have_one_winner<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let barrier = Arc::new(Barrier::new(16));
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                match i % 2 {
+                    0 => {
+                        let claims = [
+                            claim_of("shared", "h1"),
+                            claim_of(&format!("own-{i}"), "h1"),
+                        ];
+                        claim_many(&store, &claims).await
+                    }
+                    _ => vec![store.claim(request("shared", "h1")).await],
+                }
+            })
+        })
+        .collect();
+    let mut shared = Vec::new();
+    for task in tasks {
+        let mut outcomes = task.await.expect("claimer").into_iter();
+        shared.push(outcomes.next().expect("the shared key's").expect("claim"));
+        for own in outcomes {
+            assert!(matches!(own, Ok(ClaimOutcome::Acquired(_))), "{own:?}");
+        }
+    }
+    let winners = shared
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::Acquired(_)))
+        .count();
+    let in_progress = shared
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::InProgress(_)))
+        .count();
+    assert_eq!((winners, in_progress), (1, 15), "{shared:?}");
+}
+
+/// Fenced writes made together: each keeps its own fence (a worker taken
+/// over is refused, alone), and each does what it would alone.
+pub async fn fenced_writes_made_together_each_keep_their_fence<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let stale = acquire(&store, "stale", "h1").await;
+    wait_for_lock_expiry().await;
+    let taker = acquire(&store, "stale", "h1").await;
+    let done = acquire(&store, "done", "h1").await;
+    let failed = acquire(&store, "failed", "h1").await;
+    let released = acquire(&store, "released", "h1").await;
+    let extended = acquire(&store, "extended", "h1").await;
+    let until = store.now_ms() + 60_000;
+    let writes = [
+        (
+            done.clone(),
+            FencedWrite::Complete {
+                result: Some("paid".into()),
+            },
+        ),
+        (
+            stale.clone(),
+            FencedWrite::Complete {
+                result: Some("late".into()),
+            },
+        ),
+        (
+            failed.clone(),
+            FencedWrite::Fail {
+                error: "bad amount".into(),
+            },
+        ),
+        (released.clone(), FencedWrite::Release),
+        (extended.clone(), FencedWrite::Extend { until_ms: until }),
+    ];
+    let answers = store.write_fenced(&writes).await;
+    assert_eq!(answers.len(), 5);
+    assert!(
+        answers[0].as_ref().is_ok_and(|expires| *expires > 0),
+        "{:?}",
+        answers[0]
+    );
+    lost(answers[1].clone(), 1);
+    assert!(answers[2].is_ok() && answers[3].is_ok(), "{answers:?}");
+    assert_eq!(answers[4].as_ref().ok(), Some(&until));
+    let item = |key: &'static str| {
+        let store = store.clone();
+        async move { store.get(key).await.expect("get").expect("item") }
+    };
+    let done_item = item("done").await;
+    assert_eq!(
+        (done_item.status, done_item.result.as_deref()),
+        (Status::Completed, Some("paid"))
+    );
+    assert_eq!(
+        done_item.expires_at_s,
+        *answers[0].as_ref().expect("expires")
+    );
+    let stale_item = item("stale").await;
+    assert_eq!(
+        (stale_item.status, &stale_item.owner),
+        (Status::Started, &taker.owner)
+    );
+    let failed_item = item("failed").await;
+    assert_eq!(
+        (failed_item.status, failed_item.error.as_deref()),
+        (Status::Failed, Some("bad amount"))
+    );
+    assert_eq!(item("released").await.lock_expires_at_ms, Some(0));
+    assert_eq!(item("extended").await.lock_expires_at_ms, Some(until));
+    assert!(store.write_fenced(&[]).await.is_empty());
+}
+
+/// The locking path's commit: held keys completed under their fences with
+/// their effects, beside a new key, in one transaction; a held key taken
+/// over meanwhile refuses the whole transaction (nothing written) and is
+/// named.
+pub async fn a_commit_completes_held_keys_under_their_fence_with_their_effects<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.store(SHORT_LOCK).await;
+    // A counter per message: a transaction writes an item once.
+    let counter = |key: &str| format!("c-{key}-{}", store.config().key_prefix);
+    let held = |lease: &Lease, key: &str, by: i64| Commit {
+        owner: lease.owner.clone(),
+        held: Some(lease.clone()),
+        ..new_commit(
+            key,
+            "h1",
+            vec![backend.effect(&store, &counter(key), by, None)],
+        )
+    };
+    let total = async |keys: &[&str]| {
+        let mut total = 0;
+        for key in keys {
+            total += backend.counter(&store, &counter(key)).await;
+        }
+        total
+    };
+    let first = acquire(&store, "held-1", "h1").await;
+    let second = acquire(&store, "held-2", "h1").await;
+    let outcome = store
+        .commit(vec![
+            held(&first, "held-1", 5),
+            new_commit(
+                "new",
+                "h1",
+                vec![backend.effect(&store, &counter("new"), 1, None)],
+            ),
+            held(&second, "held-2", 7),
+        ])
+        .await
+        .expect("commit");
+    assert!(
+        matches!(outcome, CommitOutcome::Committed { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(total(&["held-1", "new", "held-2"]).await, 13);
+    for (key, version) in [("held-1", 1), ("held-2", 1), ("new", 1)] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!(
+            (item.status, item.version),
+            (Status::Completed, version),
+            "{key}"
+        );
+        assert_eq!(
+            item.result.as_deref(),
+            Some(format!("applied {key}").as_str())
+        );
+        assert_eq!(item.lock_expires_at_ms, None, "{key}");
+    }
+
+    // A held key taken over meanwhile: nothing of the transaction happens.
+    let kept = acquire(&store, "held-3", "h1").await;
+    let stale = acquire(&store, "held-4", "h1").await;
+    wait_for_lock_expiry().await;
+    let kept = store
+        .extend(&kept, store.now_ms() + 60_000)
+        .await
+        .expect("extend");
+    acquire(&store, "held-4", "h1").await;
+    let outcome = store
+        .commit(vec![
+            held(&kept, "held-3", 100),
+            held(&stale, "held-4", 100),
+        ])
+        .await
+        .expect("commit");
+    assert!(
+        matches!(outcome, CommitOutcome::KeyTaken { index: 1, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(total(&["held-3", "held-4"]).await, 0);
+    let item = store.get("held-3").await.expect("get").expect("item");
+    assert_eq!(item.status, Status::Started);
 }
 
 /// Operator release and retry act only at the observed version.
@@ -1352,7 +1671,7 @@ where
     );
     // The lock-free path writes COMPLETED and FAILED items directly.
     let committed = store
-        .commit_new(vec![new_commit::<<B::S as Store>::Effect>(
+        .commit(vec![new_commit::<<B::S as Store>::Effect>(
             "direct",
             "h1",
             vec![],

@@ -3,7 +3,7 @@
 
 /// Errors of the idempotency store. [`StoreError::is_retryable`] tells the
 /// caller whether the same record may succeed on a later delivery.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached, timed out, throttled or failed on its
     /// side. Nothing was decided: report the record so that it comes again.

@@ -219,7 +219,7 @@ impl<'a> NewItem<'a> {
     /// A lock-free commit's COMPLETED item for `commit`, at `pk`.
     pub fn completed<E>(
         pk: &'a str,
-        commit: &'a super::NewCommit<E>,
+        commit: &'a super::Commit<E>,
         config: &'a StoreConfig,
         now_ms: u64,
     ) -> Self {

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    ClaimRequest, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
-    NewCommit, Operator, Status, Store, StoreError, StoredItem, bounded, increment, new_owner,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
+    Operator, Status, Store, StoreError, StoredItem, bounded, increment, new_owner,
     transaction_effects,
 };
 use crate::config::StoreConfig;
@@ -222,6 +222,7 @@ impl Store for MemoryStore {
     const NAME: &'static str = "the in-memory store";
     const MAX_EFFECTS: usize = 99;
     const MAX_KEY_BYTES: usize = 2048;
+    const MAX_BATCH: usize = 25;
 
     fn config(&self) -> &StoreConfig {
         &self.config
@@ -353,9 +354,9 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn commit_new(
+    async fn commit(
         &self,
-        commits: Vec<NewCommit<CounterEffect>>,
+        commits: Vec<Commit<CounterEffect>>,
     ) -> Result<CommitOutcome, StoreError> {
         let room = (Self::MAX_EFFECTS + 1).saturating_sub(commits.len());
         let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
@@ -366,10 +367,16 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         let mut counters = state.counters.clone();
         for (index, (commit, pk)) in commits.iter().zip(&pks).enumerate() {
-            // Invariant: one live item per key; the effect happens only
-            // together with the key's first COMPLETED item.
-            if let Some(item) = self.live(&state, pk) {
-                let item = Some(Box::new(item.clone()));
+            let taken = match &commit.held {
+                // Invariant: only the current owner of a STARTED item
+                // completes it; a worker taken over is fenced out.
+                Some(lease) => Self::fenced(&mut state, lease).is_err(),
+                // Invariant: one live item per key; the effect happens only
+                // together with the key's first COMPLETED item.
+                None => self.live(&state, pk).is_some(),
+            };
+            if taken {
+                let item = state.items.get(pk).cloned().map(Box::new);
                 return Ok(CommitOutcome::KeyTaken { index, item });
             }
             counters = match Self::applied(counters, &commit.effects.writes) {
@@ -399,11 +406,19 @@ impl Store for MemoryStore {
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         for (commit, pk) in commits.iter().zip(pks) {
-            let request = commit.request();
-            let mut item = self.new_item(pk.clone(), Status::Completed, &commit.owner, request);
+            let item = match &commit.held {
+                Some(lease) => Self::fenced(&mut state, lease)?,
+                None => {
+                    let request = commit.request();
+                    let item = self.new_item(pk.clone(), Status::Completed, &commit.owner, request);
+                    state.items.entry(pk).insert_entry(item).into_mut()
+                }
+            };
+            item.status = Status::Completed;
             item.result = commit.result.clone();
             item.expires_at_s = expires_at_s;
-            state.items.insert(pk, item);
+            item.lock_expires_at_ms = None;
+            item.updated_at_ms = Some(now);
         }
         Ok(CommitOutcome::Committed {
             expires_at_s,

@@ -30,7 +30,7 @@ mod item;
 pub mod memory;
 pub mod requests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -147,9 +147,11 @@ pub enum Conditional<T> {
     Conflict(Option<Box<StoredItem>>),
 }
 
-/// One message for [`Store::commit_new`].
+/// One message for [`Store::commit`]: a new key's COMPLETED item (the
+/// lock-free path), or the completion of a key this worker holds (the
+/// locking path, [`Self::held`]), with its effect.
 #[derive(Debug, Clone)]
-pub struct NewCommit<E> {
+pub struct Commit<E> {
     /// The idempotency key, without the table's key prefix.
     pub key: String,
     /// The payload's fingerprint.
@@ -162,6 +164,65 @@ pub struct NewCommit<E> {
     pub result: Option<String>,
     /// The work's effect.
     pub effects: Effects<E>,
+    /// The lease the key is held by (the locking path): its item is
+    /// completed under the fence (STARTED, this version and owner) instead
+    /// of created; a fence that fails is [`CommitOutcome::KeyTaken`] for
+    /// it. `None`: a new key (the lock-free path).
+    pub held: Option<Lease>,
+}
+
+/// A claim to make, owned (what [`ClaimRequest`] borrows): for claims
+/// gathered from several lanes into one request ([`Store::claim_many`]).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The idempotency key, without the table's key prefix.
+    pub key: String,
+    /// The payload's fingerprint.
+    pub payload_hash: String,
+    /// Where the message came from.
+    pub origin: Option<String>,
+    /// The latest the lease may end (epoch ms).
+    pub lease_cap_ms: Option<u64>,
+    /// Who claims (see [`ClaimRequest::holder`]).
+    pub holder: Option<std::sync::Arc<str>>,
+}
+
+impl Claim {
+    /// The claim as [`Store::claim`] takes it.
+    pub fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: &self.key,
+            payload_hash: &self.payload_hash,
+            origin: self.origin.as_deref(),
+            lease_cap_ms: self.lease_cap_ms,
+            holder: self.holder.as_deref(),
+        }
+    }
+}
+
+/// A write of a lease's holder, fenced on its version and owner, that
+/// needs no transaction (no effect beside it): what a batch of them
+/// ([`Store::write_fenced`]) holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// COMPLETED, with the result (the work's effect happened outside the
+    /// store: "direct mode").
+    Complete {
+        /// Kept whole on the item.
+        result: Option<String>,
+    },
+    /// FAILED for good, with the error.
+    Fail {
+        /// The error (cut to [`MAX_TEXT_BYTES`]).
+        error: String,
+    },
+    /// The lock ends now (claimable at once as the next version).
+    Release,
+    /// The lease ends at `until_ms` (a heartbeat).
+    Extend {
+        /// The new end, epoch ms.
+        until_ms: u64,
+    },
 }
 
 /// A work's effect, committed in ONE transaction with its completion:
@@ -222,8 +283,9 @@ pub fn transaction_effects<'a, E: 'a>(
     Ok(increments)
 }
 
-impl<E> NewCommit<E> {
-    /// What its new item is written with (no lease: it is created finished).
+impl<E> Commit<E> {
+    /// What its new item is written with (no lease: it is created
+    /// finished; a held key's item exists already).
     pub fn request(&self) -> ClaimRequest<'_> {
         ClaimRequest {
             key: &self.key,
@@ -350,6 +412,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// engine keeps its estimate of a lock-free group below it. Default: no
     /// limit of the store's own.
     const MAX_TRANSACTION_BYTES: usize = usize::MAX;
+    /// The most claims, or fenced writes, one request carries
+    /// ([`Store::create_started_many`], [`Store::write_fenced`]; DynamoDB:
+    /// 25, PartiQL's `BatchExecuteStatement`). Default 1: each alone.
+    const MAX_BATCH: usize = 1;
 
     /// Its configuration.
     fn config(&self) -> &StoreConfig;
@@ -368,6 +434,27 @@ pub trait Store: Clone + Send + Sync + 'static {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Conditional<Lease>, StoreError>> + Send;
+
+    /// Claims of several keys (distinct `pk`s, at most [`Self::MAX_BATCH`])
+    /// in as few requests as the store allows, each written or not on its
+    /// own (not a transaction): for each, what [`Self::create_started`]
+    /// would answer for it alone. A conflict may come back without the item
+    /// (`Conflict(None)`): the claim then looks again alone. Default: each
+    /// alone, at once.
+    fn create_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> impl Future<Output = Result<Vec<Conditional<Lease>>, StoreError>> + Send {
+        async move {
+            let answers = futures_util::future::join_all(
+                claims
+                    .iter()
+                    .map(|(pk, request)| self.create_started(pk, *request)),
+            )
+            .await;
+            answers.into_iter().collect()
+        }
+    }
 
     /// Take over: become the owner of `observed` (STARTED, lock ended) at
     /// version + 1 (the lease as `request` asks), only if it is still at
@@ -409,14 +496,46 @@ pub trait Store: Clone + Send + Sync + 'static {
         until_ms: u64,
     ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
 
-    /// Lock-free commit: each message's COMPLETED item at version 1 (only
-    /// if its key is absent or past its TTL) and its effects, all in ONE
-    /// transaction; the increments of one item merged into one update
-    /// ([`Increment::then`]). The caller makes sure that the writes touch
-    /// distinct items, and no item that is incremented.
-    fn commit_new(
+    /// Fenced writes of several leases (distinct keys, at most
+    /// [`Self::MAX_BATCH`]) in as few requests as the store allows, each on
+    /// its own (not a transaction; each fenced as its single write is): for
+    /// each, what the single write answers, `Ok` with the item's new
+    /// `expires_at` for a completion, the lease's new end for an extension,
+    /// 0 otherwise; [`StoreError::LockLost`] when its fence failed. An error
+    /// of the whole request is every write's. Default: each alone, at once.
+    fn write_fenced(
         &self,
-        commits: Vec<NewCommit<Self::Effect>>,
+        writes: &[(Lease, FencedWrite)],
+    ) -> impl Future<Output = Vec<Result<u64, StoreError>>> + Send {
+        async move {
+            futures_util::future::join_all(writes.iter().map(|(lease, write)| async move {
+                match write {
+                    FencedWrite::Complete { result } => {
+                        self.complete(lease, result.as_deref(), Effects::default())
+                            .await
+                    }
+                    FencedWrite::Fail { error } => self.fail(lease, error).await.map(|()| 0),
+                    FencedWrite::Release => self.release(lease).await.map(|()| 0),
+                    FencedWrite::Extend { until_ms } => self
+                        .extend(lease, *until_ms)
+                        .await
+                        .map(|lease| lease.lock_expires_at_ms),
+                }
+            }))
+            .await
+        }
+    }
+
+    /// Commit, in ONE transaction: each message's COMPLETED item and
+    /// effects; a new key's item created at version 1 (only if its key is
+    /// absent or past its TTL: the lock-free path), a held key's completed
+    /// under its fence ([`Commit::held`]: the locking path); the increments
+    /// of one item merged into one update ([`Increment::then`]). The caller
+    /// makes sure that the writes touch distinct items, and no item that is
+    /// incremented.
+    fn commit(
+        &self,
+        commits: Vec<Commit<Self::Effect>>,
     ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
 
     /// Lock-free failure: the FAILED item at version 1, only if the key is
@@ -478,13 +597,80 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
         async move {
             let pk = self.pk(request.key)?;
-            let mut observed = match self.create_started(&pk, request).await? {
+            let created = self.create_started(&pk, request).await;
+            self.settle_claim(&pk, request, created).await
+        }
+    }
+
+    /// Claims several keys (distinct, at most [`Self::MAX_BATCH`]) with one
+    /// batched create ([`Self::create_started_many`]); a claim that
+    /// conflicts (a live lock elsewhere, a duplicate, a key reused, an
+    /// expired lock to take over) is settled alone, as [`Self::claim`]
+    /// would. `answer(i, outcome)` hears each claim's outcome, what `claim`
+    /// would answer for it, as soon as it is settled: no claim waits for a
+    /// neighbour's settling.
+    fn claim_many(
+        &self,
+        claims: &[Claim],
+        answer: impl Fn(usize, Result<ClaimOutcome, StoreError>) + Send + Sync,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            let pks: Vec<Result<String, StoreError>> =
+                claims.iter().map(|claim| self.pk(&claim.key)).collect();
+            let requests: Vec<(String, ClaimRequest<'_>)> = pks
+                .iter()
+                .zip(claims)
+                .filter_map(|(pk, claim)| Some((pk.as_ref().ok()?.clone(), claim.request())))
+                .collect();
+            let mut created = match self.create_started_many(&requests).await {
+                Ok(created) => created.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(err) => requests.iter().map(|_| Err(err.clone())).collect(),
+            }
+            .into_iter();
+            let answer = &answer;
+            let settled = pks
+                .into_iter()
+                .zip(claims)
+                .enumerate()
+                .map(|(i, (pk, claim))| {
+                    let created = match &pk {
+                        Ok(_) => created.next().unwrap_or_else(|| {
+                            Err(StoreError::Rejected {
+                                operation: "claim",
+                                message: "the store answered fewer claims than it was sent".into(),
+                            })
+                        }),
+                        Err(_) => Ok(Conditional::Conflict(None)),
+                    };
+                    async move {
+                        let outcome = match pk {
+                            Ok(pk) => self.settle_claim(&pk, claim.request(), created).await,
+                            Err(err) => Err(err),
+                        };
+                        answer(i, outcome);
+                    }
+                });
+            futures_util::future::join_all(settled).await;
+        }
+    }
+
+    /// The rest of a claim of `pk` after its conditional create answered
+    /// `created`: the item found judged, an abandoned lock taken over
+    /// (version-guarded), a vanished one created again.
+    fn settle_claim(
+        &self,
+        pk: &str,
+        request: ClaimRequest<'_>,
+        created: Result<Conditional<Lease>, StoreError>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        async move {
+            let mut observed = match created? {
                 Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
                 Conditional::Conflict(item) => item,
             };
             for _ in 0..MAX_CLAIM_ROUNDS {
                 let Some(item) = observed else {
-                    observed = match self.create_started(&pk, request).await? {
+                    observed = match self.create_started(pk, request).await? {
                         Conditional::Written(lease) => return Ok(ClaimOutcome::Acquired(lease)),
                         Conditional::Conflict(item) => item,
                     };
@@ -505,7 +691,7 @@ pub trait Store: Clone + Send + Sync + 'static {
                     },
                 }
             }
-            Err(StoreError::Contention { key: pk })
+            Err(StoreError::Contention { key: pk.to_owned() })
         }
     }
 }
@@ -534,6 +720,24 @@ pub trait Operator: Store {
 
     /// The live items under the key prefix that `listing` names.
     fn list(&self, listing: Listing) -> impl Future<Output = Result<Listed, StoreError>> + Send;
+}
+
+/// The indexes of `keys` in rounds of distinct keys, in order: a batched
+/// request may hold one write of an item (DynamoDB refuses a batch that
+/// names an item twice; a SQL statement writes a row once), so a key met
+/// again waits for the next round.
+pub fn distinct_rounds<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<(HashSet<&'a str>, Vec<usize>)> = Vec::new();
+    for (index, key) in keys.into_iter().enumerate() {
+        match rounds.iter_mut().find(|(seen, _)| !seen.contains(key)) {
+            Some((seen, round)) => {
+                seen.insert(key);
+                round.push(index);
+            }
+            None => rounds.push((HashSet::from([key]), vec![index])),
+        }
+    }
+    rounds.into_iter().map(|(_, round)| round).collect()
 }
 
 /// Cuts `text` to at most [`MAX_TEXT_BYTES`], on a character boundary.

@@ -7,10 +7,12 @@ use std::time::Instant;
 
 use crate::engine::coalesce::FirstCopy;
 use crate::engine::footprint::{Footprint, Limits};
+use crate::engine::log::Ticket;
 use crate::engine::{Completion, FencingToken, Work};
+use crate::store::Lease;
 
 /// A message whose effect is computed and not yet committed.
-pub(super) struct Planned<R, E> {
+pub(in crate::engine) struct Planned<R, E> {
     pub work: Work<R>,
     pub token: FencingToken,
     pub completion: Completion<E>,
@@ -20,10 +22,15 @@ pub(super) struct Planned<R, E> {
     /// for its outcome.
     pub first_copy: Option<FirstCopy>,
     pub started: Instant,
+    /// Its place in the lane's outcomes.
+    pub ticket: Ticket,
+    /// The locking path: the lease its key is held by (its completion is
+    /// fenced on it). `None`: a new key, the lock-free path.
+    pub held: Option<Lease>,
 }
 
 /// Consecutive planned messages that commit in one transaction.
-pub(super) struct Group<R, E> {
+pub(in crate::engine) struct Group<R, E> {
     pub members: Vec<Planned<R, E>>,
     pub footprint: Footprint,
 }

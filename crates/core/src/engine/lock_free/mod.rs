@@ -18,19 +18,19 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::store::{
-    ClaimRequest, CommitOutcome, Conditional, NewCommit, Standing, Store, StoreError, StoredItem,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Store, StoreError, StoredItem,
     increment, new_owner,
 };
 
 mod group;
 
-use group::{Group, Planned};
+pub(super) use group::{Group, Planned};
 
 use super::cache::Completed;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::{Footprint, Limits, estimated_bytes};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
-use super::lane::LaneLog;
+use super::log::{LaneLog, Ticket};
 use super::record::store_failure;
 use super::sizing::Answer;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
@@ -56,7 +56,7 @@ enum Next<R, E> {
     /// Known COMPLETED before the batch, with the stored result.
     Known(Work<R>, Option<Arc<str>>),
     /// Planned: may join the lane's next transaction.
-    Planned(Planned<R, E>),
+    Planned(Box<Planned<R, E>>),
     /// A later copy of a key in flight: waits for the first copy.
     Copy(Work<R>, watch::Receiver<Option<Settled>>),
     /// No effect to commit; settled after the messages before it.
@@ -81,10 +81,11 @@ where
         while log.stop_reason(&batch).is_none() {
             let Some(item) = pending.next() else { break };
             let started = Instant::now();
-            let next = match self.plan_next(item, &batch, started).await {
-                Next::Planned(planned) => match group.add(planned, self.limits()) {
+            let ticket = log.reserve();
+            let next = match self.plan_next(item, &batch, started, ticket).await {
+                Next::Planned(planned) => match group.add(*planned, self.limits()) {
                     None => continue,
-                    Some(refused) => Next::Planned(refused),
+                    Some(refused) => Next::Planned(Box::new(refused)),
                 },
                 next => next,
             };
@@ -96,7 +97,7 @@ where
                 (None, Next::Invalid(reason)) => Outcome::Invalid { reason },
                 (None, Next::Planned(planned)) => {
                     // An empty group takes any message.
-                    let _ = group.add(planned, self.limits());
+                    let _ = group.add(*planned, self.limits());
                     continue;
                 }
                 (None, Next::Known(work, result)) => {
@@ -113,12 +114,12 @@ where
                         Waited::Duplicate(result) => {
                             self.replayed(&work, Outcome::Duplicate { result }).await
                         }
-                        Waited::OnItsOwn => self.plan_and_commit(work, &batch).await,
+                        Waited::OnItsOwn => self.plan_and_commit(work, &batch, ticket).await,
                         Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
                     }
                 }
             };
-            log.push(outcome, started, &batch);
+            log.resolve(ticket, outcome, started, &batch);
         }
         self.commit_group(group, &mut log, &batch).await;
         log.finish(pending)
@@ -130,6 +131,7 @@ where
         message: Message<H::Record>,
         batch: &Batch<S>,
         started: Instant,
+        ticket: Ticket,
     ) -> Next<H::Record, S::Effect> {
         let work = match message {
             Ok(work) => work,
@@ -142,11 +144,11 @@ where
             Turn::Later(first) => return Next::Copy(work, first),
             Turn::First(first) => first,
         };
-        match self.plan(work, started, batch).await {
-            Ok(planned) => Next::Planned(Planned {
+        match self.plan(work, started, batch, ticket).await {
+            Ok(planned) => Next::Planned(Box::new(Planned {
                 first_copy: Some(first_copy),
                 ..planned
-            }),
+            })),
             Err((work, why)) => Next::Unplanned(work, why, first_copy),
         }
     }
@@ -158,6 +160,7 @@ where
         work: Work<H::Record>,
         started: Instant,
         batch: &Batch<S>,
+        ticket: Ticket,
     ) -> Result<Planned<H::Record, S::Effect>, (Work<H::Record>, Unplanned)> {
         let pk = match self.store.pk(&work.key) {
             Ok(pk) => pk,
@@ -194,6 +197,8 @@ where
                 completion,
                 first_copy: None,
                 started,
+                ticket,
+                held: None,
             }),
             Err(error) => Err((work, Unplanned::Refused(error))),
         }
@@ -213,8 +218,13 @@ where
     }
 
     /// A later copy of a key whose first copy did not finish: on its own.
-    async fn plan_and_commit(&self, work: Work<H::Record>, batch: &Batch<S>) -> Outcome {
-        match self.plan(work, Instant::now(), batch).await {
+    async fn plan_and_commit(
+        &self,
+        work: Work<H::Record>,
+        batch: &Batch<S>,
+        ticket: Ticket,
+    ) -> Outcome {
+        match self.plan(work, Instant::now(), batch, ticket).await {
             Ok(planned) => self.commit_alone(planned, batch).await,
             Err((work, why)) => {
                 let outcome = self.refused(&work, why, batch).await;
@@ -224,8 +234,10 @@ where
     }
 
     /// Commits a group's messages in order: together while they can, the
-    /// one a shared transaction refused alone. Records their outcomes.
-    async fn commit_group(
+    /// one a shared transaction refused alone. Records their outcomes. (The
+    /// locking path's groups too: their items completed under their
+    /// leases.)
+    pub(super) async fn commit_group(
         &self,
         group: Group<H::Record, S::Effect>,
         log: &mut LaneLog,
@@ -250,7 +262,8 @@ where
         while !members.is_empty() {
             if let Some(reason) = log.stop_before_commit(batch) {
                 for planned in members.drain(..) {
-                    log.push(Outcome::NotStarted(reason), planned.started, batch);
+                    let outcome = self.abandoned(&planned, reason, batch).await;
+                    log.resolve(planned.ticket, outcome, planned.started, batch);
                 }
                 return;
             }
@@ -263,9 +276,9 @@ where
                 && let Some(planned) = chunk.pop()
             {
                 // Alone, the commit says exactly what became of it.
-                let started = planned.started;
+                let (started, ticket) = (planned.started, planned.ticket);
                 let outcome = self.commit_alone(planned, batch).await;
-                log.push(outcome, started, batch);
+                log.resolve(ticket, outcome, started, batch);
                 continue;
             }
             let result = {
@@ -309,7 +322,8 @@ where
                 Err(err) => {
                     let mut chunk = chunk.into_iter();
                     if let Some(first) = chunk.next() {
-                        log.push(Outcome::StoreFailed(err), first.started, batch);
+                        let outcome = self.unsettled(&first, store_failure(err), batch);
+                        log.resolve(first.ticket, outcome, first.started, batch);
                     }
                     requeue(&mut members, chunk.collect());
                 }
@@ -326,10 +340,10 @@ where
     /// One lock-free transaction, its answer told to the sizer.
     async fn commit_sized(
         &self,
-        commits: Vec<NewCommit<S::Effect>>,
+        commits: Vec<Commit<S::Effect>>,
     ) -> Result<CommitOutcome, StoreError> {
         let (records, sent) = (commits.len(), Instant::now());
-        let result = self.store.commit_new(commits).await;
+        let result = self.store.commit(commits).await;
         self.sizer
             .observe(records, sent.elapsed(), Answer::of(&result));
         result
@@ -343,18 +357,62 @@ where
         log: &mut LaneLog,
         batch: &Batch<S>,
     ) {
-        let outcome = self.processed(&planned, expires_at_s);
+        let outcome = self.processed(&planned, expires_at_s, batch);
         announce(&planned, &outcome);
-        log.push(outcome, planned.started, batch);
+        log.resolve(planned.ticket, outcome, planned.started, batch);
     }
 
     /// A message whose COMPLETED item was written: remembered in the cache.
-    fn processed(&self, planned: &Planned<H::Record, S::Effect>, expires_at_s: u64) -> Outcome {
+    fn processed(
+        &self,
+        planned: &Planned<H::Record, S::Effect>,
+        expires_at_s: u64,
+        batch: &Batch<S>,
+    ) -> Outcome {
         let work = &planned.work;
         let completed = Completed::new(&work.payload_hash, planned.completion.result.as_deref());
         let result = completed.result.clone();
         self.cache.insert(&work.key, completed, expires_at_s);
-        Outcome::Processed { version: 1, result }
+        self.let_go(planned, batch);
+        Outcome::Processed {
+            version: planned.token.version,
+            result,
+        }
+    }
+
+    /// A held key's last write is done (or will never be): its lease is no
+    /// longer renewed.
+    fn let_go(&self, planned: &Planned<H::Record, S::Effect>, batch: &Batch<S>) {
+        if let Some(lease) = &planned.held {
+            batch.leases.release(&lease.pk);
+        }
+    }
+
+    /// A message whose commit failed with `outcome`, its lease let go.
+    fn unsettled(
+        &self,
+        planned: &Planned<H::Record, S::Effect>,
+        outcome: Outcome,
+        batch: &Batch<S>,
+    ) -> Outcome {
+        self.let_go(planned, batch);
+        announce(planned, &outcome);
+        outcome
+    }
+
+    /// A planned message that will not be committed (the lane stopped): a
+    /// held key is released at once, so that its redelivery need not wait
+    /// for its lease to end.
+    async fn abandoned(
+        &self,
+        planned: &Planned<H::Record, S::Effect>,
+        reason: StopReason,
+        batch: &Batch<S>,
+    ) -> Outcome {
+        if let Some(lease) = &planned.held {
+            self.release(lease, &planned.work.origin).await;
+        }
+        self.unsettled(planned, Outcome::NotStarted(reason), batch)
     }
 
     /// Commits one message and says exactly what became of it (a duplicate
@@ -365,6 +423,7 @@ where
         batch: &Batch<S>,
     ) -> Outcome {
         let outcome = self.commit_one(&planned, batch).await;
+        self.let_go(&planned, batch);
         announce(&planned, &outcome);
         self.replayed(&planned.work, outcome).await
     }
@@ -383,7 +442,17 @@ where
             };
             let item = match result {
                 Ok(CommitOutcome::Committed { expires_at_s, .. }) => {
-                    return self.processed(planned, expires_at_s);
+                    return self.processed(planned, expires_at_s, batch);
+                }
+                // A held key's fence failed: taken over, this worker is
+                // fenced out and records nothing.
+                Ok(CommitOutcome::KeyTaken { .. }) if planned.held.is_some() => {
+                    tracing::warn!(
+                        origin = work.origin,
+                        version = planned.token.version,
+                        "lock lost: the work is not recorded"
+                    );
+                    return Outcome::LockLost;
                 }
                 Ok(CommitOutcome::KeyTaken { item, .. }) => item,
                 // Nothing was written: the effect's own condition decides.
@@ -392,13 +461,15 @@ where
                     | CommitOutcome::IncrementRefused { .. }),
                 ) => {
                     let error = effect_refused(&planned.completion, refused).to_string();
-                    return match planned.completion.on_condition_failure {
-                        ConditionFailure::Permanent => self.fail_new(work, error, batch).await,
-                        ConditionFailure::Retryable => Outcome::Retrying { error },
+                    let error = match planned.completion.on_condition_failure {
+                        ConditionFailure::Permanent => HandlerError::Permanent(error),
+                        ConditionFailure::Retryable => HandlerError::Retryable(error),
                     };
+                    return self.refuse(planned, error, batch).await;
                 }
                 Err(err @ StoreError::TooManyWrites { .. }) => {
-                    return self.fail_new(work, err.to_string(), batch).await;
+                    let error = HandlerError::Permanent(err.to_string());
+                    return self.refuse(planned, error, batch).await;
                 }
                 Err(err) => return store_failure(err),
             };
@@ -409,6 +480,27 @@ where
         Outcome::StoreFailed(StoreError::Contention {
             key: planned.token.key.clone(),
         })
+    }
+
+    /// A planned message whose effect may not happen: a permanent error
+    /// makes its key FAILED (a held key under its lease), a retryable one
+    /// leaves it for the redelivery (a held key released).
+    async fn refuse(
+        &self,
+        planned: &Planned<H::Record, S::Effect>,
+        error: HandlerError,
+        batch: &Batch<S>,
+    ) -> Outcome {
+        match (&planned.held, error) {
+            (Some(lease), error) => {
+                self.settle_failure(lease, error, &planned.work.origin)
+                    .await
+            }
+            (None, HandlerError::Permanent(error)) => {
+                self.fail_new(&planned.work, error, batch).await
+            }
+            (None, HandlerError::Retryable(error)) => Outcome::Retrying { error },
+        }
     }
 
     /// A poison message: its key becomes FAILED (if it is new), so that its
@@ -463,7 +555,10 @@ where
                     }
                     None => Outcome::InProgress,
                 },
-                Standing::Abandoned => self.claim_and_run(work, batch.guard.deadline()).await,
+                Standing::Abandoned => {
+                    self.claim_and_run(work, batch.guard.deadline(), &batch.leases)
+                        .await
+                }
             },
         )
     }
@@ -480,15 +575,16 @@ fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
     }
 }
 
-fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> NewCommit<E> {
+fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> Commit<E> {
     let work = &planned.work;
-    NewCommit {
+    Commit {
         key: work.key.clone(),
         payload_hash: work.payload_hash.clone(),
         origin: Some(work.origin.clone()),
         owner: planned.token.owner.clone(),
         result: planned.completion.result.clone(),
         effects: planned.completion.effects(),
+        held: planned.held.clone(),
     }
 }
 

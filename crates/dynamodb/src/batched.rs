@@ -1,0 +1,273 @@
+//! The locking path's writes, batched: up to 25 claims, or 25 fenced writes
+//! (complete, fail, release, extend), in ONE PartiQL `BatchExecuteStatement`.
+//! Each statement is written or refused on its own (not a transaction) and
+//! costs what its single request costs (1 WCU per KB, the `started` index's
+//! entry besides); each keeps its single write's condition, next to it
+//! here. A claim refused in a batch is settled alone by the store trait's
+//! claim loop ([`exactly_once_core::store::Store::claim_many`]).
+
+use std::collections::HashSet;
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest, BatchStatementResponse,
+    ReturnValuesOnConditionCheckFailure,
+};
+
+use super::codec::{RawItem, n, s, status_value};
+use super::{DynamoDbStore, sdk_error};
+use exactly_once_core::store::{
+    ClaimRequest, Conditional, FencedWrite, Lease, Status, Store, StoreError, bounded,
+};
+
+/// DynamoDB's most statements per `BatchExecuteStatement`.
+pub(super) const MAX_STATEMENTS: usize = 25;
+
+/// A statement and its parameters.
+type Statement = (String, Vec<AttributeValue>);
+
+impl DynamoDbStore {
+    /// Claims: each key's STARTED item at version 1, as `INSERT`s.
+    /// Invariant: one live item per key. An `INSERT` never replaces an item
+    /// (DynamoDB answers `DuplicateItem`, without the item): such a claim,
+    /// and one refused for any other reason, comes back `Conflict(None)` and
+    /// is settled alone, by the conditional `PutItem` that also takes over
+    /// an item past its TTL (see locking.rs, `put_started`).
+    pub(super) async fn insert_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        let now = self.now_ms();
+        let mut leases = Vec::with_capacity(claims.len());
+        let mut statements = Vec::with_capacity(claims.len());
+        for (pk, request) in claims {
+            let (item, lease) = self.started_item(pk, *request, now);
+            statements.push(self.insert(&item));
+            leases.push(lease);
+        }
+        let pks: Vec<&str> = claims.iter().map(|(pk, _)| pk.as_str()).collect();
+        let answers = self
+            .execute("claim (BatchExecuteStatement)", &pks, statements)
+            .await?;
+        Ok(leases
+            .into_iter()
+            .zip(answers)
+            .map(|(lease, answer)| match answer.error() {
+                None => Conditional::Written(lease),
+                Some(_) => Conditional::Conflict(None),
+            })
+            .collect())
+    }
+
+    /// Fenced writes, as `UPDATE`s, each conditioned on the fence.
+    /// Invariant: only the current owner of a STARTED item writes to it; a
+    /// worker whose lock was taken over (new version, new owner) is fenced
+    /// out (`ConditionalCheckFailed`: the lock is lost), alone.
+    pub(super) async fn update_fenced_many(
+        &self,
+        writes: &[(Lease, FencedWrite)],
+    ) -> Vec<Result<u64, StoreError>> {
+        const OPERATION: &str = "fenced write (BatchExecuteStatement)";
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        let mut statements = Vec::with_capacity(writes.len());
+        let mut answers = Vec::with_capacity(writes.len());
+        for (lease, write) in writes {
+            let (set, remove, mut values, answer): (&[&str], &[&str], Vec<AttributeValue>, u64) =
+                match write {
+                    FencedWrite::Complete { result } => {
+                        let mut values = vec![status_value(Status::Completed), n(expires_at_s)];
+                        values.push(n(now));
+                        match result {
+                            Some(result) => {
+                                values.push(s(result.as_str()));
+                                (
+                                    &["status", "expires_at", "updated_at", "result"],
+                                    &["lock_expires_at", "started_shard"],
+                                    values,
+                                    expires_at_s,
+                                )
+                            }
+                            None => (
+                                &["status", "expires_at", "updated_at"],
+                                &["lock_expires_at", "started_shard"],
+                                values,
+                                expires_at_s,
+                            ),
+                        }
+                    }
+                    FencedWrite::Fail { error } => (
+                        &["status", "error", "expires_at", "updated_at"],
+                        &["lock_expires_at", "started_shard"],
+                        vec![
+                            status_value(Status::Failed),
+                            s(bounded(error)),
+                            n(expires_at_s),
+                            n(now),
+                        ],
+                        0,
+                    ),
+                    FencedWrite::Release => (
+                        &["lock_expires_at", "updated_at"],
+                        &[],
+                        vec![n(0), n(now)],
+                        0,
+                    ),
+                    FencedWrite::Extend { until_ms } => (
+                        &["lock_expires_at", "updated_at"],
+                        &[],
+                        vec![n(*until_ms), n(now)],
+                        *until_ms,
+                    ),
+                };
+            // The fence: STARTED, at this version, held by this owner.
+            values.extend([
+                s(lease.pk.as_str()),
+                status_value(Status::Started),
+                n(lease.version),
+                s(lease.owner.as_str()),
+            ]);
+            statements.push((self.fenced_statement(set, remove), values));
+            answers.push(answer);
+        }
+        let pks: Vec<&str> = writes.iter().map(|(lease, _)| lease.pk.as_str()).collect();
+        match self.execute(OPERATION, &pks, statements).await {
+            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+            Ok(responses) => responses
+                .iter()
+                .zip(writes)
+                .zip(answers)
+                .map(|((response, (lease, _)), answer)| match response.error() {
+                    None => Ok(answer),
+                    Some(error) => Err(match error.code() {
+                        Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed) => {
+                            StoreError::LockLost {
+                                key: lease.pk.clone(),
+                                version: lease.version,
+                            }
+                        }
+                        code => statement_error(OPERATION, code, error.message()),
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    /// `INSERT INTO "<table>" VALUE {'name': ?, ...}` of `item`.
+    fn insert(&self, item: &RawItem) -> Statement {
+        let mut names: Vec<&String> = item.keys().collect();
+        names.sort();
+        let fields: Vec<String> = names.iter().map(|name| format!("'{name}': ?")).collect();
+        let statement = format!(
+            "INSERT INTO \"{}\" VALUE {{{}}}",
+            self.config.table_name,
+            fields.join(", ")
+        );
+        (
+            statement,
+            names.iter().map(|name| item[*name].clone()).collect(),
+        )
+    }
+
+    /// `UPDATE "<table>" SET "a" = ? ... REMOVE "b" ... WHERE` the fence
+    /// (`pk`, then status, version and owner as parameters).
+    fn fenced_statement(&self, set: &[&str], remove: &[&str]) -> String {
+        let set: String = set
+            .iter()
+            .map(|name| format!(" SET \"{name}\" = ?"))
+            .collect();
+        let remove: String = remove
+            .iter()
+            .map(|name| format!(" REMOVE \"{name}\""))
+            .collect();
+        format!(
+            "UPDATE \"{}\"{set}{remove} WHERE \"pk\" = ? AND \"status\" = ? AND \"version\" = ? \
+             AND \"owner\" = ?",
+            self.config.table_name
+        )
+    }
+
+    /// Runs `statements` (of the items `pks`, in order), as many
+    /// `BatchExecuteStatement`s as needed: at most 25 statements each, no
+    /// item twice in one (DynamoDB refuses the whole request otherwise).
+    /// Each statement's answer, in order.
+    async fn execute(
+        &self,
+        operation: &'static str,
+        pks: &[&str],
+        statements: Vec<Statement>,
+    ) -> Result<Vec<BatchStatementResponse>, StoreError> {
+        let mut answers: Vec<Option<BatchStatementResponse>> = vec![None; statements.len()];
+        let mut pending: Vec<usize> = (0..statements.len()).collect();
+        while !pending.is_empty() {
+            let mut seen = HashSet::new();
+            let (round, later): (Vec<usize>, Vec<usize>) =
+                pending.iter().partition(|&&i| seen.insert(pks[i]));
+            for chunk in round.chunks(MAX_STATEMENTS) {
+                let requests = chunk
+                    .iter()
+                    .map(|&i| {
+                        let (statement, parameters) = &statements[i];
+                        BatchStatementRequest::builder()
+                            .statement(statement)
+                            .set_parameters(Some(parameters.clone()))
+                            .return_values_on_condition_check_failure(
+                                ReturnValuesOnConditionCheckFailure::AllOld,
+                            )
+                            .build()
+                            .map_err(|err| StoreError::Rejected {
+                                operation,
+                                message: err.to_string(),
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let output = self
+                    .client
+                    .batch_execute_statement()
+                    .set_statements(Some(requests))
+                    .send()
+                    .await
+                    .map_err(|err| sdk_error(operation, err))?;
+                let responses = output.responses();
+                if responses.len() != chunk.len() {
+                    return Err(StoreError::Unavailable {
+                        operation,
+                        message: format!(
+                            "{} answers to {} statements",
+                            responses.len(),
+                            chunk.len()
+                        ),
+                    });
+                }
+                for (&i, response) in chunk.iter().zip(responses) {
+                    answers[i] = Some(response.clone());
+                }
+            }
+            pending = later;
+        }
+        Ok(answers.into_iter().flatten().collect())
+    }
+}
+
+/// A statement's own error, as a store error: throttling and the like go
+/// away by themselves (retryable), the rest is about the request.
+fn statement_error(
+    operation: &'static str,
+    code: Option<&BatchStatementErrorCodeEnum>,
+    message: Option<&str>,
+) -> StoreError {
+    let message = format!(
+        "{}: {}",
+        code.map_or("unknown", |code| code.as_str()),
+        message.unwrap_or_default()
+    );
+    match code {
+        Some(
+            BatchStatementErrorCodeEnum::ProvisionedThroughputExceeded
+            | BatchStatementErrorCodeEnum::RequestLimitExceeded
+            | BatchStatementErrorCodeEnum::ThrottlingError
+            | BatchStatementErrorCodeEnum::InternalServerError
+            | BatchStatementErrorCodeEnum::TransactionConflict,
+        ) => StoreError::Unavailable { operation, message },
+        _ => StoreError::Rejected { operation, message },
+    }
+}

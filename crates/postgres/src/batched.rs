@@ -1,0 +1,193 @@
+//! The locking path's writes, batched: several claims, or several fenced
+//! writes (complete, fail, release, extend), in ONE statement each, every
+//! row under its single write's condition, next to it here. A claim
+//! refused in a batch is settled alone by the store trait's claim loop
+//! ([`exactly_once_core::store::Store::claim_many`]).
+
+use super::rows::{new_row, number};
+use super::transaction::Statement;
+use super::{PostgresStore, SqlValue};
+use exactly_once_core::store::{
+    ClaimRequest, Conditional, FencedWrite, Lease, NewItem, Store, StoreError, bounded,
+};
+
+/// The most claims or fenced writes of one statement.
+pub(super) const MAX_ROWS: usize = 100;
+
+/// Claims: each key's STARTED row at version 1, in one `INSERT` of several
+/// rows; `$1` now (s), then per row the parameters of
+/// [`super::rows::new_row`] but the last.
+/// Invariant: one live row per key; a claim never replaces a row that has
+/// not passed its TTL (the conflicting row is replaced only when expired).
+/// The keys written come back; the others are settled alone.
+const INSERT_STARTED: &str = "INSERT INTO {table} AS item (pk, status, version, owner, \
+    payload_hash, lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, \
+    error, scope) VALUES {rows} \
+    ON CONFLICT (pk) DO UPDATE SET status = excluded.status, version = 1, \
+    owner = excluded.owner, payload_hash = excluded.payload_hash, \
+    lock_expires_at = excluded.lock_expires_at, expires_at = excluded.expires_at, \
+    created_at = excluded.created_at, updated_at = excluded.updated_at, attempts = 1, \
+    origin = excluded.origin, result = excluded.result, error = excluded.error, \
+    last_error = NULL, scope = excluded.scope \
+    WHERE item.expires_at < $1 RETURNING item.pk";
+
+/// Fenced writes of several rows in one `UPDATE`; per row (`v`): the key,
+/// version and owner of its lease, what to write (`complete`, `fail`,
+/// `release`, `extend`), the result, the error, the new `expires_at`, the
+/// lease's new end, and now (ms).
+/// Invariant: only the current owner of a STARTED row writes to it; a
+/// worker taken over (new version, new owner) is fenced out, alone (its
+/// row is not returned: the lock is lost).
+const UPDATE_FENCED: &str = "UPDATE {table} AS item SET \
+    status = CASE v.kind WHEN 'complete' THEN 'COMPLETED' WHEN 'fail' THEN 'FAILED' \
+        ELSE item.status END, \
+    result = CASE v.kind WHEN 'complete' THEN COALESCE(v.result, item.result) \
+        ELSE item.result END, \
+    error = CASE v.kind WHEN 'fail' THEN v.error ELSE item.error END, \
+    expires_at = CASE WHEN v.kind IN ('complete', 'fail') THEN v.expires_at \
+        ELSE item.expires_at END, \
+    lock_expires_at = CASE v.kind WHEN 'release' THEN 0 WHEN 'extend' THEN v.until \
+        ELSE NULL END, \
+    updated_at = v.now \
+    FROM (VALUES {rows}) AS v(pk, version, owner, kind, result, error, expires_at, until, now) \
+    WHERE item.pk = v.pk AND item.status = 'STARTED' AND item.version = v.version \
+    AND item.owner = v.owner RETURNING item.pk";
+
+impl PostgresStore {
+    /// Claims of several keys in one statement ([`INSERT_STARTED`]).
+    pub(super) async fn insert_started_many(
+        &self,
+        claims: &[(String, ClaimRequest<'_>)],
+    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
+        let now = self.now_ms();
+        let mut leases = Vec::with_capacity(claims.len());
+        let mut params: Vec<SqlValue> = vec![number(Some(now / 1000))];
+        let mut rows = Vec::with_capacity(claims.len());
+        for (pk, request) in claims {
+            let lease = Lease::claimed(pk.clone(), 1, &self.config, now, request);
+            let row = new_row(&NewItem::started(&lease, *request, &self.config, now));
+            // new_row's parameters, but its last (now, s: `$1` here).
+            let [
+                pk,
+                status,
+                owner,
+                hash,
+                lock,
+                expires,
+                at,
+                origin,
+                result,
+                error,
+                _,
+                scope,
+            ] = <[SqlValue; 12]>::try_from(row).map_err(|_| StoreError::Rejected {
+                operation: "claim (batch)",
+                message: "a new row has 12 parameters".into(),
+            })?;
+            let first = params.len() + 1;
+            params.extend([
+                pk, status, owner, hash, lock, expires, at, origin, result, error, scope,
+            ]);
+            let n = |i: usize| format!("${}", first + i);
+            rows.push(format!(
+                "({}, {}, 1, {}, {}, {}, {}, {}, {}, 1, {}, {}, {}, {})",
+                n(0),
+                n(1),
+                n(2),
+                n(3),
+                n(4),
+                n(5),
+                n(6),
+                n(6),
+                n(7),
+                n(8),
+                n(9),
+                n(10)
+            ));
+            leases.push(lease);
+        }
+        let sql = self
+            .sql
+            .render(INSERT_STARTED)
+            .replace("{rows}", &rows.join(", "));
+        let statement = Statement::new(sql, params);
+        let answer = self.run("claim (batch)", &statement).await?;
+        let written: std::collections::HashSet<String> = answer
+            .rows
+            .iter()
+            .filter_map(|row| row.try_get(0).ok())
+            .collect();
+        Ok(leases
+            .into_iter()
+            .map(|lease| match written.contains(&lease.pk) {
+                true => Conditional::Written(lease),
+                false => Conditional::Conflict(None),
+            })
+            .collect())
+    }
+
+    /// Fenced writes of several rows in one statement ([`UPDATE_FENCED`]).
+    pub(super) async fn update_fenced_many(
+        &self,
+        writes: &[(Lease, FencedWrite)],
+    ) -> Vec<Result<u64, StoreError>> {
+        let now = self.now_ms();
+        let expires_at_s = self.config.expires_at_s(now);
+        let mut params: Vec<SqlValue> = Vec::with_capacity(writes.len() * 9);
+        let mut rows = Vec::with_capacity(writes.len());
+        let mut answers = Vec::with_capacity(writes.len());
+        for (lease, write) in writes {
+            let (kind, result, error, until, answer) = match write {
+                FencedWrite::Complete { result } => {
+                    ("complete", result.as_deref(), None, None, expires_at_s)
+                }
+                FencedWrite::Fail { error } => ("fail", None, Some(bounded(error)), None, 0),
+                FencedWrite::Release => ("release", None, None, None, 0),
+                FencedWrite::Extend { until_ms } => {
+                    ("extend", None, None, Some(*until_ms), *until_ms)
+                }
+            };
+            let first = params.len() + 1;
+            params.extend([
+                lease.pk.as_str().into(),
+                number(Some(lease.version)),
+                lease.owner.as_str().into(),
+                kind.into(),
+                result.into(),
+                error.into(),
+                number(Some(expires_at_s)),
+                number(until),
+                number(Some(now)),
+            ]);
+            let placeholders: Vec<String> = (0..9).map(|i| format!("${}", first + i)).collect();
+            rows.push(format!("({})", placeholders.join(", ")));
+            answers.push(answer);
+        }
+        let sql = self
+            .sql
+            .render(UPDATE_FENCED)
+            .replace("{rows}", &rows.join(", "));
+        let statement = Statement::new(sql, params);
+        match self.run("fenced write (batch)", &statement).await {
+            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+            Ok(answer) => {
+                let written: std::collections::HashSet<String> = answer
+                    .rows
+                    .iter()
+                    .filter_map(|row| row.try_get(0).ok())
+                    .collect();
+                writes
+                    .iter()
+                    .zip(answers)
+                    .map(|((lease, _), answer)| match written.contains(&lease.pk) {
+                        true => Ok(answer),
+                        false => Err(StoreError::LockLost {
+                            key: lease.pk.clone(),
+                            version: lease.version,
+                        }),
+                    })
+                    .collect()
+            }
+        }
+    }
+}
