@@ -327,9 +327,11 @@ where
         for (index, lane) in lanes.into_iter().enumerate() {
             let (engine, batch) = (Arc::clone(self), Arc::clone(&batch));
             tasks.spawn(requests::inherit(async move {
+                // Boxed, as the handler's work is (`handling`): the batch's
+                // future holds a pointer, not the lane's whole layout.
                 let outcomes = match engine.handler.commit_path() {
-                    CommitPath::Locking => engine.run_lane(lane, batch).await,
-                    CommitPath::LockFree => engine.run_lane_lock_free(lane, batch).await,
+                    CommitPath::Locking => Box::pin(engine.run_lane(lane, batch)).await,
+                    CommitPath::LockFree => Box::pin(engine.run_lane_lock_free(lane, batch)).await,
                 };
                 (index, outcomes)
             }));

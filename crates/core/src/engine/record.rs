@@ -4,6 +4,8 @@
 //! later copy whose first copy did not finish, [`Engine::run_once`]) takes
 //! them one request at a time.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tracing::Instrument as _;
@@ -38,11 +40,32 @@ pub(super) enum Judged {
     WaitAndRetry(Duration),
 }
 
+/// The handler's work for one record, boxed (see [`Engine::handling`]).
+pub(super) type Handling<'a, E> =
+    Pin<Box<dyn Future<Output = Result<Completion<E>, HandlerError>> + Send + 'a>>;
+
 impl<H, S> Engine<H, S>
 where
     S: Store,
     H: RecordHandler<S::Effect>,
 {
+    /// The handler's work for `work`'s record under `token`, in the record's
+    /// span, boxed: however deeply a handler nests its own futures, the
+    /// engine's stay within the compiler's recursion limit in the user's
+    /// crate (an async block's layout is computed through every future it
+    /// holds).
+    pub(super) fn handling<'a>(
+        &'a self,
+        token: &'a FencingToken,
+        work: &'a Work<H::Record>,
+    ) -> Handling<'a, S::Effect> {
+        Box::pin(
+            self.handler
+                .handle(token, &work.record)
+                .instrument(work.span.clone()),
+        )
+    }
+
     /// One message on its own: claim, run, record, one after the other (a
     /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
     /// the lease and cuts the work.
@@ -193,10 +216,7 @@ where
             Err(outcome) => return Ran::Settled(outcome),
         };
         let token = FencingToken::from(&lease);
-        let run = self
-            .handler
-            .handle(&token, &work.record)
-            .instrument(work.span.clone());
+        let run = self.handling(&token, work);
         let origin = work.origin.as_str();
         match hold(leases, &lease, deadline, run).await {
             Held::Finished {

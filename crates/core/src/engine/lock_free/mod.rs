@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::watch;
-use tracing::Instrument as _;
 
 use crate::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Store, StoreError, StoredItem,
@@ -173,7 +172,7 @@ where
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
-            planned = self.handler.handle(&token, &work.record).instrument(work.span.clone()) => planned,
+            planned = self.handling(&token, &work) => planned,
             () = deadline.cut() => return Err((work, Unplanned::Cut)),
         };
         let planned = planned.and_then(|completion| match completion.refusal() {
