@@ -18,6 +18,8 @@ use tokio::sync::Notify;
 
 use crate::store::{Increment, Store};
 
+use super::{Completion, Work};
+
 /// What one transaction may hold: records, actions (each record's item,
 /// each written item, each incremented item), and bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +92,22 @@ impl Footprint {
             }
         }
         footprint
+    }
+
+    /// The footprint of `work`'s `completion` in a group transaction: the
+    /// items its writes and increments touch, weighing its COMPLETED item
+    /// and writes ([`estimated_bytes`]).
+    pub fn of_completion<S: Store, R>(work: &Work<R>, completion: &Completion<S::Effect>) -> Self {
+        Self::of(
+            completion.writes.iter().map(S::touched),
+            &completion.increments,
+        )
+        .weighing(estimated_bytes(
+            &work.key,
+            &work.origin,
+            completion.result.as_deref(),
+            completion.writes.len(),
+        ))
     }
 
     /// The same, weighing `bytes` ([`estimated_bytes`]).

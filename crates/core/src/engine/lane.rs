@@ -29,7 +29,7 @@ use crate::store::{Claim, FencedWrite, Lease, Store, StoreError};
 
 use super::batched::{ClaimAnswer, WriteAnswer};
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
-use super::footprint::{Footprint, Limits, estimated_bytes};
+use super::footprint::{Footprint, Limits};
 use super::lock_free::{Group, Planned};
 use super::log::{LaneLog, Ticket};
 use super::record::{Judged, Ran};
@@ -310,16 +310,7 @@ where
             }
             Ran::Completed(completion, lease) => {
                 let planned = Planned {
-                    footprint: Footprint::of(
-                        completion.writes.iter().map(S::touched),
-                        &completion.increments,
-                    )
-                    .weighing(estimated_bytes(
-                        &work.key,
-                        &work.origin,
-                        completion.result.as_deref(),
-                        completion.writes.len(),
-                    )),
+                    footprint: Footprint::of_completion::<S, _>(&work, &completion),
                     token: FencingToken::from(&lease),
                     work,
                     completion,

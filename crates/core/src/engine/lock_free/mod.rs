@@ -27,7 +27,7 @@ pub(super) use group::{Group, Planned};
 
 use super::cache::Completed;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
-use super::footprint::{Footprint, Limits, estimated_bytes};
+use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::log::{LaneLog, Ticket};
 use super::record::store_failure;
@@ -181,16 +181,7 @@ where
         });
         match planned {
             Ok(completion) => Ok(Planned {
-                footprint: Footprint::of(
-                    completion.writes.iter().map(S::touched),
-                    &completion.increments,
-                )
-                .weighing(estimated_bytes(
-                    &work.key,
-                    &work.origin,
-                    completion.result.as_deref(),
-                    completion.writes.len(),
-                )),
+                footprint: Footprint::of_completion::<S, _>(&work, &completion),
                 work,
                 token,
                 completion,
