@@ -116,7 +116,8 @@ impl Containers {
     }
 
     /// How often the containers' lock-free group sizes changed: the default
-    /// sizing at work (it starts at 10 and follows the store's answers).
+    /// sizing at work (it starts at the store's `START_SIZE` and follows its
+    /// answers).
     pub fn resizes(&self) -> u64 {
         let started = self.started.lock().unwrap_or_else(|p| p.into_inner());
         started

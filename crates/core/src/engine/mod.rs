@@ -52,7 +52,7 @@ pub use handler::{
 };
 pub use lane::COMPLETION_LINGER;
 pub use outcome::{Outcome, Parking, PoisonPolicy};
-pub use sizing::{CLAIM_START, GROUP_START, Resized, SLOW_COMMIT};
+pub use sizing::{GROUP_START, Resized, SLOW_COMMIT};
 
 use crate::store::{Store, requests};
 use batched::Batched;
@@ -221,10 +221,10 @@ where
             items: Arc::default(),
             running: Arc::default(),
             sizer: Arc::new(Sizer::groups(
-                GROUP_START,
+                S::START_SIZE,
                 config.max_records_per_transaction.min(S::MAX_EFFECTS),
             )),
-            batch_sizer: Arc::new(Sizer::batches(CLAIM_START, S::MAX_BATCH)),
+            batch_sizer: Arc::new(Sizer::batches(S::START_SIZE, S::MAX_BATCH)),
             store,
             handler,
             config,

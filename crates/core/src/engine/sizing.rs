@@ -4,8 +4,9 @@
 //!
 //! The rule is TCP's: slow start, then additive-increase,
 //! multiplicative-decrease (AIMD):
-//! - a new container starts from [`GROUP_START`] (claims: the store's
-//!   batch, at most [`CLAIM_START`]) and DOUBLES on every request answered
+//! - a new container starts from the store's
+//!   [`START_SIZE`](crate::store::Store::START_SIZE) (by default
+//!   [`GROUP_START`]) and DOUBLES on every request answered
 //!   quickly (under [`SLOW_COMMIT`]) while the size limited it (it held as
 //!   many records as allowed), until the store first pushes back: a new
 //!   container's first batch should be about as fast as a warm one's;
@@ -50,13 +51,11 @@ use crate::store::{CommitOutcome, StoreError};
 /// request times out.
 pub const SLOW_COMMIT: Duration = Duration::from_millis(250);
 
-/// Where a new container's transaction groups start: a quarter of
-/// DynamoDB's 100 actions, which two quick answers take to its most.
+/// Where a new container's transaction groups and batches of claims start
+/// unless the store says otherwise ([`crate::store::Store::START_SIZE`]): a
+/// quarter of DynamoDB's 100 actions, which two quick answers take to its
+/// most, and its whole `BatchExecuteStatement`.
 pub const GROUP_START: usize = 25;
-
-/// Where a new container's batches of claims start (or the store's batch,
-/// if smaller): DynamoDB's whole `BatchExecuteStatement`.
-pub const CLAIM_START: usize = 25;
 
 /// What a transaction's answer says of the store's load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_batch_shrinks_only_when_the_store_is_overloaded() {
-        let sizer = Sizer::batches(CLAIM_START, 100);
+        let sizer = Sizer::batches(GROUP_START, 100);
         sizer.observe(25, SLOW_COMMIT * 4, Answer::Served);
         assert_eq!(sizer.limit(), 50, "slow but served: still doubling");
         sizer.observe(50, QUICK, Answer::Overloaded);

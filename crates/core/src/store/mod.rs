@@ -416,6 +416,14 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// ([`Store::create_started_many`], [`Store::write_fenced`]; DynamoDB:
     /// 25, PartiQL's `BatchExecuteStatement`). Default 1: each alone.
     const MAX_BATCH: usize = 1;
+    /// How many records a new container's first transaction group and
+    /// first batch of claims carry, before the store has answered any
+    /// request (the engine doubles them from there while the answers are
+    /// quick: `engine::sizing`), within the caps above. Default
+    /// [`GROUP_START`](crate::engine::GROUP_START) (25): DynamoDB's
+    /// transactions of 100 actions queue inside it when a new container
+    /// sends many at once.
+    const START_SIZE: usize = crate::engine::GROUP_START;
 
     /// Its configuration.
     fn config(&self) -> &StoreConfig;
