@@ -14,6 +14,7 @@ use std::time::Duration;
 use exactly_once::config::StoreConfig;
 use exactly_once::engine::{
     CommitPath, Completion, Engine, EngineConfig, FencingToken, HandlerError, RecordHandler,
+    Resized,
 };
 use exactly_once::lambda::{BatchFunction, Record};
 use exactly_once::postgres::DatabaseSettings;
@@ -509,6 +510,15 @@ async fn the_locking_path_claims_and_completes_in_batches<S: LedgerStore>() {
             support::msk::settings(header_keys()),
         )
         .without_metrics();
+        // A new container starts at the store's whole statement or script
+        // (`Store::START_SIZE`): its first batch is as quick as a warm one's.
+        let first = |sizes: Vec<Resized>| sizes.first().map(|resized| resized.size);
+        assert_eq!(first(function.engine().group_sizes()), Some(99), "{mode:?}");
+        assert_eq!(
+            first(function.engine().claim_batch_sizes()),
+            Some(100),
+            "{mode:?}"
+        );
         let accounts: Vec<String> = (0..20).map(|_| account()).collect();
         let batch = event(
             (0..4)
