@@ -175,7 +175,7 @@ impl Store for PostgresStore {
     /// The whole statement from the start: one of 100 rows costs the
     /// server little more than one of 25, and a new container's first
     /// batch is then as quick as a warm one's (docs/benchmarks.md).
-    const START_SIZE: usize = batched::MAX_ROWS;
+    const START_SIZE: usize = Self::MAX_BATCH;
 
     fn config(&self) -> &StoreConfig {
         &self.config

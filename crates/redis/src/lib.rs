@@ -303,7 +303,7 @@ impl Store for RedisStore {
     /// The whole script from the start: a script of 100 records holds the
     /// server about as briefly as one of 25, and a new container's first
     /// batch is then as quick as a warm one's (docs/benchmarks.md).
-    const START_SIZE: usize = 100;
+    const START_SIZE: usize = Self::MAX_BATCH;
 
     fn config(&self) -> &StoreConfig {
         &self.config
