@@ -13,7 +13,7 @@ use base64::Engine as _;
 use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
-use exactly_once::engine::{CommitPath, Engine, EngineConfig, GROUP_START};
+use exactly_once::engine::{CommitPath, Engine, EngineConfig, GROUP_START, WINDOW_GROUPS};
 use exactly_once::lambda::{BatchFunction, FunctionSettings, OrderingMode};
 use exactly_once::store::Status;
 use exactly_once::store::Store;
@@ -353,6 +353,62 @@ async fn the_group_size_follows_the_stores_answers() {
     assert!(
         throttled.iter().any(|&size| size < GROUP_START),
         "{throttled:?}"
+    );
+}
+
+/// A batch of many lanes (1,000 payments in `key` order, each to its own
+/// account, so that nothing serialises them) is sent within the window of
+/// records in flight: never more records in transactions at once than the
+/// window allowed, where 64 transactions (`MAX_IN_FLIGHT`) of a group each
+/// would send them all at once. Every payment applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_lanes_is_sent_within_the_window_of_records_in_flight() {
+    // Every request waits 0 to 20 ms on the way out: answers overlap.
+    let plan = FaultPlan {
+        latency: 1.0,
+        latency_ms: (0, 20),
+        ..FaultPlan::default()
+    };
+    let faults = Faults::new(plan, 41, None);
+    let client = faults.attach(&support::client().await);
+    let config = support::store_config(Duration::from_secs(30));
+    let function = ledger_function(
+        client,
+        &config,
+        LedgerMode::LockFree,
+        OrderingMode::Key,
+        EngineConfig::default(),
+        None,
+    );
+    let accounts: Vec<String> = (0..1_000).map(|_| account()).collect();
+    let mut lists: Vec<Vec<Value>> = vec![Vec::new(); 4];
+    for (i, account) in accounts.iter().enumerate() {
+        let records = &mut lists[i % 4];
+        let offset = records.len() as i64;
+        let mut record = record_json(
+            &format!("payments-{}", i % 4),
+            &payment(offset, &format!("pay-{i}"), account, 1),
+        );
+        record["key"] = json!(base64::engine::general_purpose::STANDARD.encode(format!("c-{i}")));
+        records.push(record);
+    }
+    let names: Vec<String> = (0..4).map(|p| format!("payments-{p}")).collect();
+    let event = event_of(names.iter().map(String::as_str).zip(lists).collect());
+
+    let response = invoke(&function, &event).await;
+
+    assert_eq!(reported(&response), Vec::<String>::new());
+    for account in &accounts {
+        assert_eq!(ledger_entry(account).await, (1, 1));
+    }
+    let window = function.engine().records_in_flight_limits();
+    let start = window.first().map(|r| r.size);
+    assert_eq!(start, Some(WINDOW_GROUPS * 99), "four full groups");
+    let widest = window.iter().map(|r| r.size).max().unwrap_or_default();
+    let peak = faults.peak_records_in_flight();
+    assert!(
+        peak <= widest,
+        "{peak} records in flight, the window {window:?}"
     );
 }
 

@@ -28,6 +28,7 @@ use exactly_once::store::payload_hash;
 use exactly_once::store::requests::RequestCounter;
 use ledger::{LedgerHandler, LedgerMode, Payment};
 use serde_json::json;
+use support::faults::{Fault, FaultPlan, Faults};
 use support::msk::{
     account, balance, event, event_of, header_keys, invoke, invoke_until_done, ledger_entry,
     payment, payment_json, record_json, reported,
@@ -111,6 +112,52 @@ async fn in_key_mode_the_records_of_different_keys_share_transactions() {
     // transaction, where a new container's groups start (GROUP_START).
     let counts = counter.counts();
     assert_eq!(counts.get("TransactWriteItems"), Some(&3), "{counts:?}");
+}
+
+/// A group commit the store applied but whose every SDK attempt failed (as
+/// a queue past the attempt timeout leaves it) is sent again in halves, not
+/// failed closed: the halves find their keys COMPLETED, duplicates of what
+/// the lost commit did. Each payment applied once, nothing reported, and
+/// the invocation succeeds.
+#[tokio::test]
+async fn a_group_commit_the_sdk_gave_up_on_is_sent_again_in_halves_and_applies_once() {
+    let config = support::store_config(Duration::from_secs(30));
+    // The group's three attempts (the SDK's most) lose their answers; the
+    // first was applied, the other two refused (its keys taken).
+    let plan = FaultPlan {
+        transaction_answers_lost: 3,
+        ..FaultPlan::default()
+    };
+    let faults = Faults::new(plan, 3, None);
+    let counter = RequestCounter::default();
+    let client = counter.attach(&faults.attach(&support::client().await));
+    let function = BatchFunction::new(
+        Engine::new(
+            DynamoDbStore::new(client.clone(), config.clone()),
+            ledger(LedgerMode::LockFree)(client),
+            EngineConfig::default(),
+        ),
+        FunctionSettings::new(header_keys()),
+    )
+    .without_metrics();
+    let accounts: Vec<String> = (0..6).map(|_| account()).collect();
+    let records = (0..6)
+        .map(|i| payment(i, &format!("h-{i}"), &accounts[i as usize], 1))
+        .collect();
+
+    let response = invoke(&function, &event(vec![("payments-0", records)])).await;
+
+    assert_eq!(reported(&response), Vec::<String>::new());
+    for account in &accounts {
+        assert_eq!(ledger_entry(account).await, (1, 1), "applied once");
+    }
+    // The group's three attempts; its first half, refused (its keys
+    // taken); the first alone, a duplicate; then the others together,
+    // refused, and the first of them alone, until one is left: 3 + 1 + 1 +
+    // 4 x 2 + 1.
+    assert_eq!(faults.counts.get(Fault::ResponseLost), 3);
+    let counts = counter.counts();
+    assert_eq!(counts.get("TransactWriteItems"), Some(&14), "{counts:?}");
 }
 
 #[tokio::test]

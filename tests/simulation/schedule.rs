@@ -176,6 +176,7 @@ impl Schedule {
                 // As DynamoDB in AWS: concurrent transactions on one item
                 // (a hot account) cancel each other.
                 transaction_conflicts: true,
+                ..FaultPlan::default()
             },
             chaos: Chaos {
                 abort: maybe(&mut rng, 0.3, 0.05, 0.25),

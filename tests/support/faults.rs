@@ -80,6 +80,11 @@ pub struct FaultPlan {
     pub latency_ms: (u64, u64),
     /// Cancel transactions that meet another in flight on an item.
     pub transaction_conflicts: bool,
+    /// The answers to the first this many `TransactWriteItems` are lost
+    /// ([`Fault::ResponseLost`], counted as such), whatever the draws: a
+    /// commit applied and every SDK attempt at it failed, as a queue past
+    /// the attempt timeout leaves it.
+    pub transaction_answers_lost: u64,
 }
 
 /// Faults injected so far, by kind (indexed as [`Fault::ALL`]).
@@ -137,6 +142,8 @@ pub struct Faults {
     in_flight: Arc<AtomicU64>,
     /// Transactions sent and not yet answered, with their items.
     transactions: Arc<Mutex<InFlight>>,
+    /// `TransactWriteItems` sent so far.
+    transactions_sent: AtomicU64,
 }
 
 impl fmt::Debug for Faults {
@@ -154,6 +161,7 @@ impl Faults {
             observer,
             in_flight: Arc::default(),
             transactions: Arc::default(),
+            transactions_sent: AtomicU64::new(0),
         })
     }
 
@@ -196,6 +204,29 @@ impl Faults {
             self.counts.add(fault);
         }
         hit
+    }
+
+    /// The most records (idempotency items) in transactions in flight at
+    /// once so far.
+    pub fn peak_records_in_flight(&self) -> usize {
+        self.transactions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .peak_keys()
+    }
+
+    /// Whether this request is one of the first `TransactWriteItems` whose
+    /// answers the plan loses (and counts it).
+    fn scripted_loss(&self, operation: &str) -> bool {
+        if operation != "TransactWriteItems" {
+            return false;
+        }
+        let lost = self.transactions_sent.fetch_add(1, Ordering::SeqCst)
+            < self.plan.transaction_answers_lost;
+        if lost {
+            self.counts.add(Fault::ResponseLost);
+        }
+        lost
     }
 
     fn latency(&self) -> Duration {
@@ -251,7 +282,7 @@ impl Faults {
             }
             transactions.send(items)
         };
-        let answer_lost = self.strikes(Fault::ResponseLost);
+        let answer_lost = self.strikes(Fault::ResponseLost) || self.scripted_loss(&operation);
         let observer = self.observer.clone();
         let in_flight = Arc::clone(&self.in_flight);
         let transactions = Arc::clone(&self.transactions);

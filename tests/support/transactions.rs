@@ -49,6 +49,8 @@ pub fn transaction_items(operation: &str, body: &[u8]) -> Vec<String> {
 pub struct InFlight {
     next: u64,
     open: Vec<(u64, Vec<String>)>,
+    /// The most idempotency items (`pk`) ever in flight at once.
+    peak_keys: usize,
 }
 
 impl InFlight {
@@ -62,7 +64,17 @@ impl InFlight {
     pub fn send(&mut self, items: Vec<String>) -> u64 {
         self.next += 1;
         self.open.push((self.next, items));
+        let keys = (self.open.iter().flat_map(|(_, items)| items))
+            .filter(|item| item.contains("/pk="))
+            .count();
+        self.peak_keys = self.peak_keys.max(keys);
         self.next
+    }
+
+    /// The most records (their idempotency items) that were ever in
+    /// transactions in flight at once.
+    pub fn peak_keys(&self) -> usize {
+        self.peak_keys
     }
 
     /// The transaction of `ticket` is answered.

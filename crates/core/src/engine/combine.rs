@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::footprint::{Footprint, ItemLocks, Limits};
 use super::gather::Gather;
 use super::sizing::{Answer, Sizer};
+use super::window::Window;
 use crate::store::{Commit, CommitOutcome, Store, requests};
 
 /// One lane's group, waiting to be combined.
@@ -34,6 +35,8 @@ struct Sender<S: Store> {
     /// How many records a shared transaction may hold now, and what it
     /// learns from each.
     sizer: Arc<Sizer>,
+    /// How many records may be in flight, likewise.
+    window: Arc<Window>,
 }
 
 /// Shared by the lanes of one batch.
@@ -48,12 +51,14 @@ impl<S: Store> Combiner<S> {
         permits: Arc<Semaphore>,
         items: Arc<ItemLocks>,
         sizer: Arc<Sizer>,
+        window: Arc<Window>,
     ) -> Self {
         let sender = Arc::new(Sender {
             store,
             permits,
             items,
             sizer: Arc::clone(&sizer),
+            window,
         });
         let gather = Gather::new(Arc::new(move |waiting| {
             let sender = Arc::clone(&sender);
@@ -119,11 +124,14 @@ impl<S: Store> Sender<S> {
             answers.push(submission.done);
         }
         let committed = {
+            let records = commits.len();
+            let admitted = self.window.admit(records).await;
             let _permit = self.permits.acquire().await;
-            let (records, sent) = (commits.len(), std::time::Instant::now());
+            let sent = std::time::Instant::now();
             let result = self.store.commit(commits).await;
-            self.sizer
-                .observe(records, sent.elapsed(), Answer::of(&result));
+            let (elapsed, answer) = (sent.elapsed(), Answer::of(&result));
+            self.sizer.observe(records, elapsed, answer);
+            admitted.answered(elapsed, answer);
             match result {
                 Ok(CommitOutcome::Committed { expires_at_s, .. }) => Some(expires_at_s),
                 _ => None,

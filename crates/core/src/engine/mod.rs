@@ -37,6 +37,7 @@ mod outcome;
 mod precheck;
 mod record;
 mod sizing;
+mod window;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,6 +54,7 @@ pub use handler::{
 pub use lane::COMPLETION_LINGER;
 pub use outcome::{Outcome, Parking, PoisonPolicy};
 pub use sizing::{GROUP_START, Resized, SLOW_COMMIT};
+pub use window::WINDOW_GROUPS;
 
 use crate::store::{Store, requests};
 use batched::Batched;
@@ -63,6 +65,7 @@ use deadline::BatchGuard;
 use footprint::ItemLocks;
 use lease::Leases;
 use sizing::Sizer;
+use window::Window;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -206,6 +209,8 @@ pub struct Engine<H, S> {
     sizer: Arc<Sizer>,
     /// Claims (and fenced writes) per batched request, likewise.
     batch_sizer: Arc<Sizer>,
+    /// Records in transaction groups in flight at once, likewise.
+    window: Arc<Window>,
 }
 
 impl<H, S> Engine<H, S>
@@ -215,14 +220,17 @@ where
 {
     /// An engine running `handler` over `store`.
     pub fn new(store: S, handler: H, config: EngineConfig) -> Self {
+        let group_cap = config.max_records_per_transaction.min(S::MAX_EFFECTS);
+        let max_in_flight = config.max_in_flight.max(1);
         Self {
             cache: CompletedCache::new(config.completed_cache),
-            permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            permits: Arc::new(Semaphore::new(max_in_flight)),
             items: Arc::default(),
             running: Arc::default(),
-            sizer: Arc::new(Sizer::groups(
-                S::START_SIZE,
-                config.max_records_per_transaction.min(S::MAX_EFFECTS),
+            sizer: Arc::new(Sizer::groups(S::START_SIZE, group_cap)),
+            window: Arc::new(Window::new(
+                WINDOW_GROUPS * group_cap,
+                group_cap..=max_in_flight * group_cap,
             )),
             batch_sizer: Arc::new(Sizer::batches(S::START_SIZE, S::MAX_BATCH)),
             store,
@@ -265,6 +273,18 @@ where
     /// within the store's batch ([`Store::MAX_BATCH`]).
     pub fn claim_batch_size(&self) -> usize {
         self.batch_sizer.limit().min(S::MAX_BATCH)
+    }
+
+    /// How many records transaction groups in flight may hold at once now
+    /// (learned from the store's answers as [`Self::group_size`] is).
+    pub fn records_in_flight_limit(&self) -> usize {
+        self.window.limit()
+    }
+
+    /// Every change of [`Self::records_in_flight_limit`] so far, the first
+    /// being where it started.
+    pub fn records_in_flight_limits(&self) -> Vec<Resized> {
+        self.window.history()
     }
 
     /// Every change of [`Self::claim_batch_size`] so far, the first being
@@ -311,6 +331,7 @@ where
                 Arc::clone(&self.permits),
                 Arc::clone(&self.items),
                 Arc::clone(&self.sizer),
+                Arc::clone(&self.window),
             ),
             batched: Batched::new(
                 self.store.clone(),

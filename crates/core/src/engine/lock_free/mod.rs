@@ -249,6 +249,9 @@ where
         // The sizes of the next chunks, when a refusal planned them; with
         // none planned, all the members left commit together.
         let mut plan: VecDeque<usize> = VecDeque::new();
+        // A lock-free group whose commit met an overloaded store is sent
+        // again once, in halves (see below).
+        let mut resent = false;
         while !members.is_empty() {
             if let Some(reason) = log.stop_before_commit(batch) {
                 for planned in members.drain(..) {
@@ -273,7 +276,6 @@ where
             }
             let result = {
                 let _hold = self.items.hold(chunk.iter().map(|p| &p.footprint)).await;
-                let _permit = self.permits.acquire().await;
                 self.commit_sized(chunk.iter().map(new_commit).collect())
                     .await
             };
@@ -309,6 +311,31 @@ where
                     plan = VecDeque::from([1]);
                     requeue(&mut members, chunk);
                 }
+                // Timed out, throttled, unreachable: the store may or may not
+                // have applied it. New keys only (lock-free): sending them
+                // again cannot apply an effect twice, since a commit that was
+                // applied is refused as a whole (its keys are taken) and each
+                // of its messages then finds its own COMPLETED item, a
+                // duplicate. In halves, once: an overloaded store (a burst of
+                // big transactions queued past the client's timeout) has
+                // had the time of the timeout to drain; a second failure is
+                // the store's, and fails closed as any other.
+                Err(err)
+                    if err.is_retryable()
+                        && !resent
+                        && chunk.len() > 1
+                        && chunk.iter().all(|planned| planned.held.is_none()) =>
+                {
+                    tracing::warn!(
+                        records = chunk.len(),
+                        error = %err,
+                        "group commit failed: sent again in halves"
+                    );
+                    resent = true;
+                    let half = chunk.len() / 2;
+                    plan = VecDeque::from([half, chunk.len() - half]);
+                    requeue(&mut members, chunk);
+                }
                 Err(err) => {
                     let mut chunk = chunk.into_iter();
                     if let Some(first) = chunk.next() {
@@ -327,15 +354,20 @@ where
         Limits::of::<S>(self.sizer.limit())
     }
 
-    /// One lock-free transaction, its answer told to the sizer.
+    /// One transaction group, sent when the window has room for it (and a
+    /// permit is free), its answer told to the sizer and the window.
     async fn commit_sized(
         &self,
         commits: Vec<Commit<S::Effect>>,
     ) -> Result<CommitOutcome, StoreError> {
-        let (records, sent) = (commits.len(), Instant::now());
+        let records = commits.len();
+        let admitted = self.window.admit(records).await;
+        let _permit = self.permits.acquire().await;
+        let sent = Instant::now();
         let result = self.store.commit(commits).await;
-        self.sizer
-            .observe(records, sent.elapsed(), Answer::of(&result));
+        let (elapsed, answer) = (sent.elapsed(), Answer::of(&result));
+        self.sizer.observe(records, elapsed, answer);
+        admitted.answered(elapsed, answer);
         result
     }
 
@@ -427,7 +459,6 @@ where
         for _ in 0..COMMIT_ROUNDS {
             let result = {
                 let _hold = self.items.hold([&planned.footprint]).await;
-                let _permit = self.permits.acquire().await;
                 self.commit_sized(vec![new_commit(planned)]).await
             };
             let item = match result {

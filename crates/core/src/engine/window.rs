@@ -1,0 +1,257 @@
+//! How many records may be in transactions in flight at once, in one
+//! container: a congestion window over the records of every transaction
+//! group (lock-free, and the locking path's completions), learned from the
+//! same answers as their size ([`super::sizing`]).
+//!
+//! Why: the size of a group says how many records share a round trip, not
+//! how many the store is asked to write at once. A warm container whose
+//! groups grew to 99 on one partition, then handed a batch of 200 lanes
+//! (`key` order), would send 64 groups (`MAX_IN_FLIGHT`) at once, thousands
+//! of records, before any answer could say the store queues them: on
+//! DynamoDB Local they waited past the SDK's attempt timeout and failed the
+//! batch closed (10,000 records in `key` order: 250 to 7,650 reported).
+//!
+//! The rule is TCP's congestion window, in records:
+//! - a group is sent when the records in flight and its own fit in the
+//!   window, or when nothing is in flight (a group bigger than the window
+//!   goes alone);
+//! - it starts at [`WINDOW_GROUPS`] full groups (of the most records a
+//!   group may hold) and grows to at most `MAX_IN_FLIGHT` of them;
+//! - only a group that had to wait says a bigger window would do: while
+//!   the store has not pushed back, its quick answer adds its records (the
+//!   window doubles per round of answers), after that one group per round;
+//! - a slow answer (at least [`SLOW_COMMIT`]) takes a quarter off, an
+//!   overload halves it, as for the groups' size; never below one full
+//!   group (groups that shrank to one record still go `MAX_IN_FLIGHT` at
+//!   once, as before there was a window: a store slow on every answer
+//!   keeps that much).
+//!
+//! Where and when a record is sent changes no record's outcome.
+
+use std::ops::RangeInclusive;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::sizing::{Answer, Resized, SLOW_COMMIT};
+
+/// A new container's window: this many full groups in flight at once (a
+/// batch of four partitions, each lane's group side by side), whatever
+/// size the groups start at.
+pub const WINDOW_GROUPS: usize = 4;
+
+struct State {
+    /// Records in transactions sent and not yet answered.
+    in_flight: usize,
+    /// The window, as a real number (a quarter off and a group more add up).
+    size: f64,
+    /// Still doubling: the store has not pushed back yet.
+    slow_start: bool,
+    /// Every change (bounded).
+    history: Vec<Resized>,
+}
+
+/// At most this many changes are kept.
+const HISTORY: usize = 10_000;
+
+/// Records in flight, from the answers of the store.
+pub struct Window {
+    /// The least and the most it may be.
+    bounds: RangeInclusive<f64>,
+    state: Mutex<State>,
+    /// Told when records leave the window.
+    released: Notify,
+}
+
+impl Window {
+    /// A window from `start` records, within `bounds`.
+    pub fn new(start: usize, bounds: RangeInclusive<usize>) -> Self {
+        let floor = (*bounds.start()).max(1);
+        let cap = (*bounds.end()).max(floor);
+        let size = start.clamp(floor, cap);
+        Self {
+            bounds: floor as f64..=cap as f64,
+            state: Mutex::new(State {
+                in_flight: 0,
+                size: size as f64,
+                slow_start: true,
+                history: vec![Resized {
+                    at: Instant::now(),
+                    size,
+                }],
+            }),
+            released: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that may be in flight now.
+    pub fn limit(&self) -> usize {
+        self.lock().size as usize
+    }
+
+    /// Waits until a group of `records` fits in the window (or nothing is in
+    /// flight); it stays in the window until the returned guard is dropped.
+    pub async fn admit(&self, records: usize) -> Admitted<'_> {
+        let mut waited = false;
+        loop {
+            // Registered before the check, so a release in between wakes it.
+            let released = self.released.notified();
+            {
+                let mut state = self.lock();
+                if state.in_flight == 0 || state.in_flight + records <= state.size as usize {
+                    state.in_flight += records;
+                    return Admitted {
+                        window: self,
+                        records,
+                        waited,
+                    };
+                }
+            }
+            waited = true;
+            released.await;
+        }
+    }
+
+    /// Every change of [`Self::limit`] so far, the first being the start.
+    pub fn history(&self) -> Vec<Resized> {
+        self.lock().history.clone()
+    }
+
+    fn learn(&self, records: usize, waited: bool, elapsed: Duration, answer: Answer) {
+        let mut state = self.lock();
+        let before = state.size as usize;
+        match answer {
+            Answer::Overloaded => {
+                state.slow_start = false;
+                state.size /= 2.0;
+            }
+            Answer::Served if elapsed >= SLOW_COMMIT => {
+                state.slow_start = false;
+                state.size *= 0.75;
+            }
+            // Only a group the window held back says a bigger one would do.
+            Answer::Served if waited => {
+                let records = records as f64;
+                state.size += if state.slow_start {
+                    records
+                } else {
+                    records * records / state.size
+                };
+            }
+            Answer::Served => {}
+        }
+        state.size = state.size.clamp(*self.bounds.start(), *self.bounds.end());
+        let after = state.size as usize;
+        if after != before && state.history.len() < HISTORY {
+            state.history.push(Resized {
+                at: Instant::now(),
+                size: after,
+            });
+        }
+    }
+}
+
+/// A group's records in the window, until dropped.
+pub struct Admitted<'a> {
+    window: &'a Window,
+    records: usize,
+    /// The window held it back.
+    waited: bool,
+}
+
+impl Admitted<'_> {
+    /// The group was answered after `elapsed`: the window learns from it
+    /// (and lets its records go).
+    pub fn answered(self, elapsed: Duration, answer: Answer) {
+        self.window
+            .learn(self.records, self.waited, elapsed, answer);
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.window.lock().in_flight -= self.records;
+        self.window.released.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const QUICK: Duration = Duration::from_millis(20);
+
+    #[tokio::test]
+    async fn groups_wait_for_room_and_a_big_one_goes_alone() {
+        let window = Window::new(100, 1..=1_000);
+        let first = window.admit(60).await;
+        let second = window.admit(40).await;
+        // Full: the next waits until records leave.
+        let mut third = Box::pin(window.admit(10));
+        assert!(futures_util::poll!(third.as_mut()).is_pending());
+        drop(second);
+        let third = third.await;
+        assert!(third.waited);
+        drop((first, third));
+        // Bigger than the window: alone, when nothing is in flight.
+        let big = window.admit(250).await;
+        assert!(!big.waited);
+        let mut next = Box::pin(window.admit(1));
+        assert!(futures_util::poll!(next.as_mut()).is_pending());
+        drop(big);
+        assert_eq!(next.await.records, 1);
+    }
+
+    #[tokio::test]
+    async fn it_grows_only_when_it_held_a_group_back() {
+        let window = Window::new(100, 1..=1_000);
+        // Not held back: a quick answer changes nothing.
+        window.admit(50).await.answered(QUICK, Answer::Served);
+        assert_eq!(window.limit(), 100);
+        // Held back (slow start): its records more.
+        let first = window.admit(80).await;
+        let mut held = Box::pin(window.admit(50));
+        assert!(futures_util::poll!(held.as_mut()).is_pending());
+        first.answered(QUICK, Answer::Served);
+        held.await.answered(QUICK, Answer::Served);
+        assert_eq!(window.limit(), 150);
+        // Slow: a quarter off, and the slow start is over; overloaded: half.
+        window.admit(10).await.answered(SLOW_COMMIT, Answer::Served);
+        assert_eq!(window.limit(), 112);
+        window.admit(10).await.answered(QUICK, Answer::Overloaded);
+        assert_eq!(window.limit(), 56);
+        // After the slow start: a group's share per answer (50 x 50 / 56).
+        let first = window.admit(50).await;
+        let mut held = Box::pin(window.admit(50));
+        assert!(futures_util::poll!(held.as_mut()).is_pending());
+        drop(first);
+        held.await.answered(QUICK, Answer::Served);
+        assert_eq!(window.limit(), 100);
+    }
+
+    #[tokio::test]
+    async fn it_stays_within_its_bounds() {
+        let window = Window::new(0, 2..=60);
+        assert_eq!(window.limit(), 2);
+        for _ in 0..3 {
+            let first = window.admit(40).await;
+            let mut held = Box::pin(window.admit(40));
+            assert!(futures_util::poll!(held.as_mut()).is_pending());
+            drop(first);
+            held.await.answered(QUICK, Answer::Served);
+        }
+        assert_eq!(window.limit(), 60);
+        for _ in 0..10 {
+            window.admit(1).await.answered(QUICK, Answer::Overloaded);
+        }
+        assert_eq!(window.limit(), 2);
+        let sizes: Vec<usize> = window.history().iter().map(|r| r.size).collect();
+        assert_eq!(&sizes[..4], [2, 42, 60, 30]);
+    }
+}
