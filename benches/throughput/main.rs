@@ -25,7 +25,8 @@
 //! (default `bench`); BENCH_ONLY, comma-separated substrings of
 //! `<scenario>/<mode>/<rtt>ms` (e.g. `new-1000x4p/key/5ms`), runs only the
 //! measurements that match one (after the warm-up) and writes no files but
-//! those of `sizing` and `sources` (`sources/<scenario>/<path>/<rtt>ms`);
+//! those of `sizing` (`sizing/<scenario>/<mode>/<rtt>ms`) and `sources`
+//! (`sources/<scenario>/<path>/<rtt>ms`);
 //! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
 mod batches;
@@ -46,6 +47,8 @@ mod sizing;
 mod source_events;
 mod sources;
 mod targets;
+// Shared with tests/support/faults.rs; the benchmark uses part of it.
+#[allow(dead_code)]
 #[path = "../../tests/support/transactions.rs"]
 mod transactions;
 
@@ -81,6 +84,12 @@ impl Env {
     /// Whether BENCH_ONLY selects the measurement `label`.
     fn selected(&self, label: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|part| label.contains(part.as_str()))
+    }
+
+    /// Whether BENCH_ONLY selects some measurement labelled `<group>/...`.
+    fn selected_under(&self, group: &str) -> bool {
+        self.selected(group)
+            || (self.only.iter()).any(|part| part.starts_with(&format!("{group}/")))
     }
 }
 
@@ -136,7 +145,7 @@ async fn run() {
     eprintln!("(9) invocations at once: one container against as many containers:");
     let containers = containers::run(&env).await;
     eprintln!("(10) the default sizing against Powertools, and the overload:");
-    let sized = match env.selected("sizing") {
+    let sized = match env.selected_under("sizing") {
         true => sizing::run(&env).await,
         false => Vec::new(),
     };
@@ -194,7 +203,9 @@ async fn run() {
         std::fs::write(&path, sources::csv(&sourced, &by_source)).expect("write sources.csv");
         println!("wrote {}", path.display());
     }
-    if !sized.is_empty() {
+    // The chart draws the whole sizing run: `sizing/` is selected only when
+    // all of it is.
+    if !sized.is_empty() && env.selected("sizing/") {
         std::fs::create_dir_all(&out_dir).expect("output directory");
         let path = out_dir.join("group-size.svg");
         sizing::chart(&sized, &path).expect("chart");

@@ -99,7 +99,9 @@ pub async fn run(env: &Env) -> Vec<SizingRow> {
                     measured: make,
                     mode,
                 };
-                rows.push(measure(env, &scenario, rtt, env.reps(3)).await);
+                if env.selected(&scenario.label(rtt)) {
+                    rows.push(measure(env, &scenario, rtt, env.reps(3)).await);
+                }
             }
         }
     }
@@ -109,7 +111,9 @@ pub async fn run(env: &Env) -> Vec<SizingRow> {
         measured: &overload,
         mode: Mode::LockFreeKey,
     };
-    rows.push(measure(env, &overload, 5, 1).await);
+    if env.selected(&overload.label(5)) {
+        rows.push(measure(env, &overload, 5, 1).await);
+    }
     rows
 }
 
@@ -119,6 +123,13 @@ struct Scenario<'a> {
     first: &'a dyn Fn(&str) -> Batch,
     measured: &'a dyn Fn(&str) -> Batch,
     mode: Mode,
+}
+
+impl Scenario<'_> {
+    /// What BENCH_ONLY matches: `sizing/<scenario>/<mode>/<rtt>ms`.
+    fn label(&self, rtt_ms: u64) -> String {
+        format!("sizing/{}/{}/{rtt_ms}ms", self.name, self.mode.name())
+    }
 }
 
 async fn measure(env: &Env, scenario: &Scenario<'_>, rtt_ms: u64, reps: usize) -> SizingRow {
