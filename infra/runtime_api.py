@@ -38,6 +38,9 @@ class Runtime:
     def __init__(self):
         self.events = queue.Queue()
         self.answers = queue.Queue()
+        # When the function first asked for an invocation: its init is over.
+        self.first_next = None
+        self.asked = threading.Event()
 
 
 def handler_for(runtime, function_arn):
@@ -56,6 +59,9 @@ def handler_for(runtime, function_arn):
         def do_GET(self):
             if self.path != f"{PREFIX}/invocation/next":
                 return self.reply(404)
+            if not runtime.asked.is_set():
+                runtime.first_next = time.monotonic()
+                runtime.asked.set()
             request_id, body = runtime.events.get()
             deadline_ms = int(time.time() * 1000) + 60_000
             self.reply(200, body, [
@@ -154,8 +160,15 @@ class Function:
         })
         full_env.update(extra_env or {})
         output = output if output is not None else sys.stderr
+        self.started = time.monotonic()
         self.process = subprocess.Popen([bootstrap], env=full_env, stdin=subprocess.DEVNULL,
                                         stdout=output, stderr=output)
+
+    def init_seconds(self, timeout=30):
+        """From `exec` to the function's first `invocation/next`."""
+        if not self.runtime.asked.wait(timeout):
+            raise Gone({"no invocation/next within": timeout})
+        return self.runtime.first_next - self.started
 
     def invoke(self, body, timeout=60):
         """Hands `body` (bytes) to the function; its answer as ("response" |
