@@ -79,6 +79,27 @@ impl RecordHandler<CounterEffect> for Counters {
     }
 }
 
+/// The window of records in flight starts at four full groups, and never
+/// holds fewer than `MAX_IN_FLIGHT` records (64): with groups of one record
+/// (`MAX_RECORDS_PER_TRANSACTION=1`), 64 commits still go at once, as
+/// before there was a window.
+#[test]
+fn the_window_of_records_in_flight_starts_at_four_groups_and_holds_max_in_flight() {
+    let window = |cap: usize| {
+        let config = EngineConfig {
+            max_records_per_transaction: cap,
+            ..EngineConfig::default()
+        };
+        let store = store(Duration::from_secs(30));
+        let engine = Engine::new(store, Counters::new(CommitPath::LockFree), config);
+        engine.records_in_flight_limit()
+    };
+    assert_eq!(window(99), 396);
+    assert_eq!(window(20), 80);
+    assert_eq!(window(10), 64);
+    assert_eq!(window(1), 64);
+}
+
 fn store(lock: Duration) -> MemoryStore {
     MemoryStore::new(StoreConfig {
         lock_timeout: lock,

@@ -29,10 +29,17 @@ use support::msk::{
 /// `amounts.len()` payments to `account`, round robin over `partitions`
 /// partitions, each from its own customer (its Kafka key): `pay-<i>`.
 fn payments_to(account: &str, amounts: &[i64], partitions: usize) -> Value {
+    let to: Vec<(&str, i64)> = amounts.iter().map(|&amount| (account, amount)).collect();
+    payments(&to, partitions)
+}
+
+/// A payment of each `(account, amount)`, round robin over `partitions`
+/// partitions, each from its own customer (its Kafka key): `pay-<i>`.
+fn payments(to: &[(&str, i64)], partitions: usize) -> Value {
     let mut lists: Vec<(String, Vec<Value>)> = (0..partitions)
         .map(|p| (format!("payments-{p}"), Vec::new()))
         .collect();
-    for (i, amount) in amounts.iter().enumerate() {
+    for (i, (account, amount)) in to.iter().enumerate() {
         let (name, records) = &mut lists[i % partitions];
         let offset = records.len() as i64;
         let mut record = record_json(
@@ -62,6 +69,16 @@ fn ledger_function(
         ..FunctionSettings::new(header_keys())
     };
     BatchFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+}
+
+/// Every request waits 0 to 20 ms on the way out, so that commits overlap
+/// where they can.
+fn overlapping() -> FaultPlan {
+    FaultPlan {
+        latency: 1.0,
+        latency_ms: (0, 20),
+        ..FaultPlan::default()
+    }
 }
 
 const ORDERINGS: [OrderingMode; 3] = [
@@ -183,12 +200,7 @@ async fn commits_touching_one_item_are_never_in_flight_together() {
         (LedgerMode::LockFree, OrderingMode::Unordered),
         (LedgerMode::Transactional, OrderingMode::Key),
     ] {
-        let plan = FaultPlan {
-            latency: 1.0,
-            latency_ms: (0, 20),
-            ..FaultPlan::default()
-        };
-        let faults = Faults::new(plan, 17, None);
+        let faults = Faults::new(overlapping(), 17, None);
         let client = faults.attach(&support::client().await);
         let config = support::store_config(Duration::from_secs(30));
         let engine = EngineConfig {
@@ -363,13 +375,7 @@ async fn the_group_size_follows_the_stores_answers() {
 /// would send them all at once. Every payment applies once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_lanes_is_sent_within_the_window_of_records_in_flight() {
-    // Every request waits 0 to 20 ms on the way out: answers overlap.
-    let plan = FaultPlan {
-        latency: 1.0,
-        latency_ms: (0, 20),
-        ..FaultPlan::default()
-    };
-    let faults = Faults::new(plan, 41, None);
+    let faults = Faults::new(overlapping(), 41, None);
     let client = faults.attach(&support::client().await);
     let config = support::store_config(Duration::from_secs(30));
     let function = ledger_function(
@@ -381,21 +387,9 @@ async fn a_burst_of_lanes_is_sent_within_the_window_of_records_in_flight() {
         None,
     );
     let accounts: Vec<String> = (0..1_000).map(|_| account()).collect();
-    let mut lists: Vec<Vec<Value>> = vec![Vec::new(); 4];
-    for (i, account) in accounts.iter().enumerate() {
-        let records = &mut lists[i % 4];
-        let offset = records.len() as i64;
-        let mut record = record_json(
-            &format!("payments-{}", i % 4),
-            &payment(offset, &format!("pay-{i}"), account, 1),
-        );
-        record["key"] = json!(base64::engine::general_purpose::STANDARD.encode(format!("c-{i}")));
-        records.push(record);
-    }
-    let names: Vec<String> = (0..4).map(|p| format!("payments-{p}")).collect();
-    let event = event_of(names.iter().map(String::as_str).zip(lists).collect());
+    let to: Vec<(&str, i64)> = accounts.iter().map(|a| (a.as_str(), 1)).collect();
 
-    let response = invoke(&function, &event).await;
+    let response = invoke(&function, &payments(&to, 4)).await;
 
     assert_eq!(reported(&response), Vec::<String>::new());
     for account in &accounts {

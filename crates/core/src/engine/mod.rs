@@ -228,9 +228,11 @@ where
             items: Arc::default(),
             running: Arc::default(),
             sizer: Arc::new(Sizer::groups(S::START_SIZE, group_cap)),
+            // Never below one full group nor MAX_IN_FLIGHT records: groups
+            // shrunk to one record still go MAX_IN_FLIGHT at once.
             window: Arc::new(Window::new(
                 WINDOW_GROUPS * group_cap,
-                group_cap..=max_in_flight * group_cap,
+                group_cap.max(max_in_flight)..=max_in_flight * group_cap,
             )),
             batch_sizer: Arc::new(Sizer::batches(S::START_SIZE, S::MAX_BATCH)),
             store,

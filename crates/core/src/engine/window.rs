@@ -22,9 +22,9 @@
 //!   window doubles per round of answers), after that one group per round;
 //! - a slow answer (at least [`SLOW_COMMIT`]) takes a quarter off, an
 //!   overload halves it, as for the groups' size; never below one full
-//!   group (groups that shrank to one record still go `MAX_IN_FLIGHT` at
-//!   once, as before there was a window: a store slow on every answer
-//!   keeps that much).
+//!   group nor `MAX_IN_FLIGHT` records (groups that shrank to one record
+//!   still go `MAX_IN_FLIGHT` at once, as before there was a window: a
+//!   store slow on every answer keeps that much).
 //!
 //! Where and when a record is sent changes no record's outcome.
 
@@ -187,6 +187,18 @@ mod tests {
 
     const QUICK: Duration = Duration::from_millis(20);
 
+    /// A group of `then` records, held back by one of `first` in flight
+    /// until that one's answer (quick, served): the one held back.
+    async fn held_back(window: &Window, first: usize, then: usize) -> Admitted<'_> {
+        let first = window.admit(first).await;
+        let mut held = Box::pin(window.admit(then));
+        assert!(futures_util::poll!(held.as_mut()).is_pending());
+        first.answered(QUICK, Answer::Served);
+        let held = held.await;
+        assert!(held.waited);
+        held
+    }
+
     #[tokio::test]
     async fn groups_wait_for_room_and_a_big_one_goes_alone() {
         let window = Window::new(100, 1..=1_000);
@@ -196,9 +208,7 @@ mod tests {
         let mut third = Box::pin(window.admit(10));
         assert!(futures_util::poll!(third.as_mut()).is_pending());
         drop(second);
-        let third = third.await;
-        assert!(third.waited);
-        drop((first, third));
+        drop((first, third.await));
         // Bigger than the window: alone, when nothing is in flight.
         let big = window.admit(250).await;
         assert!(!big.waited);
@@ -215,11 +225,9 @@ mod tests {
         window.admit(50).await.answered(QUICK, Answer::Served);
         assert_eq!(window.limit(), 100);
         // Held back (slow start): its records more.
-        let first = window.admit(80).await;
-        let mut held = Box::pin(window.admit(50));
-        assert!(futures_util::poll!(held.as_mut()).is_pending());
-        first.answered(QUICK, Answer::Served);
-        held.await.answered(QUICK, Answer::Served);
+        held_back(&window, 80, 50)
+            .await
+            .answered(QUICK, Answer::Served);
         assert_eq!(window.limit(), 150);
         // Slow: a quarter off, and the slow start is over; overloaded: half.
         window.admit(10).await.answered(SLOW_COMMIT, Answer::Served);
@@ -227,11 +235,9 @@ mod tests {
         window.admit(10).await.answered(QUICK, Answer::Overloaded);
         assert_eq!(window.limit(), 56);
         // After the slow start: a group's share per answer (50 x 50 / 56).
-        let first = window.admit(50).await;
-        let mut held = Box::pin(window.admit(50));
-        assert!(futures_util::poll!(held.as_mut()).is_pending());
-        drop(first);
-        held.await.answered(QUICK, Answer::Served);
+        held_back(&window, 50, 50)
+            .await
+            .answered(QUICK, Answer::Served);
         assert_eq!(window.limit(), 100);
     }
 
@@ -240,11 +246,9 @@ mod tests {
         let window = Window::new(0, 2..=60);
         assert_eq!(window.limit(), 2);
         for _ in 0..3 {
-            let first = window.admit(40).await;
-            let mut held = Box::pin(window.admit(40));
-            assert!(futures_util::poll!(held.as_mut()).is_pending());
-            drop(first);
-            held.await.answered(QUICK, Answer::Served);
+            held_back(&window, 40, 40)
+                .await
+                .answered(QUICK, Answer::Served);
         }
         assert_eq!(window.limit(), 60);
         for _ in 0..10 {
