@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -69,6 +70,24 @@ fn ledger_function(
         ..FunctionSettings::new(header_keys())
     };
     BatchFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+}
+
+/// The demo ledger on the lock-free path in `ordering`, default sizing, its
+/// requests through `faults`, under a fresh key prefix.
+async fn lock_free_through(
+    faults: &Arc<Faults>,
+    ordering: OrderingMode,
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
+    let client = faults.attach(&support::client().await);
+    let config = support::store_config(Duration::from_secs(30));
+    ledger_function(
+        client,
+        &config,
+        LedgerMode::LockFree,
+        ordering,
+        EngineConfig::default(),
+        None,
+    )
 }
 
 /// Every request waits 0 to 20 ms on the way out, so that commits overlap
@@ -312,16 +331,7 @@ fn sizes(function: &BatchFunction<LedgerHandler, DynamoDbStore>) -> Vec<usize> {
 /// container's transactions took.
 async fn hot_account_through(plan: FaultPlan, payments: usize) -> Vec<usize> {
     let faults = Faults::new(plan, 29, None);
-    let client = faults.attach(&support::client().await);
-    let config = support::store_config(Duration::from_secs(30));
-    let function = ledger_function(
-        client,
-        &config,
-        LedgerMode::LockFree,
-        OrderingMode::Partition,
-        EngineConfig::default(),
-        None,
-    );
+    let function = lock_free_through(&faults, OrderingMode::Partition).await;
     let merchant = account();
     let amounts = vec![1; payments];
     support::msk::invoke_until_done(&function, &payments_to(&merchant, &amounts, 1)).await;
@@ -376,16 +386,7 @@ async fn the_group_size_follows_the_stores_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_lanes_is_sent_within_the_window_of_records_in_flight() {
     let faults = Faults::new(overlapping(), 41, None);
-    let client = faults.attach(&support::client().await);
-    let config = support::store_config(Duration::from_secs(30));
-    let function = ledger_function(
-        client,
-        &config,
-        LedgerMode::LockFree,
-        OrderingMode::Key,
-        EngineConfig::default(),
-        None,
-    );
+    let function = lock_free_through(&faults, OrderingMode::Key).await;
     let accounts: Vec<String> = (0..1_000).map(|_| account()).collect();
     let to: Vec<(&str, i64)> = accounts.iter().map(|a| (a.as_str(), 1)).collect();
 

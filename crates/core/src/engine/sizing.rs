@@ -40,6 +40,7 @@
 //! record's outcome: a refused merged group splits as before, a claim
 //! refused in a batch is settled alone.
 
+use std::ops::RangeInclusive;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -90,25 +91,81 @@ pub struct Resized {
     pub size: usize,
 }
 
-struct State {
+/// A size learned from a store's answers as TCP learns its window: the
+/// rules the sizer and the window of records in flight share.
+pub(super) struct Aimd {
     /// The size as a real number, so that a quarter off and one more add up.
     size: f64,
-    /// Still doubling: the store has not pushed back yet.
+    /// The least and the most it may be.
+    bounds: RangeInclusive<f64>,
+    /// Still growing fast: the store has not pushed back yet.
     slow_start: bool,
     /// Every change (bounded).
     history: Vec<Resized>,
 }
 
-/// Records per request, from the answers of the store.
-pub struct Sizer {
-    cap: usize,
-    /// An answer after this long is slow (`None`: latency is no signal).
-    slow: Option<Duration>,
-    state: Mutex<State>,
-}
-
 /// At most this many changes are kept.
 const HISTORY: usize = 10_000;
+
+impl Aimd {
+    /// From `start`, within `bounds` (at least 1).
+    pub fn new(start: usize, bounds: RangeInclusive<usize>) -> Self {
+        let floor = (*bounds.start()).max(1);
+        let cap = (*bounds.end()).max(floor);
+        let size = start.clamp(floor, cap);
+        Self {
+            size: size as f64,
+            bounds: floor as f64..=cap as f64,
+            slow_start: true,
+            history: vec![Resized {
+                at: Instant::now(),
+                size,
+            }],
+        }
+    }
+
+    /// The size now, in records.
+    pub fn limit(&self) -> usize {
+        self.size as usize
+    }
+
+    /// Learns from an answer: an overload halves the size, a `slow` one
+    /// takes a quarter off (each ends the slow start); a quick one adds what
+    /// `grow` says, given the size and whether the slow start goes on.
+    pub fn learn(&mut self, answer: Answer, slow: bool, grow: impl FnOnce(f64, bool) -> f64) {
+        let before = self.limit();
+        match answer {
+            Answer::Overloaded => self.back_off(0.5),
+            Answer::Served if slow => self.back_off(0.75),
+            Answer::Served => self.size += grow(self.size, self.slow_start),
+        }
+        self.size = self.size.clamp(*self.bounds.start(), *self.bounds.end());
+        let after = self.limit();
+        if after != before && self.history.len() < HISTORY {
+            self.history.push(Resized {
+                at: Instant::now(),
+                size: after,
+            });
+        }
+    }
+
+    fn back_off(&mut self, factor: f64) {
+        self.slow_start = false;
+        self.size *= factor;
+    }
+
+    /// Every change of size so far, the first being the start.
+    pub fn history(&self) -> Vec<Resized> {
+        self.history.clone()
+    }
+}
+
+/// Records per request, from the answers of the store.
+pub struct Sizer {
+    /// An answer after this long is slow (`None`: latency is no signal).
+    slow: Option<Duration>,
+    state: Mutex<Aimd>,
+}
 
 impl Sizer {
     /// A sizer of transaction groups within `[1, cap]`, from `start` (or
@@ -124,67 +181,39 @@ impl Sizer {
     }
 
     fn new(start: usize, cap: usize, slow: Option<Duration>) -> Self {
-        let cap = cap.max(1);
-        let size = start.clamp(1, cap);
         Self {
-            cap,
             slow,
-            state: Mutex::new(State {
-                size: size as f64,
-                slow_start: true,
-                history: vec![Resized {
-                    at: Instant::now(),
-                    size,
-                }],
-            }),
+            state: Mutex::new(Aimd::new(start, 1..=cap)),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Aimd> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records a request may hold now.
     pub fn limit(&self) -> usize {
-        (self.lock().size as usize).clamp(1, self.cap)
+        self.lock().limit()
     }
 
     /// Learns from a request of `records` answered after `elapsed`.
     pub fn observe(&self, records: usize, elapsed: Duration, answer: Answer) {
         let mut state = self.lock();
-        let before = (state.size as usize).clamp(1, self.cap);
-        match answer {
-            Answer::Overloaded => {
-                state.slow_start = false;
-                state.size = (state.size / 2.0).max(1.0);
+        // Only a request the size limited says a bigger one would do.
+        let limited = records >= state.limit();
+        let slow = self.slow.is_some_and(|slow| elapsed >= slow);
+        state.learn(answer, slow, |size, slow_start| {
+            match (limited, slow_start) {
+                (false, _) => 0.0,
+                (true, true) => size,
+                (true, false) => 1.0,
             }
-            Answer::Served if self.slow.is_some_and(|slow| elapsed >= slow) => {
-                state.slow_start = false;
-                state.size = (state.size * 0.75).max(1.0);
-            }
-            // Only a request the size limited says a bigger one would do.
-            Answer::Served if records >= before => {
-                let grown = if state.slow_start {
-                    state.size * 2.0
-                } else {
-                    state.size + 1.0
-                };
-                state.size = grown.min(self.cap as f64);
-            }
-            Answer::Served => {}
-        }
-        let after = (state.size as usize).clamp(1, self.cap);
-        if after != before && state.history.len() < HISTORY {
-            state.history.push(Resized {
-                at: Instant::now(),
-                size: after,
-            });
-        }
+        });
     }
 
     /// Every change of size so far, the first being the start.
     pub fn history(&self) -> Vec<Resized> {
-        self.lock().history.clone()
+        self.lock().history()
     }
 }
 

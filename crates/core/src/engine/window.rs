@@ -30,11 +30,11 @@
 
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::sizing::{Answer, Resized, SLOW_COMMIT};
+use super::sizing::{Aimd, Answer, Resized, SLOW_COMMIT};
 
 /// A new container's window: this many full groups in flight at once (a
 /// batch of four partitions, each lane's group side by side), whatever
@@ -44,21 +44,12 @@ pub const WINDOW_GROUPS: usize = 4;
 struct State {
     /// Records in transactions sent and not yet answered.
     in_flight: usize,
-    /// The window, as a real number (a quarter off and a group more add up).
-    size: f64,
-    /// Still doubling: the store has not pushed back yet.
-    slow_start: bool,
-    /// Every change (bounded).
-    history: Vec<Resized>,
+    /// The window.
+    size: Aimd,
 }
-
-/// At most this many changes are kept.
-const HISTORY: usize = 10_000;
 
 /// Records in flight, from the answers of the store.
 pub struct Window {
-    /// The least and the most it may be.
-    bounds: RangeInclusive<f64>,
     state: Mutex<State>,
     /// Told when records leave the window.
     released: Notify,
@@ -67,19 +58,10 @@ pub struct Window {
 impl Window {
     /// A window from `start` records, within `bounds`.
     pub fn new(start: usize, bounds: RangeInclusive<usize>) -> Self {
-        let floor = (*bounds.start()).max(1);
-        let cap = (*bounds.end()).max(floor);
-        let size = start.clamp(floor, cap);
         Self {
-            bounds: floor as f64..=cap as f64,
             state: Mutex::new(State {
                 in_flight: 0,
-                size: size as f64,
-                slow_start: true,
-                history: vec![Resized {
-                    at: Instant::now(),
-                    size,
-                }],
+                size: Aimd::new(start, bounds),
             }),
             released: Notify::new(),
         }
@@ -91,7 +73,7 @@ impl Window {
 
     /// Records that may be in flight now.
     pub fn limit(&self) -> usize {
-        self.lock().size as usize
+        self.lock().size.limit()
     }
 
     /// Waits until a group of `records` fits in the window (or nothing is in
@@ -103,7 +85,7 @@ impl Window {
             let released = self.released.notified();
             {
                 let mut state = self.lock();
-                if state.in_flight == 0 || state.in_flight + records <= state.size as usize {
+                if state.in_flight == 0 || state.in_flight + records <= state.size.limit() {
                     state.in_flight += records;
                     return Admitted {
                         window: self,
@@ -119,40 +101,20 @@ impl Window {
 
     /// Every change of [`Self::limit`] so far, the first being the start.
     pub fn history(&self) -> Vec<Resized> {
-        self.lock().history.clone()
+        self.lock().size.history()
     }
 
     fn learn(&self, records: usize, waited: bool, elapsed: Duration, answer: Answer) {
-        let mut state = self.lock();
-        let before = state.size as usize;
-        match answer {
-            Answer::Overloaded => {
-                state.slow_start = false;
-                state.size /= 2.0;
+        let records = records as f64;
+        let slow = elapsed >= SLOW_COMMIT;
+        // Only a group the window held back says a bigger one would do.
+        self.lock().size.learn(answer, slow, |size, slow_start| {
+            match (waited, slow_start) {
+                (false, _) => 0.0,
+                (true, true) => records,
+                (true, false) => records * records / size,
             }
-            Answer::Served if elapsed >= SLOW_COMMIT => {
-                state.slow_start = false;
-                state.size *= 0.75;
-            }
-            // Only a group the window held back says a bigger one would do.
-            Answer::Served if waited => {
-                let records = records as f64;
-                state.size += if state.slow_start {
-                    records
-                } else {
-                    records * records / state.size
-                };
-            }
-            Answer::Served => {}
-        }
-        state.size = state.size.clamp(*self.bounds.start(), *self.bounds.end());
-        let after = state.size as usize;
-        if after != before && state.history.len() < HISTORY {
-            state.history.push(Resized {
-                at: Instant::now(),
-                size: after,
-            });
-        }
+        });
     }
 }
 
