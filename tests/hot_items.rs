@@ -366,16 +366,14 @@ async fn the_group_size_follows_the_stores_answers() {
     assert!(slow.windows(2).all(|w| w[0] > w[1]), "{slow:?}");
     assert!(slow.first() < Some(&GROUP_START), "{slow:?}");
 
-    // Throttled: requests the SDK gave up on halve it.
+    // Throttled: a commit the SDK gave up on (its three attempts
+    // throttled) halves it, from the start.
     let throttled = FaultPlan {
-        throttle: 0.7,
+        first_transactions: Some((Fault::Throttle, 3)),
         ..FaultPlan::default()
     };
     let throttled = hot_account_through(throttled, 60).await;
-    assert!(
-        throttled.iter().any(|&size| size < GROUP_START),
-        "{throttled:?}"
-    );
+    assert_eq!(throttled.first(), Some(&(GROUP_START / 2)), "{throttled:?}");
 }
 
 /// A batch of many lanes (1,000 payments in `key` order, each to its own

@@ -125,7 +125,7 @@ async fn a_group_commit_the_sdk_gave_up_on_is_sent_again_in_halves_and_applies_o
     // The group's three attempts (the SDK's most) lose their answers; the
     // first was applied, the other two refused (its keys taken).
     let plan = FaultPlan {
-        transaction_answers_lost: 3,
+        first_transactions: Some((Fault::ResponseLost, 3)),
         ..FaultPlan::default()
     };
     let faults = Faults::new(plan, 3, None);

@@ -80,11 +80,12 @@ pub struct FaultPlan {
     pub latency_ms: (u64, u64),
     /// Cancel transactions that meet another in flight on an item.
     pub transaction_conflicts: bool,
-    /// The answers to the first this many `TransactWriteItems` are lost
-    /// ([`Fault::ResponseLost`], counted as such), whatever the draws: a
-    /// commit applied and every SDK attempt at it failed, as a queue past
-    /// the attempt timeout leaves it.
-    pub transaction_answers_lost: u64,
+    /// The first this many `TransactWriteItems` meet this fault (counted as
+    /// it), whatever the draws: [`Fault::Throttle`] (the SDK gives up on a
+    /// commit after its attempts) or [`Fault::ResponseLost`] (a commit
+    /// applied and every SDK attempt at it failed, as a queue past the
+    /// attempt timeout leaves it).
+    pub first_transactions: Option<(Fault, u64)>,
 }
 
 /// Faults injected so far, by kind (indexed as [`Fault::ALL`]).
@@ -215,18 +216,17 @@ impl Faults {
             .peak_keys()
     }
 
-    /// Whether this request is one of the first `TransactWriteItems` whose
-    /// answers the plan loses (and counts it).
-    fn scripted_loss(&self, operation: &str) -> bool {
-        if operation != "TransactWriteItems" {
-            return false;
+    /// The fault the plan scripts for this request, if it is one of the
+    /// first `TransactWriteItems` (counted).
+    fn scripted(&self, operation: &str) -> Option<Fault> {
+        let (fault, count) = self.plan.first_transactions?;
+        if operation != "TransactWriteItems"
+            || self.transactions_sent.fetch_add(1, Ordering::SeqCst) >= count
+        {
+            return None;
         }
-        let lost = self.transactions_sent.fetch_add(1, Ordering::SeqCst)
-            < self.plan.transaction_answers_lost;
-        if lost {
-            self.counts.add(Fault::ResponseLost);
-        }
-        lost
+        self.counts.add(fault);
+        Some(fault)
     }
 
     fn latency(&self) -> Duration {
@@ -243,13 +243,20 @@ impl Faults {
         inner: SharedHttpConnector,
         request: HttpRequest,
     ) -> Result<HttpResponse, ConnectorError> {
+        let operation = request
+            .headers()
+            .get("x-amz-target")
+            .and_then(|target| target.rsplit('.').next())
+            .unwrap_or("unknown")
+            .to_owned();
+        let scripted = self.scripted(&operation);
         if self.strikes(Fault::Latency) {
             tokio::time::sleep(self.latency()).await;
         }
         if self.strikes(Fault::DispatchFailure) {
             return Err(ConnectorError::io("injected: connection refused".into()));
         }
-        if self.strikes(Fault::Throttle) {
+        if scripted == Some(Fault::Throttle) || self.strikes(Fault::Throttle) {
             return Ok(error_response(
                 400,
                 "ThrottlingException",
@@ -263,12 +270,6 @@ impl Faults {
                 "injected: internal error",
             ));
         }
-        let operation = request
-            .headers()
-            .get("x-amz-target")
-            .and_then(|target| target.rsplit('.').next())
-            .unwrap_or("unknown")
-            .to_owned();
         let body = request.body().bytes().unwrap_or_default().to_vec();
         let ticket = {
             let items = transaction_items(&operation, &body);
@@ -282,7 +283,8 @@ impl Faults {
             }
             transactions.send(items)
         };
-        let answer_lost = self.strikes(Fault::ResponseLost) || self.scripted_loss(&operation);
+        let answer_lost =
+            scripted == Some(Fault::ResponseLost) || self.strikes(Fault::ResponseLost);
         let observer = self.observer.clone();
         let in_flight = Arc::clone(&self.in_flight);
         let transactions = Arc::clone(&self.transactions);
