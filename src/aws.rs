@@ -12,9 +12,10 @@ pub use aws_config::SdkConfig;
 
 /// The standard AWS environment (credentials, `AWS_REGION`,
 /// `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local, ...), with an HTTPS
-/// client on rustls + ring (no OpenSSL in the binary), 3 attempts, 1 s per
-/// attempt and 2 s per operation: a store call that hangs reports its
-/// record instead of eating the invocation.
+/// client on rustls + ring (no OpenSSL in the binary), 3 attempts, 3 s per
+/// attempt and 10 s per operation (the DynamoDB client's own come from
+/// its settings: [`dynamodb_client_with`]): a call that hangs is given up
+/// instead of eating the invocation, a slow one is answered.
 pub async fn sdk_config() -> SdkConfig {
     let http_client = aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
@@ -25,16 +26,30 @@ pub async fn sdk_config() -> SdkConfig {
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(Duration::from_secs(1))
-                .operation_attempt_timeout(Duration::from_secs(1))
-                .operation_timeout(Duration::from_secs(2))
+                .operation_attempt_timeout(Duration::from_secs(3))
+                .operation_timeout(Duration::from_secs(10))
                 .build(),
         )
         .load()
         .await
 }
 
-/// A DynamoDB client of [`sdk_config`].
+/// A DynamoDB client of [`sdk_config`], with the default timeouts of
+/// [`exactly_once_dynamodb::DynamoDbSettings`].
 #[cfg(feature = "dynamodb")]
 pub async fn dynamodb_client() -> exactly_once_dynamodb::Client {
-    exactly_once_dynamodb::Client::new(&sdk_config().await)
+    dynamodb_client_with(&exactly_once_dynamodb::DynamoDbSettings::default()).await
+}
+
+/// A DynamoDB client of [`sdk_config`] with the timeouts of `settings`
+/// (`DYNAMODB_ATTEMPT_TIMEOUT_MS`, `DYNAMODB_OPERATION_TIMEOUT_MS`).
+#[cfg(feature = "dynamodb")]
+pub async fn dynamodb_client_with(
+    settings: &exactly_once_dynamodb::DynamoDbSettings,
+) -> exactly_once_dynamodb::Client {
+    let config =
+        exactly_once_dynamodb::aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+            .timeout_config(settings.timeout_config())
+            .build();
+    exactly_once_dynamodb::Client::from_conf(config)
 }

@@ -30,9 +30,11 @@ pub enum Backend {
 /// How long one store call may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Patience {
-    /// A function's: about 2 s, so that a store that hangs reports its
-    /// record instead of eating the invocation (the store's own variables
-    /// may set it: `DATABASE_STATEMENT_TIMEOUT_MS`, `REDIS_TIMEOUT_MS`).
+    /// A function's: a few seconds, so that a store that hangs is given up
+    /// instead of eating the invocation, while a slow one is answered (the
+    /// store's own variables set it: `DYNAMODB_ATTEMPT_TIMEOUT_MS` and
+    /// `DYNAMODB_OPERATION_TIMEOUT_MS`, `DATABASE_STATEMENT_TIMEOUT_MS`,
+    /// `REDIS_TIMEOUT_MS`).
     #[default]
     Function,
     /// An operator's: a listing page or a purge may take up to a minute.
@@ -53,10 +55,16 @@ impl Backend {
         match kind {
             #[cfg(feature = "dynamodb")]
             StoreKind::DynamoDb => {
-                let client = crate::aws::dynamodb_client().await;
                 let client = match patience {
-                    Patience::Function => client,
-                    Patience::Operator => operator_client(client),
+                    Patience::Function => {
+                        let settings =
+                            exactly_once_dynamodb::DynamoDbSettings::from_lookup(env_var)?;
+                        if let Some(warning) = settings.warning(config.lock_timeout) {
+                            tracing::warn!(%warning, "DynamoDB timeouts against the lease");
+                        }
+                        crate::aws::dynamodb_client_with(&settings).await
+                    }
+                    Patience::Operator => operator_client(crate::aws::dynamodb_client().await),
                 };
                 Ok(Self::DynamoDb(exactly_once_dynamodb::DynamoDbStore::new(
                     client, config,
@@ -130,7 +138,6 @@ impl Backend {
 }
 
 /// A variable of the process environment.
-#[cfg(any(feature = "postgres", feature = "redis"))]
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }

@@ -54,7 +54,7 @@ async fn hold<H>(
         payload_hash: &payload_hash,
         origin: None,
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     };
     let claimed = function
         .engine()

@@ -292,7 +292,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over() {
             ),
             origin: Some("payments-0@0"),
             lease_cap_ms: None,
-            holder: None,
+            owner: None,
         })
         .await
         .expect("claim");
@@ -429,7 +429,7 @@ async fn claims_made_together_and_taken_over_are_fenced_record_by_record() {
                 payload_hash: &hash,
                 origin: Some("elsewhere"),
                 lease_cap_ms: None,
-                holder: None,
+                owner: None,
             })
             .await
             .expect("claim");

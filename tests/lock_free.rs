@@ -198,7 +198,7 @@ async fn claim(store: &DynamoDbStore, key: &str, account: &str, amount: i64) -> 
             payload_hash: &payload_hash,
             origin: None,
             lease_cap_ms: None,
-            holder: None,
+            owner: None,
         })
         .await
         .expect("claim")

@@ -47,7 +47,7 @@ fn request(key: &str) -> ClaimRequest<'_> {
         payload_hash: HASH,
         origin: Some("payments-0@15"),
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     }
 }
 

@@ -68,7 +68,7 @@ async fn tls_is_on_by_default_and_verify_full_checks_the_certificate() {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     };
     match store.claim(request).await {
         Err(err @ StoreError::Unavailable { .. }) => assert!(err.is_retryable()),
@@ -140,7 +140,7 @@ async fn a_secrets_manager_secret_names_the_database_and_its_login() {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     };
     assert!(matches!(
         store.claim(request).await,

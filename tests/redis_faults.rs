@@ -380,7 +380,7 @@ fn support_request(key: &str) -> exactly_once::store::ClaimRequest<'_> {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     }
 }
 

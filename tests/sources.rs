@@ -208,7 +208,7 @@ impl Run {
                 payload_hash: hash,
                 origin: None,
                 lease_cap_ms: None,
-                holder: Some("tests/sources.rs"),
+                owner: None,
             })
             .await
             .expect("claim");

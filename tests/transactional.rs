@@ -47,7 +47,7 @@ async fn a_worker_taken_over_commits_neither_its_effect_nor_its_completion() {
         payload_hash: "h",
         origin: None,
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     };
     let ClaimOutcome::Acquired(old) = store.claim(request).await.expect("claim") else {
         panic!("fresh key");

@@ -59,6 +59,12 @@ impl ChargeApi {
         ledger.applied.get(payment).copied().unwrap_or(0)
     }
 
+    /// Charges applied, of every payment.
+    pub fn charged(&self) -> u64 {
+        let ledger = self.ledger.lock().expect("ledger");
+        ledger.applied.values().sum()
+    }
+
     /// Payments charged more than once.
     pub fn double_charged(&self) -> Vec<String> {
         let ledger = self.ledger.lock().expect("ledger");

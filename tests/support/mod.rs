@@ -13,6 +13,7 @@ pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod runtime_api;
+pub mod shipped;
 pub mod sources;
 pub mod sqs;
 pub mod transactions;

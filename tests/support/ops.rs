@@ -49,7 +49,7 @@ pub async fn acquire<S: Store>(store: &S, key: &str) -> Lease {
         payload_hash: "hash-1",
         origin: Some("payments-0@15"),
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     };
     match store.claim(request).await.expect("claim") {
         ClaimOutcome::Acquired(lease) => lease,

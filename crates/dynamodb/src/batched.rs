@@ -14,6 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::codec::{RawItem, n, s, status_value};
+use super::write::parse_old;
 use super::{DynamoDbStore, sdk_error};
 use exactly_once_core::store::{
     ClaimRequest, Conditional, FencedWrite, Lease, Status, Store, StoreError, bounded,
@@ -61,7 +62,9 @@ impl DynamoDbStore {
     /// Fenced writes, as `UPDATE`s, each conditioned on the fence.
     /// Invariant: only the current owner of a STARTED item writes to it; a
     /// worker whose lock was taken over (new version, new owner) is fenced
-    /// out (`ConditionalCheckFailed`: the lock is lost), alone.
+    /// out (`ConditionalCheckFailed`: the lock is lost), alone. A write
+    /// refused because it was already made (sent again after its answer
+    /// was lost) recognises itself from the item returned.
     pub(super) async fn update_fenced_many(
         &self,
         writes: &[(Lease, FencedWrite)],
@@ -136,18 +139,20 @@ impl DynamoDbStore {
                 .iter()
                 .zip(writes)
                 .zip(answers)
-                .map(|((response, (lease, _)), answer)| match response.error() {
-                    None => Ok(answer),
-                    Some(error) => Err(match error.code() {
-                        Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed) => {
-                            StoreError::LockLost {
-                                key: lease.pk.clone(),
-                                version: lease.version,
+                .map(
+                    |((response, (lease, write)), answer)| match response.error() {
+                        None => Ok(answer),
+                        Some(error) => match error.code() {
+                            // Judged from the item found: this very write made
+                            // before (sent again), or the lock lost.
+                            Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed) => {
+                                let found = parse_old(error.item())?;
+                                write.refused(lease, found.as_deref())
                             }
-                        }
-                        code => statement_error(OPERATION, code, error.message()),
-                    }),
-                })
+                            code => Err(statement_error(OPERATION, code, error.message())),
+                        },
+                    },
+                )
                 .collect(),
         }
     }

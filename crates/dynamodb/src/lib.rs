@@ -17,6 +17,7 @@ mod locking;
 mod operator;
 mod read;
 mod requests;
+pub mod settings;
 mod transact;
 mod write;
 
@@ -33,6 +34,7 @@ pub use aws_sdk_dynamodb::types::TransactWriteItem;
 pub use codec::RawItem;
 pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions};
 pub use requests::CountRequests;
+pub use settings::DynamoDbSettings;
 
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::store::{
@@ -88,6 +90,14 @@ impl Store for DynamoDbStore {
 
     fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// The client's attempt timeout (`DYNAMODB_ATTEMPT_TIMEOUT_MS`).
+    fn request_timeout(&self) -> std::time::Duration {
+        let timeouts = self.client.config().timeout_config();
+        timeouts
+            .and_then(|timeouts| timeouts.operation_attempt_timeout())
+            .unwrap_or(DynamoDbSettings::default().attempt_timeout)
     }
 
     fn touched(effect: &TransactWriteItem) -> Option<String> {

@@ -19,7 +19,7 @@ use super::codec::{RawItem, n, s, status_value};
 use super::increment::increment_action;
 use super::listing::started_shard;
 use super::transact::{TransactError, condition_failed, transaction_error};
-use super::write::{conditional, names_in};
+use super::write::{conditional, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
 use exactly_once_core::store::{
     ClaimRequest, Conditional, Effects, Lease, Status, Store, StoreError, StoredItem, bounded,
@@ -124,7 +124,8 @@ impl DynamoDbStore {
         result: Option<&str>,
     ) -> Result<u64, StoreError> {
         let (update, values, expires_at_s) = self.completion(result, self.now_ms());
-        self.fenced_update(lease, "complete (UpdateItem)", update, values)
+        let completed = Some(Status::Completed);
+        self.fenced_update(lease, completed, "complete (UpdateItem)", update, values)
             .await?;
         Ok(expires_at_s)
     }
@@ -150,7 +151,7 @@ impl DynamoDbStore {
         }
         match self.transact(actions).await {
             Ok(_) => Ok(expires_at_s),
-            Err((reasons, err)) => Err(failed_transaction(lease, writes, &reasons, err)),
+            Err((reasons, err)) => failed_transaction(lease, writes, &reasons, err),
         }
     }
 
@@ -219,8 +220,15 @@ impl DynamoDbStore {
             (":exp", n(self.config.expires_at_s(now))),
             (":now_ms", n(now)),
         ];
-        self.fenced_update(lease, "fail (UpdateItem)", update, values)
-            .await
+        self.fenced_update(
+            lease,
+            Some(Status::Failed),
+            "fail (UpdateItem)",
+            update,
+            values,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Release after a retryable error: the lock ends now, so the next claim
@@ -228,8 +236,9 @@ impl DynamoDbStore {
     pub(super) async fn release_item(&self, lease: &Lease) -> Result<(), StoreError> {
         let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
         let values = vec![(":zero", n(0)), (":now_ms", n(self.now_ms()))];
-        self.fenced_update(lease, "release (UpdateItem)", update, values)
+        self.fenced_update(lease, None, "release (UpdateItem)", update, values)
             .await
+            .map(|_| ())
     }
 
     /// Extend (heartbeat): push the lease's end to `until_ms`.
@@ -240,7 +249,7 @@ impl DynamoDbStore {
     ) -> Result<Lease, StoreError> {
         let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
         let values = vec![(":until", n(until_ms)), (":now_ms", n(self.now_ms()))];
-        self.fenced_update(lease, "extend (UpdateItem)", update, values)
+        self.fenced_update(lease, None, "extend (UpdateItem)", update, values)
             .await?;
         Ok(Lease {
             lock_expires_at_ms: until_ms,
@@ -248,26 +257,30 @@ impl DynamoDbStore {
         })
     }
 
-    /// A write guarded by [`FENCE`]; a failed guard means the lock was lost.
+    /// A write guarded by [`FENCE`], finishing the key as `finishing` (a
+    /// completion, a failure) or not (a release, an extension). A failed
+    /// guard is judged from the item it returns ([`Lease::refused`]): the
+    /// write already made by this lease (sent again after its answer was
+    /// lost, by the SDK or the engine), or the lock lost.
     async fn fenced_update(
         &self,
         lease: &Lease,
+        finishing: Option<Status>,
         operation: &'static str,
         update: &str,
         values: Vec<(&str, AttributeValue)>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let result = self
             .update_item(&lease.pk, update, FENCE, fenced_values(lease, values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(0),
             Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
-                    Err(StoreError::LockLost {
-                        key: lease.pk.clone(),
-                        version: lease.version,
-                    })
+                Some(UpdateItemError::ConditionalCheckFailedException(refused)) => {
+                    let found = parse_old(refused.item())?;
+                    lease.refused(finishing, found.as_deref())
                 }
                 _ => Err(sdk_error(operation, err)),
             },
@@ -290,19 +303,19 @@ fn fenced_values(
     values
 }
 
-/// Why a completion transaction failed: our fence (action 0) failed, a
-/// condition of the work's own writes failed, or DynamoDB itself failed.
+/// Why a completion transaction failed: our fence (action 0) failed (the
+/// lock lost, unless the item shows this very completion already made: the
+/// transaction sent again after its answer was lost), a condition of the
+/// work's own writes failed, or DynamoDB itself failed.
 fn failed_transaction(
     lease: &Lease,
     writes: usize,
     reasons: &[CancellationReason],
     err: TransactError,
-) -> StoreError {
-    if reasons.first().is_some_and(condition_failed) {
-        return StoreError::LockLost {
-            key: lease.pk.clone(),
-            version: lease.version,
-        };
+) -> Result<u64, StoreError> {
+    if let Some(fence) = reasons.first().filter(|reason| condition_failed(reason)) {
+        let found = parse_old(fence.item())?;
+        return lease.refused(Some(Status::Completed), found.as_deref());
     }
     // The completion, its writes, then the increments.
     if let Some(index) = reasons.iter().position(condition_failed) {
@@ -310,10 +323,14 @@ fn failed_transaction(
             true => increment::BELOW_FLOOR,
             false => reasons[index].message().unwrap_or_default(),
         };
-        return StoreError::EffectConditionFailed {
+        return Err(StoreError::EffectConditionFailed {
             effect: index - 1,
             message: message.to_owned(),
-        };
+        });
     }
-    transaction_error("complete (TransactWriteItems)", reasons, err)
+    Err(transaction_error(
+        "complete (TransactWriteItems)",
+        reasons,
+        err,
+    ))
 }

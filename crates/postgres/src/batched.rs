@@ -176,17 +176,21 @@ impl PostgresStore {
                     .iter()
                     .filter_map(|row| row.try_get(0).ok())
                     .collect();
-                writes
-                    .iter()
-                    .zip(answers)
-                    .map(|((lease, _), answer)| match written.contains(&lease.pk) {
-                        true => Ok(answer),
-                        false => Err(StoreError::LockLost {
-                            key: lease.pk.clone(),
-                            version: lease.version,
-                        }),
-                    })
-                    .collect()
+                let answers = writes.iter().zip(answers).map(|((lease, write), answer)| {
+                    let written = written.contains(&lease.pk);
+                    async move {
+                        match written {
+                            true => Ok(answer),
+                            // Judged from the row: this very write made
+                            // before (sent again), or the lock lost.
+                            false => {
+                                let found = self.row_at(&lease.pk).await?;
+                                write.refused(lease, found.as_ref())
+                            }
+                        }
+                    }
+                });
+                futures_util::future::join_all(answers).await
             }
         }
     }

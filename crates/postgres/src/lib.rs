@@ -181,6 +181,11 @@ impl Store for PostgresStore {
         &self.config
     }
 
+    /// The call timeout (the statement timeout and the client's grace).
+    fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn touched(effect: &SqlEffect) -> Option<String> {
         effect.item().map(str::to_owned)
     }

@@ -72,71 +72,84 @@ impl PostgresStore {
             actions.push(Action::Increment(merged));
         }
         const OPERATION: &str = "commit (transaction)";
-        self.with_client(OPERATION, async |client| {
-            let answers = begin_with(client, &statements)
-                .await
-                .map_err(|err| pg_error(OPERATION, err))?;
-            // Decided without returning early: the transaction must end.
-            let mut outcome = None;
-            for (action, answer) in actions.iter().zip(answers) {
-                outcome = match (*action, answer) {
-                    // The row statement returns a row either way: written,
-                    // or the row that stopped it (none: not visible yet).
-                    (Action::Row(index), Ok(answer)) => key_taken(index, &answer.rows),
-                    (Action::Row(_) | Action::Held(_), Err(err)) => {
-                        Some(Err(pg_error(OPERATION, err)))
-                    }
-                    (Action::Held(index), Ok(answer)) => (answer.affected == 0)
-                        .then_some(Ok(CommitOutcome::KeyTaken { index, item: None })),
-                    (Action::Write(index, effect), answer) => {
-                        refusal(answer).map(|reason| match reason {
-                            Refusal::Store(err) => Err(err),
-                            Refusal::NoRow => Ok(CommitOutcome::EffectRefused {
-                                index,
-                                effect,
-                                message: "the statement changed no row".to_owned(),
-                            }),
-                            Refusal::Data(message) => Ok(CommitOutcome::EffectRefused {
-                                index,
-                                effect,
-                                message,
-                            }),
-                        })
-                    }
-                    (Action::Increment(merged), answer) => match refusal(answer) {
-                        None => None,
-                        Some(Refusal::Store(err)) => Some(Err(err)),
-                        Some(_) => Some(Ok(CommitOutcome::IncrementRefused {
-                            item: increments[merged].item(),
-                            current: None,
-                        })),
-                    },
-                };
-                if outcome.is_some() {
-                    break;
-                }
-            }
-            end(client, outcome.is_none())
-                .await
-                .map_err(|err| pg_error(OPERATION, err))?;
-            match outcome {
-                None => Ok(CommitOutcome::Committed {
-                    expires_at_s,
-                    contended: 0,
-                }),
-                Some(Ok(CommitOutcome::IncrementRefused { item, .. })) => {
-                    // The numbers as they are now, after the rollback.
-                    let increment = increments.iter().find(|i| i.item() == item);
-                    let current = match increment {
-                        Some(increment) => self.numbers_now(client, increment).await,
-                        None => None,
+        let committed = self
+            .with_client(OPERATION, async |client| {
+                let answers = begin_with(client, &statements)
+                    .await
+                    .map_err(|err| pg_error(OPERATION, err))?;
+                // Decided without returning early: the transaction must end.
+                let mut outcome = None;
+                for (action, answer) in actions.iter().zip(answers) {
+                    outcome = match (*action, answer) {
+                        // The row statement returns a row either way: written,
+                        // or the row that stopped it (none: not visible yet).
+                        (Action::Row(index), Ok(answer)) => key_taken(index, &answer.rows),
+                        (Action::Row(_) | Action::Held(_), Err(err)) => {
+                            Some(Err(pg_error(OPERATION, err)))
+                        }
+                        (Action::Held(index), Ok(answer)) => (answer.affected == 0)
+                            .then_some(Ok(CommitOutcome::KeyTaken { index, item: None })),
+                        (Action::Write(index, effect), answer) => {
+                            refusal(answer).map(|reason| match reason {
+                                Refusal::Store(err) => Err(err),
+                                Refusal::NoRow => Ok(CommitOutcome::EffectRefused {
+                                    index,
+                                    effect,
+                                    message: "the statement changed no row".to_owned(),
+                                }),
+                                Refusal::Data(message) => Ok(CommitOutcome::EffectRefused {
+                                    index,
+                                    effect,
+                                    message,
+                                }),
+                            })
+                        }
+                        (Action::Increment(merged), answer) => match refusal(answer) {
+                            None => None,
+                            Some(Refusal::Store(err)) => Some(Err(err)),
+                            Some(_) => Some(Ok(CommitOutcome::IncrementRefused {
+                                item: increments[merged].item(),
+                                current: None,
+                            })),
+                        },
                     };
-                    Ok(CommitOutcome::IncrementRefused { item, current })
+                    if outcome.is_some() {
+                        break;
+                    }
                 }
-                Some(decided) => decided,
+                end(client, outcome.is_none())
+                    .await
+                    .map_err(|err| pg_error(OPERATION, err))?;
+                match outcome {
+                    None => Ok(CommitOutcome::Committed {
+                        expires_at_s,
+                        contended: 0,
+                    }),
+                    Some(Ok(CommitOutcome::IncrementRefused { item, .. })) => {
+                        // The numbers as they are now, after the rollback.
+                        let increment = increments.iter().find(|i| i.item() == item);
+                        let current = match increment {
+                            Some(increment) => self.numbers_now(client, increment).await,
+                            None => None,
+                        };
+                        Ok(CommitOutcome::IncrementRefused { item, current })
+                    }
+                    Some(decided) => decided,
+                }
+            })
+            .await;
+        match committed {
+            // A held row's fence refused: the row as it is now, by which
+            // the engine tells this very completion made before (the
+            // transaction sent again) from the lock lost.
+            Ok(CommitOutcome::KeyTaken { index, item: None })
+                if let Some(lease) = &commits[index].held =>
+            {
+                let item = self.row_at(&lease.pk).await?.map(Box::new);
+                Ok(CommitOutcome::KeyTaken { index, item })
             }
-        })
-        .await
+            committed => committed,
+        }
     }
 
     /// Absent | expired ──fail──▶ FAILED v1: a poison message on the

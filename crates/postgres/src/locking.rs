@@ -9,8 +9,8 @@ use super::transaction::{Answer, Statement, begin_with, end};
 use super::{PostgresStore, SqlEffect, pg_error};
 use crate::increment::increment_statement;
 use exactly_once_core::store::{
-    ClaimRequest, Conditional, Effects, Lease, NewItem, Store, StoreError, StoredItem, bounded,
-    increment, transaction_effects,
+    ClaimRequest, Conditional, Effects, Lease, NewItem, Status, Store, StoreError, StoredItem,
+    bounded, increment, transaction_effects,
 };
 
 /// An `UPDATE` of the row `$1` setting `$set`, under the condition of every
@@ -100,8 +100,10 @@ impl PostgresStore {
         result: Option<&str>,
     ) -> Result<u64, StoreError> {
         let (statement, expires_at_s) = self.completion(lease, result);
-        self.fenced("complete", lease, statement).await?;
-        Ok(expires_at_s)
+        let completed = Some(Status::Completed);
+        // Made before (sent again): the row's own expiry.
+        let made = self.fenced("complete", lease, completed, statement).await?;
+        Ok(made.unwrap_or(expires_at_s))
     }
 
     /// Complete together with the work's own SQL, in ONE transaction: the
@@ -122,41 +124,51 @@ impl PostgresStore {
             statements.push(increment_statement(increment)?);
         }
         const OPERATION: &str = "complete (transaction)";
-        self.with_client(OPERATION, async |client| {
-            let answers = begin_with(client, &statements)
-                .await
-                .map_err(|err| pg_error(OPERATION, err))?;
-            // The first refusal in order: our fence, an effect, an increment.
-            let refusal = answers.into_iter().enumerate().find_map(|(i, answer)| {
-                refusal(answer).map(|reason| match (i, reason) {
-                    (_, Refusal::Store(err)) => err,
-                    (0, _) => StoreError::LockLost {
-                        key: lease.pk.clone(),
-                        version: lease.version,
-                    },
-                    (i, Refusal::NoRow) if i > writes => StoreError::EffectConditionFailed {
-                        effect: i - 1,
-                        message: increment::BELOW_FLOOR.to_owned(),
-                    },
-                    (i, Refusal::NoRow) => StoreError::EffectConditionFailed {
-                        effect: i - 1,
-                        message: "the statement changed no row".to_owned(),
-                    },
-                    (i, Refusal::Data(message)) => StoreError::EffectConditionFailed {
-                        effect: i - 1,
-                        message,
-                    },
-                })
-            });
-            end(client, refusal.is_none())
-                .await
-                .map_err(|err| pg_error(OPERATION, err))?;
-            match refusal {
-                None => Ok(expires_at_s),
-                Some(err) => Err(err),
+        let completed = self
+            .with_client(OPERATION, async |client| {
+                let answers = begin_with(client, &statements)
+                    .await
+                    .map_err(|err| pg_error(OPERATION, err))?;
+                // The first refusal in order: our fence, an effect, an increment.
+                let refusal = answers.into_iter().enumerate().find_map(|(i, answer)| {
+                    refusal(answer).map(|reason| match (i, reason) {
+                        (_, Refusal::Store(err)) => err,
+                        (0, _) => StoreError::LockLost {
+                            key: lease.pk.clone(),
+                            version: lease.version,
+                        },
+                        (i, Refusal::NoRow) if i > writes => StoreError::EffectConditionFailed {
+                            effect: i - 1,
+                            message: increment::BELOW_FLOOR.to_owned(),
+                        },
+                        (i, Refusal::NoRow) => StoreError::EffectConditionFailed {
+                            effect: i - 1,
+                            message: "the statement changed no row".to_owned(),
+                        },
+                        (i, Refusal::Data(message)) => StoreError::EffectConditionFailed {
+                            effect: i - 1,
+                            message,
+                        },
+                    })
+                });
+                end(client, refusal.is_none())
+                    .await
+                    .map_err(|err| pg_error(OPERATION, err))?;
+                match refusal {
+                    None => Ok(expires_at_s),
+                    Some(err) => Err(err),
+                }
+            })
+            .await;
+        match completed {
+            // The fence refused: judged from the row (this very completion
+            // made before, the transaction sent again; or the lock lost).
+            Err(StoreError::LockLost { .. }) => {
+                let found = self.row_at(&lease.pk).await?;
+                lease.refused(Some(Status::Completed), found.as_ref())
             }
-        })
-        .await
+            completed => completed,
+        }
     }
 
     /// The fenced statement that marks a row COMPLETED, and its expiry.
@@ -183,9 +195,11 @@ impl PostgresStore {
         self.fenced(
             "fail",
             lease,
+            Some(Status::Failed),
             Statement::new(self.sql.fail.as_str(), params),
         )
         .await
+        .map(|_| ())
     }
 
     /// Release after a retryable error: the lock ends now, so the next claim
@@ -196,9 +210,11 @@ impl PostgresStore {
         self.fenced(
             "release",
             lease,
+            None,
             Statement::new(self.sql.release.as_str(), params),
         )
         .await
+        .map(|_| ())
     }
 
     /// Extend (heartbeat): push the lease's end to `until_ms`.
@@ -212,6 +228,7 @@ impl PostgresStore {
         self.fenced(
             "extend",
             lease,
+            None,
             Statement::new(self.sql.extend.as_str(), params),
         )
         .await?;
@@ -221,20 +238,24 @@ impl PostgresStore {
         })
     }
 
-    /// A statement guarded by the fence ([`fenced!`]); no row changed means
-    /// the lock was lost.
+    /// A statement guarded by the fence ([`fenced!`]), finishing the key as
+    /// `finishing` (a completion, a failure) or not: `None` once written.
+    /// No row changed: judged from the row ([`Lease::refused`]): this very
+    /// write made before (sent again after its answer was lost), with what
+    /// it answers (a completion the row's `expires_at`), or the lock lost.
     async fn fenced(
         &self,
         operation: &'static str,
         lease: &Lease,
+        finishing: Option<Status>,
         statement: Statement<'_>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         match self.run(operation, &statement).await?.affected {
-            0 => Err(StoreError::LockLost {
-                key: lease.pk.clone(),
-                version: lease.version,
-            }),
-            _ => Ok(()),
+            0 => {
+                let found = self.row_at(&lease.pk).await?;
+                lease.refused(finishing, found.as_ref()).map(Some)
+            }
+            _ => Ok(None),
         }
     }
 

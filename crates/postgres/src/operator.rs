@@ -56,7 +56,12 @@ impl PostgresStore {
 
     /// The row of `key` as stored, even past its TTL (for operators).
     pub async fn stored(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let pk = self.pk(key)?;
+        self.row_at(&self.pk(key)?).await
+    }
+
+    /// The row at `pk` as stored: what a fenced write the store refused
+    /// found there (judged by [`exactly_once_core::store::Lease::refused`]).
+    pub(super) async fn row_at(&self, pk: &str) -> Result<Option<StoredItem>, StoreError> {
         let statement = Statement::new(self.sql.get.as_str(), vec![pk.into()]);
         let rows = self.rows("get", statement).await?;
         rows.first().map(item_of).transpose()

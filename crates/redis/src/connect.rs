@@ -70,7 +70,7 @@ impl RedisSettings {
             timeout: parsed(
                 var,
                 "REDIS_TIMEOUT_MS",
-                Duration::from_secs(1),
+                Duration::from_secs(3),
                 |text| match text.parse::<u64>() {
                     Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
                     _ => Err("expected a whole number of milliseconds above 0".to_owned()),

@@ -309,6 +309,11 @@ impl Store for RedisStore {
         &self.config
     }
 
+    /// `REDIS_TIMEOUT_MS`.
+    fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn touched(effect: &RedisEffect) -> Option<String> {
         Some(effect.key().to_owned())
     }

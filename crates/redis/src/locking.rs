@@ -74,7 +74,9 @@ macro_rules! fenced_lua {
         r#"
 local function fenced(key, started, version, owner, deleted_at_ms, change, base)
   if not holds(key, version, owner) then
-    return {'lock_lost'}
+    -- The item as found, by which the caller tells its own write made
+    -- before (sent again) from the lock lost.
+    return {'lock_lost', redis.call('HGETALL', key)}
   end
   local refusal = refused(change, base)
   if refusal then return refusal end
@@ -96,7 +98,7 @@ end
 /// the set of STARTED items, `ARGV[1]` version, `ARGV[2]` owner, `ARGV[3]`
 /// the new deletion time ('' keeps it), `ARGV[4]` the change as JSON:
 /// fields to set and to delete, and the work's effects (keys at
-/// `KEYS[3..]`). Answers 1, `{'lock_lost'}`, or the effect refused.
+/// `KEYS[3..]`). Answers 1, `{'lock_lost', item}`, or the effect refused.
 pub(super) const FENCED: &str = concat!(
     holds_lua!(),
     effects_lua!(),
@@ -263,12 +265,13 @@ impl RedisStore {
                 .into_iter()
                 .zip(writes)
                 .zip(answers)
-                .map(|((written, (lease, _)), answer)| match written {
+                .map(|((written, (lease, write)), answer)| match written {
                     Answer::Written => Ok(answer),
-                    Answer::Refused(..) => Err(StoreError::LockLost {
-                        key: lease.pk.clone(),
-                        version: lease.version,
-                    }),
+                    // Judged from the item found: this very write made
+                    // before (sent again), or the lock lost.
+                    Answer::Refused(_, found) => {
+                        write.refused(lease, found_item(&found)?.as_deref())
+                    }
                 })
                 .collect(),
         }
@@ -289,7 +292,12 @@ impl RedisStore {
             .collect(),
             delete: &[attr::LOCK_EXPIRES_AT],
             expires_at_s: Some(expires_at_s),
-            answer: expires_at_s,
+            // A completion answers its expiry, a failure 0 (as
+            // `Store::write_fenced` says).
+            answer: match status {
+                Status::Completed => expires_at_s,
+                _ => 0,
+            },
         };
         let lease_until = |until_ms: u64| Transition {
             set: vec![
@@ -335,22 +343,25 @@ impl RedisStore {
     ) -> Result<u64, StoreError> {
         let increments = transaction_effects([&effects], super::MAX_EFFECTS)?;
         let result = result.map(str::to_owned);
-        let transition = self.transition(&FencedWrite::Complete { result }, self.now_ms());
         let change = Change::of_effects(&effects, &increments);
         let writes = effects.writes.len();
-        self.fenced("complete", lease, &transition, change)
+        self.fenced("complete", lease, &FencedWrite::Complete { result }, change)
             .await
-            .map_err(|refusal| refusal.into_error(writes))?;
-        Ok(transition.answer)
+            .map_err(|refusal| refusal.into_error(writes))
     }
 
     /// Fail permanently: redeliveries are refused.
     pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
         let error = error.to_owned();
-        let transition = self.transition(&FencedWrite::Fail { error }, self.now_ms());
-        self.fenced("fail", lease, &transition, Change::of([], &[]))
-            .await
-            .map_err(|refusal| refusal.into_error(0))
+        self.fenced(
+            "fail",
+            lease,
+            &FencedWrite::Fail { error },
+            Change::of([], &[]),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|refusal| refusal.into_error(0))
     }
 
     /// Extend (heartbeat) the lease to `until_ms`; 0 releases it (the next
@@ -364,8 +375,7 @@ impl RedisStore {
             0 => ("release", FencedWrite::Release),
             _ => ("extend", FencedWrite::Extend { until_ms }),
         };
-        let transition = self.transition(&write, self.now_ms());
-        self.fenced(operation, lease, &transition, Change::of([], &[]))
+        self.fenced(operation, lease, &write, Change::of([], &[]))
             .await
             .map_err(|refusal| refusal.into_error(0))?;
         Ok(Lease {
@@ -374,15 +384,19 @@ impl RedisStore {
         })
     }
 
-    /// Runs [`FENCED`]: `transition` on the lease's item, with `change`'s
-    /// effects.
+    /// Runs [`FENCED`]: `write` on the lease's item, with `change`'s
+    /// effects; what it answers (see [`Store::write_fenced`]). A fence that
+    /// refuses is judged from the item found ([`FencedWrite::refused`]):
+    /// this very write made before (sent again, effects and all), or the
+    /// lock lost.
     async fn fenced(
         &self,
         operation: &'static str,
         lease: &Lease,
-        transition: &Transition,
+        write: &FencedWrite,
         change: Change,
-    ) -> Result<(), Refusal> {
+    ) -> Result<u64, Refusal> {
+        let transition = self.transition(write, self.now_ms());
         let lua = transition.change(&change);
         let mut invocation = self.scripts.fenced.key(self.item_key(&lease.pk));
         invocation
@@ -397,16 +411,18 @@ impl RedisStore {
             .await
             .map_err(Refusal::Store)?
         {
-            Answer::Written => Ok(()),
+            Answer::Written => Ok(transition.answer),
             Answer::Refused(tag, values) => Err(match tag.as_str() {
                 "effect" => {
                     Refusal::Effect(index(&values), values.get(1).map(text).unwrap_or_default())
                 }
                 "increment" => Refusal::Increment(index(&values)),
-                _ => Refusal::Store(StoreError::LockLost {
-                    key: lease.pk.clone(),
-                    version: lease.version,
-                }),
+                _ => {
+                    let found = found_item(&values).map_err(Refusal::Store)?;
+                    return write
+                        .refused(lease, found.as_deref())
+                        .map_err(Refusal::Store);
+                }
             }),
         }
     }

@@ -1,11 +1,14 @@
 //! The locking path's requests, batched across a batch's lanes: claims
 //! ([`Store::claim_many`]) and fenced writes without an effect (direct
-//! completions, failures, releases: [`Store::write_fenced`]). What the lanes
-//! hand in at about the same moment goes together ([`Gather`]), in lots of
-//! what the batch sizer allows now (within the store's batch), side by
-//! side; each lot's answer teaches the sizer. Every claim and write is
-//! still judged on its own: a conflict is settled alone, a fence that
-//! fails fails for its own write only.
+//! completions, failures, releases, the heartbeat's extensions:
+//! [`Store::write_fenced`]). What the lanes hand in at about the same
+//! moment goes together ([`Gather`]), in lots of what the batch sizer
+//! allows now (within the store's batch), side by side as the window of
+//! records in flight admits them; each lot's answer teaches both. Every
+//! claim and write is still judged on its own: a conflict is settled alone,
+//! a fence that fails fails for its own write only. One the store did not
+//! answer (timed out, throttled, unreachable) is sent again (`resend.rs`),
+//! and recognises its own earlier write.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +18,15 @@ use std::time::Instant;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
+use super::deadline::Deadline;
 use super::gather::Gather;
 use super::lease::Leases;
+use super::resend;
 use super::sizing::{Answer, Sizer};
-use crate::store::{Claim, ClaimOutcome, FencedWrite, Lease, Store, StoreError, requests};
+use super::window::Window;
+use crate::store::{
+    Claim, ClaimOutcome, FencedWrite, Lease, Store, StoreError, distinct_rounds, requests,
+};
 
 /// A claim's answer, once settled.
 pub(super) type ClaimAnswer = oneshot::Receiver<Result<ClaimOutcome, StoreError>>;
@@ -29,15 +37,27 @@ pub(super) type WriteAnswer = oneshot::Receiver<Result<u64, StoreError>>;
 type Handed<T, A> = (T, oneshot::Sender<Result<A, StoreError>>);
 
 /// What the engine's batched requests share: the store, the bound on
-/// requests in flight, the sizer of their lots, the batch's leases.
+/// requests in flight, the sizer of their lots and the window of their
+/// records in flight, the batch's leases and deadline.
 struct Sender<S> {
     store: S,
     permits: Arc<Semaphore>,
     sizer: Arc<Sizer>,
+    window: Arc<Window>,
     leases: Arc<Leases>,
+    deadline: Deadline,
+}
+
+/// What the engine's batched requests are sent with: the container's
+/// bound on requests in flight, sizer and window.
+pub(super) struct Pacing {
+    pub permits: Arc<Semaphore>,
+    pub sizer: Arc<Sizer>,
+    pub window: Arc<Window>,
 }
 
 /// A batch's gatherers of claims and of fenced writes.
+#[derive(Clone)]
 pub(super) struct Batched {
     claims: Arc<Gather<Handed<Claim, ClaimOutcome>>>,
     writes: Arc<Gather<Handed<(Lease, FencedWrite), u64>>>,
@@ -46,15 +66,17 @@ pub(super) struct Batched {
 impl Batched {
     pub fn new<S: Store>(
         store: S,
-        permits: Arc<Semaphore>,
-        sizer: Arc<Sizer>,
+        pacing: Pacing,
         leases: Arc<Leases>,
+        deadline: Deadline,
     ) -> Self {
         let sender = Arc::new(Sender {
             store,
-            permits,
-            sizer,
+            permits: pacing.permits,
+            sizer: pacing.sizer,
+            window: pacing.window,
             leases,
+            deadline,
         });
         let claims = {
             let sender = Arc::clone(&sender);
@@ -62,7 +84,9 @@ impl Batched {
                 let sender = Arc::clone(&sender);
                 Box::pin(async move {
                     sender
-                        .in_lots(handed, |sender, lot| async move { sender.claim(lot).await })
+                        .in_lots(handed, claimed_key, |sender, lot, resend| async move {
+                            sender.claim(lot, resend).await
+                        })
                         .await;
                 })
             }))
@@ -71,7 +95,9 @@ impl Batched {
             let sender = Arc::clone(&sender);
             Box::pin(async move {
                 sender
-                    .in_lots(handed, |sender, lot| async move { sender.write(lot).await })
+                    .in_lots(handed, written_item, |sender, lot, resend| async move {
+                        sender.write(lot, resend).await
+                    })
                     .await;
             })
         }));
@@ -101,6 +127,16 @@ impl Batched {
     }
 }
 
+/// The key a claim claims.
+fn claimed_key(claim: &Claim) -> &str {
+    &claim.key
+}
+
+/// The item a fenced write writes.
+fn written_item((lease, _): &(Lease, FencedWrite)) -> &str {
+    &lease.pk
+}
+
 /// Each item with the sender of its answer, and the receivers.
 #[allow(clippy::type_complexity)]
 fn handed<T, A>(
@@ -119,29 +155,69 @@ fn handed<T, A>(
 }
 
 impl<S: Store> Sender<S> {
-    /// Sends `handed` in lots of the sizer's size, side by side.
-    async fn in_lots<T, A, F, Fut>(self: Arc<Self>, handed: Vec<Handed<T, A>>, send: F)
-    where
+    /// Sends `handed` in lots of the sizer's size, side by side: in rounds
+    /// of distinct items (named by `item`), in the order handed in, since a
+    /// request writes an item once (a renewal and a completion of one key
+    /// may meet here). Those the store did not answer go again, after a
+    /// pause, while `resend::pause` allows (the rest are answered with
+    /// their error).
+    async fn in_lots<T, A, F, Fut>(
+        self: Arc<Self>,
+        handed: Vec<Handed<T, A>>,
+        item: fn(&T) -> &str,
+        send: F,
+    ) where
         T: std::marker::Send + 'static,
         A: std::marker::Send + 'static,
-        F: Fn(Arc<Self>, Vec<Handed<T, A>>) -> Fut,
-        Fut: Future<Output = ()> + std::marker::Send + 'static,
+        F: Fn(Arc<Self>, Vec<Handed<T, A>>, bool) -> Fut,
+        Fut: Future<Output = Vec<Handed<T, A>>> + std::marker::Send + 'static,
     {
-        let size = self.sizer.limit().min(S::MAX_BATCH).max(1);
-        let mut sends = JoinSet::new();
-        let mut handed = handed.into_iter().peekable();
-        while handed.peek().is_some() {
-            let lot: Vec<_> = handed.by_ref().take(size).collect();
-            sends.spawn(requests::inherit(send(Arc::clone(&self), lot)));
+        let mut handed = handed;
+        let mut sent = 0;
+        loop {
+            let pause = resend::pause(sent, &self.deadline);
+            let size = self.sizer.limit().min(S::MAX_BATCH).max(1);
+            let rounds = distinct_rounds(handed.iter().map(|(t, _)| item(t)));
+            let mut slots: Vec<Option<Handed<T, A>>> = handed.into_iter().map(Some).collect();
+            let mut again = Vec::new();
+            for round in rounds {
+                let mut sends = JoinSet::new();
+                let mut items = round.into_iter().filter_map(|i| slots[i].take()).peekable();
+                while items.peek().is_some() {
+                    let lot: Vec<_> = items.by_ref().take(size).collect();
+                    let send = send(Arc::clone(&self), lot, pause.is_some());
+                    sends.spawn(requests::inherit(send));
+                }
+                while let Some(joined) = sends.join_next().await {
+                    again.extend(joined.unwrap_or_default());
+                }
+            }
+            let Some(pause) = pause.filter(|_| !again.is_empty()) else {
+                return;
+            };
+            tracing::warn!(
+                requests = again.len(),
+                resend = sent + 1,
+                "batched store requests failed: sent again"
+            );
+            tokio::time::sleep(pause).await;
+            (handed, sent) = (again, sent + 1);
         }
-        while sends.join_next().await.is_some() {}
     }
 
-    /// One lot of claims; a lease acquired is held (renewed) at once.
-    async fn claim(&self, lot: Vec<Handed<Claim, ClaimOutcome>>) {
+    /// One lot of claims; a lease acquired is held (renewed) at once. The
+    /// claims the store did not answer come back, when `resend`, to be sent
+    /// again (each with its owner: one that was written recognises itself).
+    async fn claim(
+        &self,
+        lot: Vec<Handed<Claim, ClaimOutcome>>,
+        resend: bool,
+    ) -> Vec<Handed<Claim, ClaimOutcome>> {
         let (claims, senders): (Vec<Claim>, Vec<_>) = lot.into_iter().unzip();
         let senders = Mutex::new(senders.into_iter().map(Some).collect::<Vec<_>>());
+        let again = Mutex::new(Vec::new());
         let overloaded = AtomicBool::new(false);
+        let admitted = self.window.admit(claims.len()).await;
         let _permit = self.permits.acquire().await;
         let sent = Instant::now();
         self.store
@@ -155,6 +231,11 @@ impl<S: Store> Sender<S> {
                 }
                 let sender = senders.lock().unwrap_or_else(|p| p.into_inner())[i].take();
                 let Some(sender) = sender else { return };
+                if resend && outcome.as_ref().is_err_and(StoreError::is_retryable) {
+                    let mut again = again.lock().unwrap_or_else(|p| p.into_inner());
+                    again.push((claims[i].clone(), sender));
+                    return;
+                }
                 // A lane that stopped waiting never hears of its lease: not
                 // renewed, it ends by itself.
                 if let Err(Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease))) =
@@ -164,30 +245,53 @@ impl<S: Store> Sender<S> {
                 }
             })
             .await;
-        self.observe(claims.len(), sent, overloaded.into_inner());
+        self.observe(claims.len(), sent, overloaded.into_inner(), admitted);
+        again.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One lot of fenced writes.
-    async fn write(&self, lot: Vec<Handed<(Lease, FencedWrite), u64>>) {
+    /// One lot of fenced writes; those the store did not answer come back,
+    /// when `resend`, to be sent again (a completion or failure that was
+    /// made recognises itself: the version and owner it wrote).
+    async fn write(
+        &self,
+        lot: Vec<Handed<(Lease, FencedWrite), u64>>,
+        resend: bool,
+    ) -> Vec<Handed<(Lease, FencedWrite), u64>> {
         let (writes, senders): (Vec<_>, Vec<_>) = lot.into_iter().unzip();
+        let admitted = self.window.admit(writes.len()).await;
         let _permit = self.permits.acquire().await;
         let sent = Instant::now();
         let answers = self.store.write_fenced(&writes).await;
         let overloaded = answers
             .iter()
             .any(|answer| answer.as_ref().is_err_and(StoreError::is_retryable));
-        self.observe(writes.len(), sent, overloaded);
-        for (sender, answer) in senders.into_iter().zip(answers) {
-            let _ = sender.send(answer);
+        self.observe(writes.len(), sent, overloaded, admitted);
+        let mut again = Vec::new();
+        for ((write, sender), answer) in writes.into_iter().zip(senders).zip(answers) {
+            match answer {
+                Err(err) if resend && err.is_retryable() => again.push((write, sender)),
+                answer => {
+                    let _ = sender.send(answer);
+                }
+            }
         }
+        again
     }
 
-    fn observe(&self, records: usize, sent: Instant, overloaded: bool) {
+    fn observe(
+        &self,
+        records: usize,
+        sent: Instant,
+        overloaded: bool,
+        admitted: super::window::Admitted<'_>,
+    ) {
         let answer = if overloaded {
             Answer::Overloaded
         } else {
             Answer::Served
         };
-        self.sizer.observe(records, sent.elapsed(), answer);
+        let elapsed = sent.elapsed();
+        self.sizer.observe(records, elapsed, answer);
+        admitted.answered(elapsed, answer);
     }
 }

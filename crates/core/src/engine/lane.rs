@@ -18,6 +18,17 @@
 //! lane stops, the claims made ahead are released together. Outcomes are
 //! recorded in the lane's order whatever order they are learned in
 //! (`log.rs`); one that is not done stops the lane as soon as it is known.
+//!
+//! **A lane waits holding nothing.** When the message at its head must wait
+//! (for another worker's live lease on its key, `waiting.rs`, or for the
+//! first copy of its key elsewhere in the container, `coalesce.rs`), the
+//! lane first records what it has under way and gives back every claim it
+//! made ahead (released together; the messages keep their place and are
+//! claimed again once the head goes on). Two workers that each held keys
+//! the other waits for would otherwise wait in a circle, each renewing its
+//! leases by heartbeat, until their deadlines: release before wait breaks
+//! the "hold and wait" that such a circle needs, across containers as
+//! within one.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,14 +36,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
-use crate::store::{Claim, FencedWrite, Lease, Store, StoreError};
+use crate::store::{FencedWrite, Lease, Store, StoreError};
 
-use super::batched::{ClaimAnswer, WriteAnswer};
+use super::ahead::Ahead;
+use super::batched::WriteAnswer;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::{Footprint, Limits};
 use super::lock_free::{Group, Planned};
 use super::log::{LaneLog, Ticket};
 use super::record::{Judged, Ran};
+use super::waiting::LeaseWait;
 use super::{Batch, Engine, FencingToken, Message, Outcome, RecordHandler, RecordOutcome, Work};
 
 /// The longest a direct completion waits in the lane's buffer for
@@ -46,8 +59,8 @@ pub const COMPLETION_LINGER: Duration = Duration::from_millis(100);
 enum Step {
     /// Settled without a claim: unreadable, or known COMPLETED.
     Done(Outcome),
-    /// The first copy of its key in the batch: its claim, handed in ahead.
-    Claiming(ClaimAnswer, FirstCopy),
+    /// The first copy of its key in the batch: its claim, made ahead.
+    Claiming(Ahead, FirstCopy),
     /// A later copy of a key in flight (in this batch or another of the
     /// container): waits for the first copy's outcome.
     Waiting(watch::Receiver<Option<Settled>>),
@@ -116,6 +129,7 @@ where
                 let room = window - lane.prepared.len();
                 self.prepare(pending.by_ref().take(room), &mut lane, &batch);
             }
+            self.take_back(&mut lane, &batch);
             let Some((work, step)) = lane.prepared.pop_front() else {
                 break;
             };
@@ -135,7 +149,6 @@ where
         lane: &mut Lane<H::Record, S::Effect>,
         batch: &Batch<S>,
     ) {
-        let deadline = batch.guard.deadline();
         for message in messages {
             let work = match message {
                 Ok(work) => work,
@@ -151,19 +164,52 @@ where
                 match batch.in_flight.turn(&work.key) {
                     Turn::Later(first) => Step::Waiting(first),
                     Turn::First(first_copy) => {
-                        let answer = batch.batched.claim(Claim {
-                            key: work.key.clone(),
-                            payload_hash: work.payload_hash.clone(),
-                            origin: Some(work.origin.clone()),
-                            lease_cap_ms: deadline.lease_cap_ms(),
-                            holder: work.holder.clone(),
-                        });
-                        Step::Claiming(answer, first_copy)
+                        Step::Claiming(Ahead::send(&work, batch), first_copy)
                     }
                 }
             };
             lane.prepared.push_back((Some(work), step));
         }
+    }
+
+    /// Takes back (together) the claims the lane gave back while it waited.
+    fn take_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
+        let given_back = |(_, step): &Prepared<H::Record>| matches!(step, Step::Claiming(ahead, _) if ahead.is_given_back());
+        if !lane.prepared.iter().any(given_back) {
+            return;
+        }
+        for (work, step) in std::mem::take(&mut lane.prepared) {
+            let step = match (step, &work) {
+                (Step::Claiming(ahead, first_copy), Some(work)) => {
+                    Step::Claiming(ahead.take_back(work, &self.store, batch), first_copy)
+                }
+                (step, _) => step,
+            };
+            lane.prepared.push_back((work, step));
+        }
+    }
+
+    /// Before the lane waits: gives back every claim it made ahead, so that
+    /// it holds nothing another worker may be waiting for (the leases are
+    /// released together; the messages keep their place, and their claims
+    /// are taken back when the lane goes on, see `ahead.rs`).
+    async fn give_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
+        let mut released = Vec::new();
+        for (work, step) in std::mem::take(&mut lane.prepared) {
+            let step = match step {
+                Step::Claiming(ahead, first_copy) => {
+                    let (ahead, lease) = ahead.give_back().await;
+                    if let Some(lease) = lease {
+                        let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
+                        released.push((lease, origin));
+                    }
+                    Step::Claiming(ahead, first_copy)
+                }
+                step => step,
+            };
+            lane.prepared.push_back((work, step));
+        }
+        self.release_together(released, batch).await;
     }
 
     /// The message's turn: its work runs (or its first copy's outcome
@@ -183,8 +229,10 @@ where
             (Step::Done(outcome), Some(work)) => self.replayed(&work, outcome).await,
             (Step::Done(outcome), None) => outcome,
             (Step::Waiting(first), Some(work)) => {
-                // The first copy may be this lane's own, still on its way.
+                // The first copy may be this lane's own, still on its way;
+                // the lane waits holding nothing.
                 self.record_all(lane, log, batch).await;
+                self.give_back(lane, batch).await;
                 let outcome = match coalesce::wait_for_first(first, &work.payload_hash, &deadline)
                     .await
                 {
@@ -194,8 +242,8 @@ where
                 };
                 self.replayed(&work, outcome).await
             }
-            (Step::Claiming(answer, first_copy), Some(work)) => {
-                match self.run_claim(&work, answer, lane, log, batch).await {
+            (Step::Claiming(ahead, first_copy), Some(work)) => {
+                match self.run_claim(&work, ahead, lane, log, batch).await {
                     Ok(lease) => {
                         return self
                             .run(work, lease, first_copy, ticket, started, lane, log, batch)
@@ -240,25 +288,24 @@ where
     async fn run_claim(
         &self,
         work: &Work<H::Record>,
-        answer: ClaimAnswer,
+        ahead: Ahead,
         lane: &mut Lane<H::Record, S::Effect>,
         log: &mut LaneLog,
         batch: &Batch<S>,
     ) -> Result<Lease, Outcome> {
         let deadline = batch.guard.deadline();
-        let claim = answer.await.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable {
-                operation: "claim",
-                message: "the claim's batch ended before it was answered".into(),
-            })
-        });
-        match self.judge_claim(&work.key, claim, deadline) {
+        let claim = ahead.answer(work, &self.store, batch).await;
+        let mut waiting = LeaseWait::default();
+        match self.judge_claim(&work.key, claim, deadline, &mut waiting) {
             Judged::Lease(lease) => Ok(lease),
             Judged::Settled(outcome) => Err(outcome),
             Judged::WaitAndRetry(wait) => {
+                // Waits holding nothing (see the module).
                 self.record_all(lane, log, batch).await;
+                self.give_back(lane, batch).await;
                 tokio::time::sleep(wait).await;
-                self.claim(work, deadline, &batch.leases).await
+                self.claim(work, deadline, &batch.leases, &mut waiting)
+                    .await
             }
         }
     }
@@ -425,16 +472,21 @@ where
             .unwrap_or(super::StopReason::EarlierRecordUnfinished);
         let mut leases = Vec::new();
         for (work, step) in std::mem::take(&mut lane.prepared) {
-            if let Step::Claiming(answer, _first_copy) = step
-                && let Ok(Ok(
-                    crate::store::ClaimOutcome::Acquired(lease)
-                    | crate::store::ClaimOutcome::TakenOver(lease),
-                )) = answer.await
+            if let Step::Claiming(ahead, _first_copy) = step
+                && let (_, Some(lease)) = ahead.give_back().await
             {
-                batch.leases.release(&lease.pk);
                 leases.push((lease, work.map(|w| w.origin).unwrap_or_default()));
             }
             log.push(Outcome::NotStarted(reason), Instant::now(), batch);
+        }
+        self.release_together(leases, batch).await;
+    }
+
+    /// Releases `leases` (each with its message's origin, for the log)
+    /// together: no longer renewed, claimable at once by their redelivery.
+    async fn release_together(&self, leases: Vec<(Lease, String)>, batch: &Batch<S>) {
+        for (lease, _) in &leases {
+            batch.leases.release(&lease.pk);
         }
         let releases = leases
             .iter()

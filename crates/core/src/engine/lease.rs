@@ -1,11 +1,13 @@
 //! Keeping leases while their messages wait and run. A batch's leases (its
 //! claims made ahead, the work running, the completions on their way) are
 //! held in ONE registry; its heartbeat renews, every third of the lock
-//! timeout, every lease more than a third through, in as few requests as
-//! the store's batches allow ([`Store::write_fenced`]), never past the
-//! invocation's deadline (plus [`super::deadline::LEASE_GRACE`]). A lease
-//! the store refuses to renew (taken over) is lost: the work running under
-//! it is stopped and never recorded.
+//! timeout, every lease more than a third through, as the batch's other
+//! fenced writes go (`batched.rs`: in as few requests as the store's
+//! batches allow, sized and admitted from the store's answers, sent again
+//! when unanswered), never past the invocation's deadline (plus
+//! [`super::deadline::LEASE_GRACE`]). A lease the store refuses to renew
+//! (taken over) is lost: the work running under it is stopped and never
+//! recorded.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -17,6 +19,7 @@ use tokio::sync::watch;
 use crate::clock::duration_ms;
 use crate::store::{FencedWrite, Lease, Store, StoreError};
 
+use super::batched::Batched;
 use super::deadline::Deadline;
 
 /// How a piece of work run under a lease ended.
@@ -105,20 +108,27 @@ impl Leases {
         }
     }
 
-    /// The heartbeat: renews the leases held, for ever (the caller stops it
-    /// with its batch).
-    pub async fn beat<S: Store>(&self, store: &S, deadline: Deadline) {
+    /// The heartbeat: renews the leases held (on `store`, through
+    /// `batched`), for ever (the caller stops it with its batch).
+    pub async fn beat<S: Store>(&self, store: &S, batched: &Batched, deadline: Deadline) {
         let lock_timeout = store.config().lock_timeout;
         let every = (lock_timeout / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            self.renew(store, deadline, duration_ms(lock_timeout)).await;
+            self.renew(store, batched, deadline, duration_ms(lock_timeout))
+                .await;
         }
     }
 
     /// One beat: every lease held more than a third through its lock
     /// timeout extends to a full one (capped by the deadline).
-    async fn renew<S: Store>(&self, store: &S, deadline: Deadline, lock_timeout_ms: u64) {
+    async fn renew<S: Store>(
+        &self,
+        store: &S,
+        batched: &Batched,
+        deadline: Deadline,
+        lock_timeout_ms: u64,
+    ) {
         let now = store.now_ms();
         let wanted = now + lock_timeout_ms;
         let until = deadline
@@ -144,20 +154,21 @@ impl Leases {
                 writes.push((lease, FencedWrite::Extend { until_ms: until }));
             }
         }
-        let lots = writes.chunks(S::MAX_BATCH.max(1));
-        let answers = futures_util::future::join_all(lots.map(|lot| store.write_fenced(lot))).await;
-        for ((lease, _), answer) in writes.iter().zip(answers.into_iter().flatten()) {
-            match answer {
-                Ok(until_ms) => {
+        let leases: Vec<Lease> = writes.iter().map(|(lease, _)| lease.clone()).collect();
+        let answers = batched.write(writes);
+        for (lease, answer) in leases.iter().zip(answers) {
+            match answer.await {
+                Ok(Ok(until_ms)) => {
                     if let Some(held) = self.lock().held.get_mut(&lease.pk)
                         && held.version == lease.version
                     {
                         held.lock_expires_at_ms = until_ms;
                     }
                 }
-                Err(StoreError::LockLost { .. }) => self.mark_lost(&lease.pk),
+                Ok(Err(StoreError::LockLost { .. })) => self.mark_lost(&lease.pk),
                 // Tried again at the next beat, while the lease still holds.
-                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+                Ok(Err(err)) => tracing::warn!(error = %err, "lease renewal failed"),
+                Err(_) => {}
             }
         }
     }

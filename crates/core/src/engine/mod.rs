@@ -21,6 +21,7 @@
 //! the same time (`footprint.rs`): the function never conflicts with
 //! itself.
 
+mod ahead;
 mod batched;
 mod cache;
 mod coalesce;
@@ -36,7 +37,9 @@ mod log;
 mod outcome;
 mod precheck;
 mod record;
+mod resend;
 mod sizing;
+mod waiting;
 mod window;
 
 use std::collections::HashMap;
@@ -53,7 +56,7 @@ pub use handler::{
 };
 pub use lane::COMPLETION_LINGER;
 pub use outcome::{Outcome, Parking, PoisonPolicy};
-pub use sizing::{GROUP_START, Resized, SLOW_COMMIT};
+pub use sizing::{GROUP_START, Resized, slow_answer};
 pub use window::WINDOW_GROUPS;
 
 use crate::store::{Store, requests};
@@ -87,6 +90,14 @@ pub struct Work<R> {
     /// version>/<log stream>`): the start of every owner token written for
     /// it, so that an item leads to its invocation's logs.
     pub holder: Option<Arc<str>>,
+}
+
+impl<R> Work<R> {
+    /// A new owner token for an attempt at this message (a claim, a
+    /// lock-free commit or failure), after its holder.
+    pub(super) fn new_owner(&self) -> String {
+        crate::store::new_owner(self.holder.as_deref())
+    }
 }
 
 /// A message of a batch: ready to run, or unreadable (with the reason).
@@ -211,6 +222,9 @@ pub struct Engine<H, S> {
     batch_sizer: Arc<Sizer>,
     /// Records in transaction groups in flight at once, likewise.
     window: Arc<Window>,
+    /// Records of batched claims and fenced writes in flight at once,
+    /// likewise.
+    batch_window: Arc<Window>,
 }
 
 impl<H, S> Engine<H, S>
@@ -222,19 +236,27 @@ where
     pub fn new(store: S, handler: H, config: EngineConfig) -> Self {
         let group_cap = config.max_records_per_transaction.min(S::MAX_EFFECTS);
         let max_in_flight = config.max_in_flight.max(1);
+        let slow = slow_answer(store.request_timeout());
         Self {
             cache: CompletedCache::new(config.completed_cache),
             permits: Arc::new(Semaphore::new(max_in_flight)),
             items: Arc::default(),
             running: Arc::default(),
-            sizer: Arc::new(Sizer::groups(S::START_SIZE, group_cap)),
+            sizer: Arc::new(Sizer::groups(S::START_SIZE, group_cap, slow)),
             // Never below one full group nor MAX_IN_FLIGHT records: groups
             // shrunk to one record still go MAX_IN_FLIGHT at once.
             window: Arc::new(Window::new(
                 WINDOW_GROUPS * group_cap,
                 group_cap.max(max_in_flight)..=max_in_flight * group_cap,
+                slow,
             )),
             batch_sizer: Arc::new(Sizer::batches(S::START_SIZE, S::MAX_BATCH)),
+            // As for groups: a few full batches at first, at most
+            // MAX_IN_FLIGHT of them, never below one.
+            batch_window: Arc::new(Window::batches(
+                WINDOW_GROUPS * S::MAX_BATCH,
+                S::MAX_BATCH..=max_in_flight * S::MAX_BATCH,
+            )),
             store,
             handler,
             config,
@@ -318,10 +340,12 @@ where
         }
         let lanes = messages;
         let leases = Arc::new(Leases::default());
+        let batched = self.batched(&leases, deadline);
         let heartbeat = {
-            let (leases, store) = (Arc::clone(&leases), self.store.clone());
+            let (leases, store, batched) =
+                (Arc::clone(&leases), self.store.clone(), batched.clone());
             tokio::spawn(requests::inherit(async move {
-                leases.beat(&store, deadline).await
+                leases.beat(&store, &batched, deadline).await
             }))
             .abort_handle()
         };
@@ -335,12 +359,7 @@ where
                 Arc::clone(&self.sizer),
                 Arc::clone(&self.window),
             ),
-            batched: Batched::new(
-                self.store.clone(),
-                Arc::clone(&self.permits),
-                Arc::clone(&self.batch_sizer),
-                Arc::clone(&leases),
-            ),
+            batched,
             leases,
             heartbeat,
             guard: BatchGuard::new(deadline),
@@ -387,6 +406,17 @@ where
             outcomes,
             store_unavailable: batch.guard.is_store_down(),
         }
+    }
+
+    /// The gatherers of a batch's claims and fenced writes, holding the
+    /// leases they acquire in `leases`.
+    fn batched(&self, leases: &Arc<Leases>, deadline: Deadline) -> Batched {
+        let pacing = batched::Pacing {
+            permits: Arc::clone(&self.permits),
+            sizer: Arc::clone(&self.batch_sizer),
+            window: Arc::clone(&self.batch_window),
+        };
+        Batched::new(self.store.clone(), pacing, Arc::clone(leases), deadline)
     }
 
     /// The stored result of `work`'s key if it is known COMPLETED for its

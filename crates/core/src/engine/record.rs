@@ -18,6 +18,8 @@ use super::deadline::Deadline;
 use super::footprint::Footprint;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::lease::{Held, Leases, hold};
+use super::resend::resending;
+use super::waiting::LeaseWait;
 use super::{Completion, Engine, Outcome, Work};
 
 /// What running a claimed message's business logic came to.
@@ -70,11 +72,13 @@ where
     /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
     /// the lease and cuts the work.
     pub async fn run_once(&self, work: &Work<H::Record>, deadline: Deadline) -> Outcome {
-        let leases = Leases::default();
+        let leases = std::sync::Arc::new(Leases::default());
+        let batched = self.batched(&leases, deadline);
         let outcome = tokio::select! {
             outcome = self.claim_and_run(work, deadline, &leases) => outcome,
-            () = leases.beat(&self.store, deadline) => unreachable!("the heartbeat never ends"),
+            () = leases.beat(&self.store, &batched, deadline) => unreachable!("the heartbeat never ends"),
         };
+        batched.stop();
         self.replayed(work, outcome).await
     }
 
@@ -86,7 +90,8 @@ where
         deadline: Deadline,
         leases: &Leases,
     ) -> Outcome {
-        match self.claim(work, deadline, leases).await {
+        let mut waiting = LeaseWait::default();
+        match self.claim(work, deadline, leases, &mut waiting).await {
             Ok(lease) => self.work(work, lease, deadline, leases).await,
             Err(outcome) => outcome,
         }
@@ -102,21 +107,25 @@ where
         work: &Work<H::Record>,
         deadline: Deadline,
         leases: &Leases,
+        waiting: &mut LeaseWait,
     ) -> Result<Lease, Outcome> {
+        // One owner for every send of the claim: a claim sent again
+        // recognises its own item.
+        let owner = work.new_owner();
         loop {
-            let claim = {
-                let _permit = self.permits.acquire().await;
-                self.store
-                    .claim(ClaimRequest {
-                        key: &work.key,
-                        payload_hash: &work.payload_hash,
-                        origin: Some(&work.origin),
-                        lease_cap_ms: deadline.lease_cap_ms(),
-                        holder: work.holder.as_deref(),
-                    })
-                    .await
+            let request = ClaimRequest {
+                key: &work.key,
+                payload_hash: &work.payload_hash,
+                origin: Some(&work.origin),
+                lease_cap_ms: deadline.lease_cap_ms(),
+                owner: Some(&owner),
             };
-            match self.judge_claim(&work.key, claim, deadline) {
+            let claim = resending("claim", deadline, || async {
+                let _permit = self.permits.acquire().await;
+                self.store.claim(request).await
+            })
+            .await;
+            match self.judge_claim(&work.key, claim, deadline, waiting) {
                 Judged::Lease(lease) => {
                     leases.hold(&lease);
                     return Ok(lease);
@@ -127,12 +136,14 @@ where
         }
     }
 
-    /// What the answer to a claim of `key` means.
+    /// What the answer to a claim of `key` means; a live lease elsewhere is
+    /// waited for as `waiting` allows.
     pub(super) fn judge_claim(
         &self,
         key: &str,
         claim: Result<ClaimOutcome, StoreError>,
         deadline: Deadline,
+        waiting: &mut LeaseWait,
     ) -> Judged {
         let outcome = match claim {
             Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => {
@@ -144,7 +155,7 @@ where
                 self.cache.insert(key, completed, item.expires_at_s);
                 Outcome::Duplicate { result }
             }
-            Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline) {
+            Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline, waiting) {
                 Some(wait) => return Judged::WaitAndRetry(wait),
                 None => Outcome::InProgress,
             },
@@ -166,21 +177,21 @@ where
         }
     }
 
-    /// How long to wait for another worker's lease on a key to end, if it
-    /// ends while records of this invocation may still start: a crashed
-    /// container's key is then taken over here, instead of the record being
-    /// reported (and redelivered at once, again and again) until the event
-    /// source mapping's retries run out and it lands in the on-failure
-    /// destination although nothing is wrong with it. `None` without a
-    /// known deadline, or when the lease outlives the invocation.
-    pub(super) fn lease_wait(&self, item: &StoredItem, deadline: Deadline) -> Option<Duration> {
-        let now = self.store.now_ms();
-        // Just past the lease's end (the takeover condition is strict), with
-        // a little spread so that waiting takers do not all come at once.
-        let left = item.lock_expires_at_ms?.saturating_sub(now) + 1 + now % 20;
-        deadline
-            .may_start_at(crate::clock::now_ms() + left)
-            .then(|| Duration::from_millis(left))
+    /// How long to wait before looking again at a key another worker holds
+    /// under a live lease (`item`), as `waiting` allows (see `waiting.rs`):
+    /// a crashed container's key is then taken over here, a finished one is
+    /// a duplicate, instead of the record being reported (and redelivered
+    /// at once, again and again, until the event source mapping's retries
+    /// run out and it lands in the on-failure destination although nothing
+    /// is wrong with it). `None`: report it in progress.
+    pub(super) fn lease_wait(
+        &self,
+        item: &StoredItem,
+        deadline: Deadline,
+        waiting: &mut LeaseWait,
+    ) -> Option<Duration> {
+        let lock_timeout = self.store.config().lock_timeout;
+        waiting.next(item, self.store.now_ms(), lock_timeout, deadline)
     }
 
     /// Runs the business logic under `lease` and records its outcome, one
@@ -195,7 +206,9 @@ where
         let pk = lease.pk.clone();
         let outcome = match self.run_claimed(work, lease, deadline, leases).await {
             Ran::Settled(outcome) => outcome,
-            Ran::Completed(completion, lease) => self.complete(work, completion, &lease).await,
+            Ran::Completed(completion, lease) => {
+                self.complete(work, completion, &lease, deadline).await
+            }
         };
         leases.release(&pk);
         outcome
@@ -223,13 +236,15 @@ where
                 value: Ok(completion),
                 lease,
             } => match completion.refusal() {
-                Some(error) => Ran::Settled(self.settle_failure(&lease, error, origin).await),
+                Some(error) => {
+                    Ran::Settled(self.settle_failure(&lease, error, origin, deadline).await)
+                }
                 None => Ran::Completed(completion, lease),
             },
             Held::Finished {
                 value: Err(error),
                 lease,
-            } => Ran::Settled(self.settle_failure(&lease, error, origin).await),
+            } => Ran::Settled(self.settle_failure(&lease, error, origin, deadline).await),
             Held::LockLost => {
                 tracing::warn!(
                     origin,
@@ -239,7 +254,7 @@ where
                 Ran::Settled(Outcome::LockLost)
             }
             Held::Cut { lease } => {
-                self.release(&lease, origin).await;
+                self.release(&lease, origin, deadline).await;
                 Ran::Settled(Outcome::TimedOut)
             }
         }
@@ -252,6 +267,7 @@ where
         work: &Work<H::Record>,
         completion: Completion<S::Effect>,
         lease: &Lease,
+        deadline: Deadline,
     ) -> Outcome {
         let origin = work.origin.as_str();
         let policy = completion.on_condition_failure;
@@ -265,9 +281,12 @@ where
             );
             // Never in flight with another commit touching its items.
             let _hold = self.items.hold([&footprint]).await;
-            self.store
-                .complete(lease, result, completion.effects())
-                .await
+            // Sent again, a completion made recognises itself (its version
+            // and owner), effects included.
+            resending("complete", deadline, || {
+                self.store.complete(lease, result, completion.effects())
+            })
+            .await
         };
         match recorded {
             Ok(expires_at_s) => {
@@ -280,11 +299,11 @@ where
                     ConditionFailure::Permanent => HandlerError::Permanent(error),
                     ConditionFailure::Retryable => HandlerError::Retryable(error),
                 };
-                self.settle_failure(lease, error, origin).await
+                self.settle_failure(lease, error, origin, deadline).await
             }
             Err(err @ StoreError::TooManyWrites { .. }) => {
-                self.settle_failure(lease, HandlerError::Permanent(err.to_string()), origin)
-                    .await
+                let error = HandlerError::Permanent(err.to_string());
+                self.settle_failure(lease, error, origin, deadline).await
             }
             Err(err) => unrecorded(err, direct),
         }
@@ -326,9 +345,7 @@ where
         let until = deadline
             .lease_cap_ms()
             .map_or(wanted, |cap| wanted.min(cap));
-        let renewed = self
-            .store
-            .extend(&lease, until)
+        let renewed = resending("extend", deadline, || self.store.extend(&lease, until))
             .await
             .map_err(store_failure)?;
         leases.hold(&renewed);
@@ -341,14 +358,18 @@ where
         lease: &Lease,
         error: HandlerError,
         origin: &str,
+        deadline: Deadline,
     ) -> Outcome {
         match error {
-            HandlerError::Permanent(error) => match self.store.fail(lease, &error).await {
-                Ok(()) => Outcome::Failed { error },
-                Err(err) => store_failure(err),
-            },
+            HandlerError::Permanent(error) => {
+                // Sent again, a failure made recognises itself.
+                match resending("fail", deadline, || self.store.fail(lease, &error)).await {
+                    Ok(()) => Outcome::Failed { error },
+                    Err(err) => store_failure(err),
+                }
+            }
             HandlerError::Retryable(error) => {
-                self.release(lease, origin).await;
+                self.release(lease, origin, deadline).await;
                 Outcome::Retrying { error }
             }
         }
@@ -357,8 +378,8 @@ where
     /// Makes the key claimable at once; if that fails the lease still ends
     /// by itself, and the record is reported either way. Logged by the
     /// message's origin: log lines never carry keys.
-    pub(super) async fn release(&self, lease: &Lease, origin: &str) {
-        if let Err(err) = self.store.release(lease).await {
+    pub(super) async fn release(&self, lease: &Lease, origin: &str, deadline: Deadline) {
+        if let Err(err) = resending("release", deadline, || self.store.release(lease)).await {
             tracing::warn!(origin, error = %err, "could not release the key");
         }
     }

@@ -7,15 +7,16 @@
 //! - a new container starts from the store's
 //!   [`START_SIZE`](crate::store::Store::START_SIZE) (by default
 //!   [`GROUP_START`]) and DOUBLES on every request answered
-//!   quickly (under [`SLOW_COMMIT`]) while the size limited it (it held as
+//!   quickly (under [`slow_answer`]) while the size limited it (it held as
 //!   many records as allowed), until the store first pushes back: a new
 //!   container's first batch should be about as fast as a warm one's;
 //! - after the first pushback the size grows by one per such answer. Not
 //!   faster: many lanes send at once, and a size that doubled on each of
 //!   their answers would send a burst of the biggest requests before the
 //!   first slow answer could say the store queues them;
-//! - for transaction groups, a slow answer (at least [`SLOW_COMMIT`]) takes
-//!   a quarter off; the store was busy, and a larger transaction holds its
+//! - for transaction groups, a slow answer (at least [`slow_answer`]: half
+//!   the store's request timeout) takes a quarter off; the store was
+//!   queueing, and a larger transaction holds its
 //!   locks (DynamoDB's items, PostgreSQL's rows, Redis's whole server while
 //!   its script runs) longer. A batch of claims or fenced writes holds no
 //!   lock across its items (each is written on its own): its latency says
@@ -46,11 +47,15 @@ use std::time::{Duration, Instant};
 
 use crate::store::{CommitOutcome, StoreError};
 
-/// A transaction answered after this long is slow: the store is queueing.
-/// A quarter of DynamoDB's 1 s attempt timeout (and of the other stores'
-/// default call timeouts of 1 to 2 s), so that groups shrink long before a
-/// request times out.
-pub const SLOW_COMMIT: Duration = Duration::from_millis(250);
+/// A transaction answered after this long, on a store that gives a
+/// request up after `request_timeout`, is slow: the store is queueing,
+/// half-way to giving requests up ([`crate::store::Store::request_timeout`];
+/// 1.5 s with DynamoDB's default attempt timeout of 3 s). Latency below it
+/// says nothing a smaller group would improve: a store far away, or under
+/// strain but answering, is not shrunk to one record a round trip.
+pub fn slow_answer(request_timeout: Duration) -> Duration {
+    request_timeout / 2
+}
 
 /// Where a new container's transaction groups and batches of claims start
 /// unless the store says otherwise ([`crate::store::Store::START_SIZE`]): a
@@ -169,9 +174,9 @@ pub struct Sizer {
 
 impl Sizer {
     /// A sizer of transaction groups within `[1, cap]`, from `start` (or
-    /// `cap`, if smaller): an answer after [`SLOW_COMMIT`] is slow.
-    pub fn groups(start: usize, cap: usize) -> Self {
-        Self::new(start, cap, Some(SLOW_COMMIT))
+    /// `cap`, if smaller): an answer after `slow` ([`slow_answer`]) is slow.
+    pub fn groups(start: usize, cap: usize, slow: Duration) -> Self {
+        Self::new(start, cap, Some(slow))
     }
 
     /// A sizer of batches (claims, fenced writes) within `[1, cap]`, from
@@ -222,10 +227,11 @@ mod tests {
     use super::*;
 
     const QUICK: Duration = Duration::from_millis(20);
+    const SLOW: Duration = Duration::from_millis(500);
 
     #[test]
     fn it_doubles_until_the_store_pushes_back_then_grows_by_one() {
-        let sizer = Sizer::groups(GROUP_START, 99);
+        let sizer = Sizer::groups(GROUP_START, 99, SLOW);
         assert_eq!(sizer.limit(), 25);
         // Slow start: twice the size per full request answered quickly.
         sizer.observe(25, QUICK, Answer::Served);
@@ -236,7 +242,7 @@ mod tests {
         sizer.observe(50, QUICK, Answer::Served);
         assert_eq!(sizer.limit(), 99, "capped");
         // Slow: a quarter off, and the slow start is over.
-        sizer.observe(99, SLOW_COMMIT, Answer::Served);
+        sizer.observe(99, SLOW, Answer::Served);
         assert_eq!(sizer.limit(), 74);
         sizer.observe(74, QUICK, Answer::Served);
         assert_eq!(sizer.limit(), 75, "one more, no longer twice");
@@ -256,7 +262,7 @@ mod tests {
 
     #[test]
     fn an_overload_ends_the_slow_start_too() {
-        let sizer = Sizer::groups(8, 99);
+        let sizer = Sizer::groups(8, 99, SLOW);
         sizer.observe(8, QUICK, Answer::Overloaded);
         assert_eq!(sizer.limit(), 4);
         sizer.observe(4, QUICK, Answer::Served);
@@ -265,22 +271,22 @@ mod tests {
 
     #[test]
     fn the_cap_bounds_it_from_the_start() {
-        let sizer = Sizer::groups(GROUP_START, 4);
+        let sizer = Sizer::groups(GROUP_START, 4, SLOW);
         assert_eq!(sizer.limit(), 4);
         sizer.observe(4, QUICK, Answer::Served);
         assert_eq!(sizer.limit(), 4);
-        assert_eq!(Sizer::groups(GROUP_START, 1).limit(), 1);
+        assert_eq!(Sizer::groups(GROUP_START, 1, SLOW).limit(), 1);
         assert_eq!(Sizer::batches(0, 10).limit(), 1);
     }
 
     #[test]
     fn a_batch_shrinks_only_when_the_store_is_overloaded() {
         let sizer = Sizer::batches(GROUP_START, 100);
-        sizer.observe(25, SLOW_COMMIT * 4, Answer::Served);
+        sizer.observe(25, SLOW * 4, Answer::Served);
         assert_eq!(sizer.limit(), 50, "slow but served: still doubling");
         sizer.observe(50, QUICK, Answer::Overloaded);
         assert_eq!(sizer.limit(), 25);
-        sizer.observe(25, SLOW_COMMIT, Answer::Served);
+        sizer.observe(25, SLOW, Answer::Served);
         assert_eq!(sizer.limit(), 26);
     }
 }

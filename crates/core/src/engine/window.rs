@@ -20,7 +20,8 @@
 //! - only a group that had to wait says a bigger window would do: while
 //!   the store has not pushed back, its quick answer adds its records (the
 //!   window doubles per round of answers), after that one group per round;
-//! - a slow answer (at least [`SLOW_COMMIT`]) takes a quarter off, an
+//! - a slow answer (half the store's request timeout,
+//!   [`super::sizing::slow_answer`]) takes a quarter off, an
 //!   overload halves it, as for the groups' size; never below one full
 //!   group nor `MAX_IN_FLIGHT` records (groups that shrank to one record
 //!   still go `MAX_IN_FLIGHT` at once, as before there was a window: a
@@ -34,7 +35,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::sizing::{Aimd, Answer, Resized, SLOW_COMMIT};
+use super::sizing::{Aimd, Answer, Resized};
 
 /// A new container's window: this many full groups in flight at once (a
 /// batch of four partitions, each lane's group side by side), whatever
@@ -53,17 +54,35 @@ pub struct Window {
     state: Mutex<State>,
     /// Told when records leave the window.
     released: Notify,
+    /// An answer after this long is slow (`None`: latency is no signal).
+    slow: Option<Duration>,
 }
 
 impl Window {
-    /// A window from `start` records, within `bounds`.
-    pub fn new(start: usize, bounds: RangeInclusive<usize>) -> Self {
+    /// A window of transaction groups' records from `start` records, within
+    /// `bounds`: an answer after `slow` ([`super::sizing::slow_answer`]) is
+    /// slow.
+    pub fn new(start: usize, bounds: RangeInclusive<usize>, slow: Duration) -> Self {
+        Self::with(start, bounds, Some(slow))
+    }
+
+    /// A window of the records of batched claims and fenced writes (the
+    /// locking path's), within `bounds`: only an overload shrinks it, since
+    /// such a batch holds no lock across its items and a slower answer says
+    /// nothing fewer of them at once would improve (as for their size,
+    /// `sizing.rs`).
+    pub fn batches(start: usize, bounds: RangeInclusive<usize>) -> Self {
+        Self::with(start, bounds, None)
+    }
+
+    fn with(start: usize, bounds: RangeInclusive<usize>, slow: Option<Duration>) -> Self {
         Self {
             state: Mutex::new(State {
                 in_flight: 0,
                 size: Aimd::new(start, bounds),
             }),
             released: Notify::new(),
+            slow,
         }
     }
 
@@ -106,7 +125,7 @@ impl Window {
 
     fn learn(&self, records: usize, waited: bool, elapsed: Duration, answer: Answer) {
         let records = records as f64;
-        let slow = elapsed >= SLOW_COMMIT;
+        let slow = self.slow.is_some_and(|slow| elapsed >= slow);
         // Only a group the window held back says a bigger one would do.
         self.lock().size.learn(answer, slow, |size, slow_start| {
             match (waited, slow_start) {
@@ -148,6 +167,7 @@ mod tests {
     use std::time::Duration;
 
     const QUICK: Duration = Duration::from_millis(20);
+    const SLOW: Duration = Duration::from_millis(500);
 
     /// A group of `then` records, held back by one of `first` in flight
     /// until that one's answer (quick, served): the one held back.
@@ -163,7 +183,7 @@ mod tests {
 
     #[tokio::test]
     async fn groups_wait_for_room_and_a_big_one_goes_alone() {
-        let window = Window::new(100, 1..=1_000);
+        let window = Window::new(100, 1..=1_000, SLOW);
         let first = window.admit(60).await;
         let second = window.admit(40).await;
         // Full: the next waits until records leave.
@@ -182,7 +202,7 @@ mod tests {
 
     #[tokio::test]
     async fn it_grows_only_when_it_held_a_group_back() {
-        let window = Window::new(100, 1..=1_000);
+        let window = Window::new(100, 1..=1_000, SLOW);
         // Not held back: a quick answer changes nothing.
         window.admit(50).await.answered(QUICK, Answer::Served);
         assert_eq!(window.limit(), 100);
@@ -192,7 +212,7 @@ mod tests {
             .answered(QUICK, Answer::Served);
         assert_eq!(window.limit(), 150);
         // Slow: a quarter off, and the slow start is over; overloaded: half.
-        window.admit(10).await.answered(SLOW_COMMIT, Answer::Served);
+        window.admit(10).await.answered(SLOW, Answer::Served);
         assert_eq!(window.limit(), 112);
         window.admit(10).await.answered(QUICK, Answer::Overloaded);
         assert_eq!(window.limit(), 56);
@@ -205,7 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn it_stays_within_its_bounds() {
-        let window = Window::new(0, 2..=60);
+        let window = Window::new(0, 2..=60, SLOW);
         assert_eq!(window.limit(), 2);
         for _ in 0..3 {
             held_back(&window, 40, 40)

@@ -104,7 +104,10 @@ macro_rules! conformance_suite {
             claims_made_together_each_answer_as_alone,
             batched_and_single_claimers_of_one_key_have_one_winner,
             fenced_writes_made_together_each_keep_their_fence,
-            a_commit_completes_held_keys_under_their_fence_with_their_effects
+            a_commit_completes_held_keys_under_their_fence_with_their_effects,
+            a_claim_sent_again_recognises_its_own_item,
+            a_fenced_write_sent_again_recognises_its_own_write,
+            a_commit_sent_again_finds_its_own_items
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -138,7 +141,7 @@ pub fn request<'a>(key: &'a str, hash: &'a str) -> ClaimRequest<'a> {
         payload_hash: hash,
         origin: Some("payments-0@15"),
         lease_cap_ms: None,
-        holder: None,
+        owner: None,
     }
 }
 
@@ -1010,7 +1013,7 @@ pub async fn a_key_another_scope_holds_is_never_its_duplicate_lock_or_failure<B:
                 index: 0,
                 item: Some(found),
             } => {
-                let standing = found.standing(b.config(), "h1", b.now_ms());
+                let standing = found.standing(b.config(), "h1", "", b.now_ms());
                 assert_eq!(standing, crate::store::Standing::OtherScope, "{key}");
             }
             other => panic!("{key}: B's lock-free commit must find A's item, got {other:?}"),
@@ -1166,7 +1169,7 @@ pub fn claim_of(key: &str, hash: &str) -> Claim {
         payload_hash: hash.to_owned(),
         origin: Some("payments-0@15".into()),
         lease_cap_ms: None,
-        holder: None,
+        owner: crate::store::new_owner(None),
     }
 }
 
@@ -1470,6 +1473,208 @@ pub async fn a_commit_completes_held_keys_under_their_fence_with_their_effects<B
     assert_eq!(total(&["held-3", "held-4"]).await, 0);
     let item = store.get("held-3").await.expect("get").expect("item");
     assert_eq!(item.status, Status::Started);
+}
+
+/// A claim sent again (its first answer lost or late, the write made)
+/// carries the same owner and finds its own item: the lease it holds, at
+/// the version it wrote, never "in progress" under itself; alone, batched,
+/// and as a take-over. A claim under another owner still finds it in
+/// progress.
+pub async fn a_claim_sent_again_recognises_its_own_item<B: Backend>(backend: &B) {
+    let store = backend.store(SHORT_LOCK).await;
+    let owner = crate::store::new_owner(Some("invocation"));
+    let mine = ClaimRequest {
+        owner: Some(&owner),
+        ..request("p-1", "h1")
+    };
+    let first = match store.claim(mine).await.expect("claim") {
+        ClaimOutcome::Acquired(lease) => lease,
+        other => panic!("expected to acquire, got {other:?}"),
+    };
+    assert_eq!(first.owner, owner);
+    match store.claim(mine).await.expect("claim sent again") {
+        ClaimOutcome::Acquired(lease) => assert_eq!(lease, first),
+        other => panic!("expected its own lease again, got {other:?}"),
+    }
+    let answers = std::sync::Mutex::new(Vec::new());
+    let claim = Claim {
+        owner: owner.clone(),
+        ..claim_of("p-1", "h1")
+    };
+    store
+        .claim_many(std::slice::from_ref(&claim), |_, outcome| {
+            answers.lock().expect("answers").push(outcome)
+        })
+        .await;
+    match answers.into_inner().expect("answers").as_slice() {
+        [Ok(ClaimOutcome::Acquired(lease))] => assert_eq!(lease, &first),
+        other => panic!("expected its own lease again in a batch, got {other:?}"),
+    }
+    match store.claim(request("p-1", "h1")).await.expect("claim") {
+        ClaimOutcome::InProgress(item) => assert_eq!(item.owner, owner),
+        other => panic!("another owner: expected in progress, got {other:?}"),
+    }
+
+    // A take-over sent again: its own lease at version 2.
+    wait_for_lock_expiry().await;
+    let taker = crate::store::new_owner(None);
+    let taking = ClaimRequest {
+        owner: Some(&taker),
+        ..request("p-1", "h1")
+    };
+    let taken = match store.claim(taking).await.expect("take over") {
+        ClaimOutcome::TakenOver(lease) => lease,
+        other => panic!("expected a take-over, got {other:?}"),
+    };
+    assert_eq!((taken.version, taken.owner.as_str()), (2, taker.as_str()));
+    match store.claim(taking).await.expect("take-over sent again") {
+        ClaimOutcome::TakenOver(lease) => assert_eq!(lease, taken),
+        other => panic!("expected its own lease at version 2, got {other:?}"),
+    }
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!((item.version, item.attempts), (2, Some(2)));
+}
+
+/// A fenced write sent again after its first attempt was applied finds
+/// the version and owner it wrote: a completion answers as it did (its
+/// effect applied once), a failure too, alone and batched; the same write
+/// by a worker taken over is still refused (the lock lost).
+pub async fn a_fenced_write_sent_again_recognises_its_own_write<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let counter = format!("c-{}", uuid::Uuid::new_v4());
+    let lease = acquire(&store, "paid", "h1").await;
+    let effect = || Effects::from(vec![backend.effect(&store, &counter, 5, None)]);
+    let expires = store
+        .complete(&lease, Some("paid"), effect())
+        .await
+        .expect("complete");
+    let again = store.complete(&lease, Some("paid"), effect()).await;
+    assert_eq!(again.expect("sent again: made"), expires);
+    assert_eq!(backend.counter(&store, &counter).await, 5, "applied once");
+    let alone = acquire(&store, "alone", "h1").await;
+    let expires = store
+        .complete(&alone, None, Effects::default())
+        .await
+        .expect("complete");
+    let again = store.complete(&alone, None, Effects::default()).await;
+    assert_eq!(again.expect("sent again: made"), expires);
+
+    let failed = acquire(&store, "failed", "h1").await;
+    store.fail(&failed, "bad amount").await.expect("fail");
+    store
+        .fail(&failed, "bad amount")
+        .await
+        .expect("sent again: made");
+    // A completion of a key this lease failed is not made: refused.
+    lost(store.complete(&failed, None, Effects::default()).await, 1);
+
+    let done = acquire(&store, "done", "h1").await;
+    let failing = acquire(&store, "failing", "h1").await;
+    let writes = [
+        (
+            done.clone(),
+            FencedWrite::Complete {
+                result: Some("paid".into()),
+            },
+        ),
+        (
+            failing.clone(),
+            FencedWrite::Fail {
+                error: "bad".into(),
+            },
+        ),
+    ];
+    let first = store.write_fenced(&writes).await;
+    let again = store.write_fenced(&writes).await;
+    assert!(first.iter().all(Result::is_ok), "{first:?}");
+    assert_eq!(
+        again.iter().map(|a| a.as_ref().ok()).collect::<Vec<_>>(),
+        first.iter().map(|a| a.as_ref().ok()).collect::<Vec<_>>(),
+        "sent again: made, answering as the first"
+    );
+    let item = store.get("done").await.expect("get").expect("item");
+    assert_eq!(
+        (item.status, item.result.as_deref()),
+        (Status::Completed, Some("paid"))
+    );
+}
+
+/// A commit sent again after the first was applied: a held key's item
+/// shows its own completion (the version and owner of its lease), a new
+/// key's its own owner; the effects applied once.
+pub async fn a_commit_sent_again_finds_its_own_items<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let counter = |key: &str| format!("c-{key}-{}", store.config().key_prefix);
+    let lease = acquire(&store, "held", "h1").await;
+    let commits = || {
+        vec![
+            Commit {
+                owner: lease.owner.clone(),
+                held: Some(lease.clone()),
+                ..new_commit(
+                    "held",
+                    "h1",
+                    vec![backend.effect(&store, &counter("held"), 3, None)],
+                )
+            },
+            new_commit(
+                "new",
+                "h1",
+                vec![backend.effect(&store, &counter("new"), 4, None)],
+            ),
+        ]
+    };
+    let first = commits();
+    let new_owner = first[1].owner.clone();
+    let outcome = store.commit(first).await.expect("commit");
+    assert!(
+        matches!(outcome, CommitOutcome::Committed { .. }),
+        "{outcome:?}"
+    );
+    // The second send carries the same owners.
+    let again: Vec<_> = commits()
+        .into_iter()
+        .map(|commit| match commit.held {
+            Some(_) => commit,
+            None => Commit {
+                owner: new_owner.clone(),
+                ..commit
+            },
+        })
+        .collect();
+    match store
+        .commit(again.clone())
+        .await
+        .expect("commit sent again")
+    {
+        CommitOutcome::KeyTaken {
+            index: 0,
+            item: Some(item),
+        } => assert!(lease.finished_as(&item, Status::Completed), "{item:?}"),
+        other => panic!("expected the held key taken, with its item, got {other:?}"),
+    }
+    match store
+        .commit(again[1..].to_vec())
+        .await
+        .expect("commit sent again")
+    {
+        CommitOutcome::KeyTaken {
+            index: 0,
+            item: Some(item),
+        } => {
+            let standing = item.standing(store.config(), "h1", &new_owner, store.now_ms());
+            assert_eq!(standing, crate::store::Standing::Ours);
+        }
+        other => panic!("expected the new key taken, with its item, got {other:?}"),
+    }
+    assert_eq!(
+        (
+            backend.counter(&store, &counter("held")).await,
+            backend.counter(&store, &counter("new")).await
+        ),
+        (3, 4),
+        "applied once"
+    );
 }
 
 /// Operator release and retry act only at the observed version.

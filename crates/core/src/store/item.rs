@@ -80,6 +80,10 @@ impl Status {
 pub enum Standing {
     /// Past its TTL: counts as absent (stores delete lazily).
     Expired,
+    /// Written under the very owner token of the message's attempt: its own
+    /// write, sent again after the first was made (the answer lost or
+    /// late), never another worker's.
+    Ours,
     /// Another scope's (another function's) live item: never this
     /// function's duplicate, lock or failure; the work does not run here.
     OtherScope,
@@ -145,11 +149,21 @@ impl StoredItem {
     }
 
     /// What this item means, to the store configured as `config`, for a
-    /// message with `payload_hash` at `now_ms`: the one place where a found
-    /// item is judged (claims, lock-free commits).
-    pub fn standing(&self, config: &StoreConfig, payload_hash: &str, now_ms: u64) -> Standing {
+    /// message with `payload_hash` whose attempt writes under `owner` (a
+    /// claim's or a lock-free commit's token; "" for none), at `now_ms`:
+    /// the one place where a found item is judged (claims, lock-free
+    /// commits).
+    pub fn standing(
+        &self,
+        config: &StoreConfig,
+        payload_hash: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Standing {
         if self.is_expired(now_ms) {
             Standing::Expired
+        } else if !owner.is_empty() && self.owner == owner {
+            Standing::Ours
         } else if !config.owns(self.scope.as_deref()) {
             Standing::OtherScope
         } else if self.payload_hash != payload_hash {

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, Increment, Lease, Listed, Listing,
-    Operator, Status, Store, StoreError, StoredItem, bounded, increment, new_owner,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
+    Listed, Listing, Operator, Status, Store, StoreError, StoredItem, bounded, increment,
     transaction_effects,
 };
 use crate::config::StoreConfig;
@@ -248,15 +248,9 @@ impl Store for MemoryStore {
         if let Some(item) = self.live(&state, pk) {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
-        let owner = new_owner(request.holder);
-        let mut item = self.new_item(pk.to_owned(), Status::Started, &owner, request);
-        let now = item.created_at_ms.unwrap_or_default();
-        let lease = Lease {
-            pk: pk.to_owned(),
-            version: 1,
-            owner,
-            lock_expires_at_ms: self.config.lease_end(now, request.lease_cap_ms),
-        };
+        let now = self.now_ms();
+        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
+        let mut item = self.new_item(pk.to_owned(), Status::Started, &lease.owner, request);
         item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);
         state.items.insert(pk.to_owned(), item);
         Ok(Conditional::Written(lease))
@@ -306,8 +300,12 @@ impl Store for MemoryStore {
         let now = self.now_ms();
         let mut state = self.lock();
         // The fence first: a worker taken over changes nothing, effects
-        // included; a refused effect changes nothing either.
-        Self::fenced(&mut state, lease)?;
+        // included (nor does this completion sent again once made); a
+        // refused effect changes nothing either.
+        if Self::fenced(&mut state, lease).is_err() {
+            return FencedWrite::Complete { result: None }
+                .refused(lease, state.items.get(&lease.pk));
+        }
         let counters = Self::applied(state.counters.clone(), &effects.writes)
             .map_err(|(effect, message)| StoreError::EffectConditionFailed { effect, message })?;
         let numbers = Self::incremented(state.numbers.clone(), &increments).map_err(|index| {
@@ -329,7 +327,13 @@ impl Store for MemoryStore {
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
         let now = self.now_ms();
         let mut state = self.lock();
-        let item = Self::fenced(&mut state, lease)?;
+        let Ok(item) = Self::fenced(&mut state, lease) else {
+            let found = state.items.get(&lease.pk);
+            let write = FencedWrite::Fail {
+                error: String::new(),
+            };
+            return write.refused(lease, found).map(|_| ());
+        };
         item.status = Status::Failed;
         item.error = Some(bounded(error).to_owned());
         item.expires_at_s = self.config.expires_at_s(now);

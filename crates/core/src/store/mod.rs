@@ -74,10 +74,14 @@ pub struct ClaimRequest<'a> {
     /// The latest the lease may end (epoch ms), e.g. just after the
     /// invocation's deadline; `None`: a full lock timeout.
     pub lease_cap_ms: Option<u64>,
-    /// Who claims: on Lambda the invocation, as `<request id>/<function
-    /// version>/<log stream>` (see [`new_owner`]). It starts the owner
-    /// token, so that a STARTED item leads to its invocation's logs.
-    pub holder: Option<&'a str>,
+    /// The owner token the claim writes, chosen once by the claimer
+    /// ([`new_owner`]: on Lambda it starts with the invocation, so that a
+    /// STARTED item leads to its logs). A claim sent again (its first
+    /// answer lost or late, the write perhaps made) carries the same owner
+    /// and recognises its own item ([`Standing::Ours`]). `None`: the store
+    /// makes a fresh one per write, and such a claim sent again finds its
+    /// own item in progress.
+    pub owner: Option<&'a str>,
 }
 
 /// The right to do a key's work, held until completion, failure or release.
@@ -95,8 +99,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// A new claim's lease on `pk` at `version`: a new owner (its holder
-    /// first), for one lock timeout from `now_ms` (not past the request's
+    /// A claim's lease on `pk` at `version`: the request's owner (or a new
+    /// one), for one lock timeout from `now_ms` (not past the request's
     /// cap).
     pub fn claimed(
         pk: String,
@@ -108,9 +112,56 @@ impl Lease {
         Self {
             pk,
             version,
-            owner: new_owner(request.holder),
+            owner: request.owner.map_or_else(|| new_owner(None), str::to_owned),
             lock_expires_at_ms: config.lease_end(now_ms, request.lease_cap_ms),
         }
+    }
+
+    /// The lease an item of this holder's shows: `item` STARTED under its
+    /// owner (what a claim sent again finds when its first write was made).
+    pub fn of_item(item: &StoredItem) -> Self {
+        Self {
+            pk: item.pk.clone(),
+            version: item.version,
+            owner: item.owner.clone(),
+            lock_expires_at_ms: item.lock_expires_at_ms.unwrap_or(0),
+        }
+    }
+
+    /// Whether `found` shows this lease's own last write made: `found` is
+    /// `status` at this lease's version and owner. Only the lease's holder
+    /// can have moved it there (every such write is fenced on both), so a
+    /// fenced write sent again after its first attempt was applied (the
+    /// answer lost or late) recognises its own write instead of taking it
+    /// for a lost lock.
+    pub fn finished_as(&self, found: &StoredItem, status: Status) -> bool {
+        found.status == status && found.version == self.version && found.owner == self.owner
+    }
+
+    /// What a fenced write of this lease that finishes its key as
+    /// `finishing` (a completion, a failure; `None` for a release or an
+    /// extension) answers when the store refused its fence, judged from the
+    /// item the store found there (`None`: absent or not returned): already
+    /// made by this very lease ([`Self::finished_as`]: the write sent again
+    /// after its first attempt was applied) it is made, and answers the
+    /// item's `expires_at` (a failure answers 0); anything else is the lock
+    /// lost. (A release or an extension sent again passes its fence again.)
+    pub fn refused(
+        &self,
+        finishing: Option<Status>,
+        found: Option<&StoredItem>,
+    ) -> Result<u64, StoreError> {
+        let made = finishing
+            .zip(found)
+            .filter(|(status, item)| self.finished_as(item, *status))
+            .map(|(status, item)| match status {
+                Status::Completed => item.expires_at_s,
+                _ => 0,
+            });
+        made.ok_or_else(|| StoreError::LockLost {
+            key: self.pk.clone(),
+            version: self.version,
+        })
     }
 }
 
@@ -183,8 +234,9 @@ pub struct Claim {
     pub origin: Option<String>,
     /// The latest the lease may end (epoch ms).
     pub lease_cap_ms: Option<u64>,
-    /// Who claims (see [`ClaimRequest::holder`]).
-    pub holder: Option<std::sync::Arc<str>>,
+    /// The claim's owner token, the same on every send of it (see
+    /// [`ClaimRequest::owner`]).
+    pub owner: String,
 }
 
 impl Claim {
@@ -195,7 +247,7 @@ impl Claim {
             payload_hash: &self.payload_hash,
             origin: self.origin.as_deref(),
             lease_cap_ms: self.lease_cap_ms,
-            holder: self.holder.as_deref(),
+            owner: Some(&self.owner),
         }
     }
 }
@@ -223,6 +275,24 @@ pub enum FencedWrite {
         /// The new end, epoch ms.
         until_ms: u64,
     },
+}
+
+impl FencedWrite {
+    /// The status this write finishes its key in, if it does (a
+    /// completion, a failure).
+    pub fn finishes(&self) -> Option<Status> {
+        match self {
+            Self::Complete { .. } => Some(Status::Completed),
+            Self::Fail { .. } => Some(Status::Failed),
+            Self::Release | Self::Extend { .. } => None,
+        }
+    }
+
+    /// What this write, under `lease`, answers when the store refused its
+    /// fence and found `found` (see [`Lease::refused`]).
+    pub fn refused(&self, lease: &Lease, found: Option<&StoredItem>) -> Result<u64, StoreError> {
+        lease.refused(self.finishes(), found)
+    }
 }
 
 /// A work's effect, committed in ONE transaction with its completion:
@@ -292,7 +362,7 @@ impl<E> Commit<E> {
             payload_hash: &self.payload_hash,
             origin: self.origin.as_deref(),
             lease_cap_ms: None,
-            holder: None,
+            owner: Some(&self.owner),
         }
     }
 }
@@ -427,6 +497,16 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Its configuration.
     fn config(&self) -> &StoreConfig;
+
+    /// The longest one request may take before the client gives it up
+    /// (DynamoDB's attempt timeout, PostgreSQL's call timeout, Redis's
+    /// timeout). An answer that took half of it is slow: the store is
+    /// queueing, near giving requests up, and the engine's sizing backs off
+    /// (`engine::sizing`); a quicker one, however slow the network, is not.
+    /// Default 1 s.
+    fn request_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
 
     /// The item an effect writes, when the store can tell, named as
     /// [`Increment::item`] names an incremented item (`table/key="value"`):
@@ -685,9 +765,12 @@ pub trait Store: Clone + Send + Sync + 'static {
                     continue;
                 };
                 let item = *item;
-                match item.standing(self.config(), request.payload_hash, self.now_ms()) {
+                let owner = request.owner.unwrap_or_default();
+                match item.standing(self.config(), request.payload_hash, owner, self.now_ms()) {
                     // Past its TTL: absent, even if the store still has it.
                     Standing::Expired => observed = None,
+                    // This very claim's write, made before (sent again).
+                    Standing::Ours => return Ok(ours(item)),
                     Standing::OtherScope => return Ok(ClaimOutcome::OtherScope(item)),
                     Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
                     Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
@@ -728,6 +811,18 @@ pub trait Operator: Store {
 
     /// The live items under the key prefix that `listing` names.
     fn list(&self, listing: Listing) -> impl Future<Output = Result<Listed, StoreError>> + Send;
+}
+
+/// A claim that found its own item (its first send was written, the answer
+/// lost or late): the lease it holds, or, were the item already finished
+/// under it, what that means.
+fn ours(item: StoredItem) -> ClaimOutcome {
+    match item.status {
+        Status::Started if item.version == 1 => ClaimOutcome::Acquired(Lease::of_item(&item)),
+        Status::Started => ClaimOutcome::TakenOver(Lease::of_item(&item)),
+        Status::Completed => ClaimOutcome::Duplicate(item),
+        Status::Failed => ClaimOutcome::PreviouslyFailed(item),
+    }
 }
 
 /// The indexes of `keys` in rounds of distinct keys, in order: a batched

@@ -98,13 +98,14 @@ pub fn migrate_requested(lookup: impl Fn(&str) -> Option<String>) -> Result<bool
 }
 
 impl DatabaseSettings {
-    /// How much longer than the server the client waits for a statement:
-    /// enough for the server's cancellation to arrive.
-    pub const CLIENT_GRACE: Duration = Duration::from_millis(500);
+    /// How much longer than the server the client waits for a call: its
+    /// round trips (a transaction takes two), enough for a network or a
+    /// proxy under strain, and for the server's cancellation to arrive.
+    pub const CLIENT_GRACE: Duration = Duration::from_millis(3500);
 
-    /// The longest a store call may take before the client gives up and the
-    /// record is reported: the statement timeout and [`Self::CLIENT_GRACE`]
-    /// (2 s by default, as DynamoDB's operation timeout).
+    /// The longest a store call may take before the client gives up (and
+    /// the engine sends it again, then reports the record): the statement
+    /// timeout and [`Self::CLIENT_GRACE`] (5 s by default).
     pub fn call_timeout(&self) -> Duration {
         self.statement_timeout + Self::CLIENT_GRACE
     }
@@ -362,7 +363,7 @@ mod tests {
         assert_eq!(ok.pool_size, 4);
         assert_eq!(ok.connect_timeout, Duration::from_secs(3));
         assert_eq!(ok.statement_timeout, Duration::from_millis(1500));
-        assert_eq!(ok.call_timeout(), Duration::from_secs(2));
+        assert_eq!(ok.call_timeout(), Duration::from_secs(5));
         assert!(!ok.iam_auth);
         assert_eq!(ok.config.get_dbname(), Some("ledger"));
         let missing = settings(&[]).expect_err("no URL, no secret");

@@ -17,8 +17,8 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use crate::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Store, StoreError, StoredItem,
-    increment, new_owner,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Status, Store, StoreError,
+    StoredItem, increment,
 };
 
 mod group;
@@ -31,7 +31,9 @@ use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::log::{LaneLog, Ticket};
 use super::record::store_failure;
+use super::resend::{self, resending};
 use super::sizing::Answer;
+use super::waiting::LeaseWait;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
@@ -168,7 +170,7 @@ where
         let token = FencingToken {
             key: pk,
             version: 1,
-            owner: new_owner(work.holder.as_deref()),
+            owner: work.new_owner(),
         };
         let deadline = batch.guard.deadline();
         let planned = tokio::select! {
@@ -249,9 +251,10 @@ where
         // The sizes of the next chunks, when a refusal planned them; with
         // none planned, all the members left commit together.
         let mut plan: VecDeque<usize> = VecDeque::new();
-        // A lock-free group whose commit met an overloaded store is sent
-        // again once, in halves (see below).
-        let mut resent = false;
+        // A group whose commit met an overloaded store is sent again, in
+        // halves (see below).
+        let mut resent = 0;
+        let deadline = batch.guard.deadline();
         while !members.is_empty() {
             if let Some(reason) = log.stop_before_commit(batch) {
                 for planned in members.drain(..) {
@@ -312,26 +315,31 @@ where
                     requeue(&mut members, chunk);
                 }
                 // Timed out, throttled, unreachable: the store may or may not
-                // have applied it. New keys only (lock-free): sending them
-                // again cannot apply an effect twice, since a commit that was
-                // applied is refused as a whole (its keys are taken) and each
-                // of its messages then finds its own COMPLETED item, a
-                // duplicate. In halves, once: an overloaded store (a burst of
-                // big transactions queued past the client's timeout) has
-                // had the time of the timeout to drain; a second failure is
-                // the store's, and fails closed as any other.
-                Err(err)
-                    if err.is_retryable()
-                        && !resent
-                        && chunk.len() > 1
-                        && chunk.iter().all(|planned| planned.held.is_none()) =>
-                {
+                // have applied it. Sending it again cannot apply an effect
+                // twice: a commit that was applied is refused as a whole (its
+                // keys are taken, its fences moved on) and each of its
+                // messages then finds its own write (a new key's item under
+                // its owner, a held key's completed at its version and
+                // owner). In halves, after a pause (`resend.rs`): an
+                // overloaded store (a burst of big transactions queued past
+                // the client's timeout) has had the time to drain; a store
+                // that fails every send fails closed.
+                Err(err) if err.is_retryable() && chunk.len() > 1 => {
+                    let Some(pause) = resend::pause(resent, &deadline) else {
+                        let outcome = self.unsettled(&chunk[0], store_failure(err), batch);
+                        let first = chunk.remove(0);
+                        log.resolve(first.ticket, outcome, first.started, batch);
+                        requeue(&mut members, chunk);
+                        continue;
+                    };
                     tracing::warn!(
                         records = chunk.len(),
                         error = %err,
+                        resend = resent + 1,
                         "group commit failed: sent again in halves"
                     );
-                    resent = true;
+                    tokio::time::sleep(pause).await;
+                    resent += 1;
                     let half = chunk.len() / 2;
                     plan = VecDeque::from([half, chunk.len() - half]);
                     requeue(&mut members, chunk);
@@ -432,7 +440,8 @@ where
         batch: &Batch<S>,
     ) -> Outcome {
         if let Some(lease) = &planned.held {
-            self.release(lease, &planned.work.origin).await;
+            let deadline = batch.guard.deadline();
+            self.release(lease, &planned.work.origin, deadline).await;
         }
         self.unsettled(planned, Outcome::NotStarted(reason), batch)
     }
@@ -456,18 +465,30 @@ where
         batch: &Batch<S>,
     ) -> Outcome {
         let work = &planned.work;
-        for _ in 0..COMMIT_ROUNDS {
-            let result = {
+        let deadline = batch.guard.deadline();
+        let mut waiting = LeaseWait::default();
+        let mut rounds = 0;
+        while rounds < COMMIT_ROUNDS {
+            // Sent again, a commit made recognises itself (below).
+            let result = resending("commit", deadline, || async {
                 let _hold = self.items.hold([&planned.footprint]).await;
                 self.commit_sized(vec![new_commit(planned)]).await
-            };
+            })
+            .await;
             let item = match result {
                 Ok(CommitOutcome::Committed { expires_at_s, .. }) => {
                     return self.processed(planned, expires_at_s, batch);
                 }
-                // A held key's fence failed: taken over, this worker is
-                // fenced out and records nothing.
-                Ok(CommitOutcome::KeyTaken { .. }) if planned.held.is_some() => {
+                Ok(CommitOutcome::KeyTaken { item, .. }) if let Some(lease) = &planned.held => {
+                    // Completed already under this very lease: a commit sent
+                    // again after the first was applied.
+                    if let Some(item) =
+                        item.filter(|item| lease.finished_as(item, Status::Completed))
+                    {
+                        return self.processed(planned, item.expires_at_s, batch);
+                    }
+                    // The fence failed: taken over, this worker is fenced
+                    // out and records nothing.
                     tracing::warn!(
                         origin = work.origin,
                         version = planned.token.version,
@@ -494,8 +515,11 @@ where
                 }
                 Err(err) => return store_failure(err),
             };
-            if let Some(outcome) = self.found(work, item, batch).await {
-                return outcome;
+            let owner = &planned.token.owner;
+            match self.found(work, item, owner, &mut waiting, batch).await {
+                Ok(outcome) => return outcome,
+                Err(Again::Waited) => {}
+                Err(Again::Expired) => rounds += 1,
             }
         }
         Outcome::StoreFailed(StoreError::Contention {
@@ -514,7 +538,8 @@ where
     ) -> Outcome {
         match (&planned.held, error) {
             (Some(lease), error) => {
-                self.settle_failure(lease, error, &planned.work.origin)
+                let deadline = batch.guard.deadline();
+                self.settle_failure(lease, error, &planned.work.origin, deadline)
                     .await
             }
             (None, HandlerError::Permanent(error)) => {
@@ -527,19 +552,26 @@ where
     /// A poison message: its key becomes FAILED (if it is new), so that its
     /// redeliveries are refused without running the work.
     async fn fail_new(&self, work: &Work<H::Record>, error: String, batch: &Batch<S>) -> Outcome {
-        let owner = new_owner(work.holder.as_deref());
-        for _ in 0..COMMIT_ROUNDS {
-            let result = {
+        let owner = work.new_owner();
+        let deadline = batch.guard.deadline();
+        let mut waiting = LeaseWait::default();
+        let mut rounds = 0;
+        while rounds < COMMIT_ROUNDS {
+            // Sent again, a failure made recognises itself (its owner).
+            let result = resending("fail", deadline, || async {
                 let _permit = self.permits.acquire().await;
                 self.store.fail_new(request(work), &owner, &error).await
-            };
+            })
+            .await;
             let item = match result {
                 Ok(Conditional::Written(())) => return Outcome::Failed { error },
                 Ok(Conditional::Conflict(item)) => item,
                 Err(err) => return store_failure(err),
             };
-            if let Some(outcome) = self.found(work, item, batch).await {
-                return outcome;
+            match self.found(work, item, &owner, &mut waiting, batch).await {
+                Ok(outcome) => return outcome,
+                Err(Again::Waited) => {}
+                Err(Again::Expired) => rounds += 1,
             }
         }
         Outcome::StoreFailed(StoreError::Contention {
@@ -547,19 +579,45 @@ where
         })
     }
 
-    /// What the item found under a message's key means for it; None: the
-    /// item has expired, or a lease was waited out: try again. An abandoned
-    /// lock of the locking path is taken over by the locking path.
+    /// What the item found under a message's key (written or not by this
+    /// very attempt, under `owner`) means for it, or why to try again: the
+    /// item expired, or a live lease was waited for (as `waiting` allows).
+    /// An abandoned lock of the locking path is taken over by the locking
+    /// path.
     async fn found(
         &self,
         work: &Work<H::Record>,
         item: Option<Box<StoredItem>>,
+        owner: &str,
+        waiting: &mut LeaseWait,
         batch: &Batch<S>,
-    ) -> Option<Outcome> {
-        let item = *item?;
-        Some(
-            match item.standing(self.store.config(), &work.payload_hash, self.store.now_ms()) {
-                Standing::Expired => return None,
+    ) -> Result<Outcome, Again> {
+        let Some(item) = item else {
+            return Err(Again::Expired);
+        };
+        let item = *item;
+        let now = self.store.now_ms();
+        Ok(
+            match item.standing(self.store.config(), &work.payload_hash, owner, now) {
+                Standing::Expired => return Err(Again::Expired),
+                // This attempt's own write, made by a send whose answer was
+                // lost or late.
+                Standing::Ours => match item.status {
+                    Status::Completed => {
+                        let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+                        let result = completed.result.clone();
+                        self.cache.insert(&work.key, completed, item.expires_at_s);
+                        Outcome::Processed {
+                            version: item.version,
+                            result,
+                        }
+                    }
+                    Status::Failed => Outcome::Failed {
+                        error: item.error.unwrap_or_default(),
+                    },
+                    // A lock-free attempt writes no STARTED item.
+                    Status::Started => Outcome::InProgress,
+                },
                 Standing::OtherScope => self.other_scope(item),
                 Standing::OtherPayload => Outcome::PayloadMismatch,
                 Standing::Completed => {
@@ -569,10 +627,10 @@ where
                     Outcome::Duplicate { result }
                 }
                 Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
-                Standing::Locked => match self.lease_wait(&item, batch.guard.deadline()) {
+                Standing::Locked => match self.lease_wait(&item, batch.guard.deadline(), waiting) {
                     Some(wait) => {
                         tokio::time::sleep(wait).await;
-                        return None;
+                        return Err(Again::Waited);
                     }
                     None => Outcome::InProgress,
                 },
@@ -585,14 +643,23 @@ where
     }
 }
 
-/// The claim request a message's items are written with.
+/// Why a lock-free write is tried again.
+enum Again {
+    /// The item found has expired: it counts as absent.
+    Expired,
+    /// Another worker's live lease was waited for.
+    Waited,
+}
+
+/// The claim request a message's new FAILED item is written with (its
+/// owner passed beside).
 fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
     ClaimRequest {
         key: &work.key,
         payload_hash: &work.payload_hash,
         origin: Some(&work.origin),
         lease_cap_ms: None,
-        holder: work.holder.as_deref(),
+        owner: None,
     }
 }
 
