@@ -89,14 +89,15 @@ impl Backend {
                     .pool(aws.as_ref())
                     .await
                     .map_err(|err| store(err.to_string()))?;
+                let timeout = database.call_timeout();
+                let table = config.table_name.clone();
+                let postgres = exactly_once_postgres::PostgresStore::new(pool, config, timeout)
+                    .map_err(|err| store(err.to_string()))?;
                 if patience == Patience::Function {
                     use exactly_once_postgres::schema;
-                    check_schema(&pool, schema::IDEMPOTENCY, &config.table_name).await?;
+                    check_schema(&postgres, schema::IDEMPOTENCY, &table).await?;
                 }
-                let timeout = database.call_timeout();
-                exactly_once_postgres::PostgresStore::new(pool, config, timeout)
-                    .map(Self::Postgres)
-                    .map_err(|err| store(err.to_string()))
+                Ok(Self::Postgres(postgres))
             }
             #[cfg(feature = "redis")]
             StoreKind::Redis => {
@@ -142,22 +143,44 @@ fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Checks `table` against `schema`: a table behind (or ahead of) this build
-/// stops the function at start; a database down now only warns, since
-/// every record then fails closed (reported) until it is back. With
+/// How long a PostgreSQL table's start-up check (and migration) may take
+/// in all, attempt after attempt: Lambda gives an on-demand function's
+/// init 10 s, and the rest of the start needs some of them.
+#[cfg(feature = "postgres")]
+pub const START_CHECK_BUDGET: Duration = Duration::from_secs(8);
+
+/// Checks `table` against `schema` on `store`'s database: a table behind
+/// (or ahead of) this build stops the function at start. A database that
+/// does not answer (unreachable, connections reset, answers too slow: each
+/// round trip bounded by the store's call timeout, each connection by
+/// `DATABASE_CONNECT_TIMEOUT_MS`) is asked again, pausing longer each time,
+/// within [`START_CHECK_BUDGET`]; still unreachable, the function starts
+/// with a warning that names the cause, never a wrong schema (every record
+/// is then sent again, then reported, until the database answers). With
 /// `DATABASE_MIGRATE=true` the missing migrations are applied first (one
 /// transaction, serialised with any concurrent `migrate`), so a local
 /// database or a function allowed DDL needs no migration step of its own.
 #[cfg(feature = "postgres")]
 pub async fn check_schema(
-    pool: &exactly_once_postgres::Pool,
+    store: &exactly_once_postgres::PostgresStore,
     schema: exactly_once_postgres::schema::TableSchema,
     table: &str,
 ) -> Result<(), StartError> {
+    use exactly_once_core::store::Store as _;
     use exactly_once_postgres::schema::{self, SchemaError};
-    if exactly_once_postgres::connect::migrate_requested(env_var)? {
-        match schema::migrate(pool, &[(schema, table)]).await {
-            Ok(migrated) => {
+    let started = std::time::Instant::now();
+    let left = || START_CHECK_BUDGET.saturating_sub(started.elapsed());
+    let mut pause = Duration::from_millis(100);
+    let migrate = exactly_once_postgres::connect::migrate_requested(env_var)?;
+    loop {
+        let attempt = async {
+            if migrate {
+                let migrated = schema::migrate(store.pool(), &[(schema, table)])
+                    .await
+                    .map_err(|err| match err.is_retryable() {
+                        true => SchemaError::Unreachable(err.to_string()),
+                        false => SchemaError::Migration(err.to_string()),
+                    })?;
                 for done in migrated.iter().filter(|done| done.from != done.to) {
                     tracing::info!(
                         table,
@@ -167,28 +190,45 @@ pub async fn check_schema(
                     );
                 }
             }
-            // Down now: the check below says so, and records fail closed.
-            Err(err) if err.is_retryable() => {
-                tracing::warn!(error = %err, table, "PostgreSQL unreachable at start; not migrated");
+            schema::check(store.pool(), schema, table, store.request_timeout()).await
+        };
+        let checked = tokio::time::timeout(left(), attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SchemaError::Unreachable(
+                    "no answer within the start-up budget".into(),
+                ))
+            });
+        match checked {
+            Ok(()) => return Ok(()),
+            Err(SchemaError::Unreachable(reason)) if pause < left() => {
+                tracing::warn!(%reason, table, "PostgreSQL did not answer at start; asking again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
             }
-            Err(err) => {
+            // Down now: records are sent again, then reported, until it
+            // answers; the schema is checked by nothing else, so say so.
+            Err(SchemaError::Unreachable(reason)) => {
+                tracing::warn!(
+                    %reason,
+                    table,
+                    "store unavailable at start: PostgreSQL did not answer; the schema was not checked"
+                );
+                return Ok(());
+            }
+            Err(SchemaError::Migration(reason)) => {
                 return Err(StartError::Store {
                     store: "PostgreSQL",
-                    reason: format!("DATABASE_MIGRATE=true: could not migrate {table:?}: {err}"),
+                    reason: format!("DATABASE_MIGRATE=true: could not migrate {table:?}: {reason}"),
+                });
+            }
+            Err(wrong) => {
+                return Err(StartError::Store {
+                    store: "PostgreSQL",
+                    reason: wrong.to_string(),
                 });
             }
         }
-    }
-    match schema::check(pool, schema, table).await {
-        Ok(()) => Ok(()),
-        Err(SchemaError::Unreachable(reason)) => {
-            tracing::warn!(%reason, table, "PostgreSQL unreachable at start; schema not checked");
-            Ok(())
-        }
-        Err(wrong) => Err(StartError::Store {
-            store: "PostgreSQL",
-            reason: wrong.to_string(),
-        }),
     }
 }
 

@@ -179,7 +179,7 @@ pub mod dynamodb {
 /// The PostgreSQL store (feature `postgres`).
 #[cfg(feature = "postgres")]
 pub mod postgres {
-    pub use crate::backend::check_schema;
+    pub use crate::backend::{START_CHECK_BUDGET, check_schema};
     pub use exactly_once_postgres::*;
 
     /// `handler`, whose effects are SQL statements ([`SqlEffect`]), for

@@ -171,7 +171,7 @@ async fn on_postgresql_database_migrate_creates_the_tables_at_start() {
         (exactly_once::postgres::schema::IDEMPOTENCY, &table),
         (ledger::LEDGER_SCHEMA, &ledger),
     ] {
-        exactly_once::postgres::schema::check(&pool, schema, table)
+        exactly_once::postgres::schema::check(&pool, schema, table, support::postgres::TIMEOUT)
             .await
             .unwrap_or_else(|err| panic!("{table}: {err}"));
     }

@@ -146,9 +146,14 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
         Err(err @ StoreError::Rejected { .. }) => assert!(!err.is_retryable()),
         other => panic!("expected a rejection, got {other:?}"),
     }
-    let err = schema::check(&pool, schema::IDEMPOTENCY, "no_such_table")
-        .await
-        .expect_err("never migrated");
+    let err = schema::check(
+        &pool,
+        schema::IDEMPOTENCY,
+        "no_such_table",
+        support::postgres::TIMEOUT,
+    )
+    .await
+    .expect_err("never migrated");
     assert!(
         matches!(err, SchemaError::Behind { found: 0, .. }),
         "{err:?}"
@@ -159,9 +164,14 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
          `exactly-once-ops migrate` (with DATABASE_URL set) before deploying"
     );
     let table = support::env("IDEMPOTENCY_TABLE");
-    schema::check(&pool, schema::IDEMPOTENCY, &table)
-        .await
-        .expect("the migrated test table passes");
+    schema::check(
+        &pool,
+        schema::IDEMPOTENCY,
+        &table,
+        support::postgres::TIMEOUT,
+    )
+    .await
+    .expect("the migrated test table passes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -183,9 +193,14 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
         created += usize::from(migrated[0].from == 0);
     }
     assert_eq!(created, 1, "exactly one run created the table");
-    schema::check(&pool, schema::IDEMPOTENCY, &table)
-        .await
-        .expect("migrated");
+    schema::check(
+        &pool,
+        schema::IDEMPOTENCY,
+        &table,
+        support::postgres::TIMEOUT,
+    )
+    .await
+    .expect("migrated");
     let client = pool.get().await.expect("a connection");
     let indexes: Vec<String> = client
         .query(
@@ -236,9 +251,14 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
         )
         .await
         .expect("a row of version 1");
-    let err = schema::check(&pool, schema::IDEMPOTENCY, &table)
-        .await
-        .expect_err("behind");
+    let err = schema::check(
+        &pool,
+        schema::IDEMPOTENCY,
+        &table,
+        support::postgres::TIMEOUT,
+    )
+    .await
+    .expect_err("behind");
     assert!(
         matches!(
             err,
@@ -255,9 +275,14 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
         .await
         .expect("migrate");
     assert_eq!((migrated[0].from, migrated[0].to), (1, 2));
-    schema::check(&pool, schema::IDEMPOTENCY, &table)
-        .await
-        .expect("at version 2");
+    schema::check(
+        &pool,
+        schema::IDEMPOTENCY,
+        &table,
+        support::postgres::TIMEOUT,
+    )
+    .await
+    .expect("at version 2");
     let config = StoreConfig {
         scope: Some("payments-a".into()),
         ..StoreConfig::new(table.clone())

@@ -218,7 +218,7 @@ impl LedgerHandler {
         match backend {
             Backend::DynamoDb(store) => Ok(Self::from_settings(store.client().clone(), settings)),
             Backend::Postgres(store) => {
-                exactly_once::postgres::check_schema(store.pool(), LEDGER_SCHEMA, &settings.table)
+                exactly_once::postgres::check_schema(store, LEDGER_SCHEMA, &settings.table)
                     .await
                     .map_err(|err| err.to_string())?;
                 Ok(Self::from_settings_on_postgres(store.clone(), settings))

@@ -129,23 +129,35 @@ pub async fn migrate(
 
 /// Checks that `table` is at this build's schema version and has every
 /// column the code reads; else a clear error that names the command to run.
-pub async fn check(pool: &Pool, schema: TableSchema, table: &str) -> Result<(), SchemaError> {
-    let client = pool
-        .get()
-        .await
-        .map_err(|err| SchemaError::Unreachable(err.to_string()))?;
-    let found = client
-        .query_opt(
-            "SELECT version FROM exactly_once_schema WHERE table_name = $1",
-            &[&table],
-        )
-        .await;
-    let version: i32 = match found {
-        Ok(row) => row.map_or(0, |row| row.get(0)),
-        // No bookkeeping table: nothing was ever migrated.
-        Err(err) if err.code().is_some_and(|c| c.code() == "42P01") => 0,
-        Err(err) => return Err(SchemaError::Unreachable(err.to_string())),
-    };
+/// Each of its round trips gives up after `timeout` (a database that does
+/// not answer is [`SchemaError::Unreachable`], never a wrong schema).
+pub async fn check(
+    pool: &Pool,
+    schema: TableSchema,
+    table: &str,
+    timeout: std::time::Duration,
+) -> Result<(), SchemaError> {
+    let client = within(timeout, "connect", async {
+        pool.get()
+            .await
+            .map_err(|err| SchemaError::Unreachable(err.to_string()))
+    })
+    .await?;
+    let version: i32 = within(timeout, "read the schema version", async {
+        match client
+            .query_opt(
+                "SELECT version FROM exactly_once_schema WHERE table_name = $1",
+                &[&table],
+            )
+            .await
+        {
+            Ok(row) => Ok(row.map_or(0, |row| row.get(0))),
+            // No bookkeeping table: nothing was ever migrated.
+            Err(err) if is_undefined(&err) => Ok(0),
+            Err(err) => Err(SchemaError::Unreachable(err.to_string())),
+        }
+    })
+    .await?;
     let expected = schema.latest();
     if version < expected {
         return Err(SchemaError::Behind {
@@ -164,15 +176,43 @@ pub async fn check(pool: &Pool, schema: TableSchema, table: &str) -> Result<(), 
     if let Some(columns) = schema.columns {
         let quoted = quote_identifier(table).map_err(SchemaError::Unreachable)?;
         let sql = format!("SELECT {columns} FROM {quoted} LIMIT 0");
-        client
-            .query(&sql, &[])
-            .await
-            .map_err(|err| SchemaError::Columns {
-                table: table.to_owned(),
-                message: pg_error("check", err).to_string(),
-            })?;
+        within(timeout, "read the columns", async {
+            match client.query(&sql, &[]).await {
+                Ok(_) => Ok(()),
+                // The server's own word that a column (or the table) is
+                // missing; anything else (a connection closed, a timeout)
+                // says nothing of the schema.
+                Err(err) if is_undefined(&err) => Err(SchemaError::Columns {
+                    table: table.to_owned(),
+                    message: pg_error("check", err).to_string(),
+                }),
+                Err(err) => Err(SchemaError::Unreachable(err.to_string())),
+            }
+        })
+        .await?;
     }
     Ok(())
+}
+
+/// `step` of the check, given up after `timeout`.
+async fn within<T>(
+    timeout: std::time::Duration,
+    step: &str,
+    step_done: impl Future<Output = Result<T, SchemaError>>,
+) -> Result<T, SchemaError> {
+    match tokio::time::timeout(timeout, step_done).await {
+        Ok(answer) => answer,
+        Err(_) => Err(SchemaError::Unreachable(format!(
+            "{step}: no answer within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}
+
+/// The server said a table or column does not exist (`42P01`, `42703`).
+fn is_undefined(err: &tokio_postgres::Error) -> bool {
+    err.code()
+        .is_some_and(|code| matches!(code.code(), "42P01" | "42703"))
 }
 
 /// The prefix of a table's index names: the table name, dots as `_` (a
@@ -184,9 +224,14 @@ fn index_prefix(table: &str) -> String {
 /// Why the function cannot use a table.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
-    /// The database did not answer the check.
-    #[error("could not check the schema: {0}")]
+    /// The database did not answer the check (unreachable, a connection
+    /// closed or reset, no answer in time): nothing is known of the schema.
+    #[error("store unavailable: could not check the schema: {0}")]
     Unreachable(String),
+    /// The database refused the migration (`DATABASE_MIGRATE=true`): the
+    /// server's reason (a role without DDL rights, say).
+    #[error("the migration was refused: {0}")]
+    Migration(String),
     /// The table is missing or older than this build.
     #[error(
         "table {table:?} is at schema version {found}, this build needs {expected}: \

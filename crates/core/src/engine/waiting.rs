@@ -75,7 +75,7 @@ impl LeaseWait {
         let left = lease_end.saturating_sub(now) + spread;
         deadline
             .may_start_at(now_ms() + left)
-            .then(|| Duration::from_millis(wake - now))
+            .then(|| Duration::from_millis(wake.saturating_sub(now)))
     }
 }
 
