@@ -31,6 +31,26 @@ local_stack() {
   eval "$("$root/infra/sqs-local.sh" start)"
   export AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
   export AWS_ENDPOINT_URL_DYNAMODB_STREAMS="$AWS_ENDPOINT_URL_DYNAMODB"
+  # A slower machine on demand (docs/testing.md, "On a slower machine"):
+  # SLOW_DYNAMODB_MS=200-600 puts DynamoDB Local behind a proxy that answers
+  # every request that much later; CPU_HOG=1 keeps one core busy beside the
+  # tests.
+  local slowed=""
+  if [[ -n "${SLOW_DYNAMODB_MS:-}" ]]; then
+    local low="${SLOW_DYNAMODB_MS%-*}" high="${SLOW_DYNAMODB_MS#*-}" port
+    exec {SLOW_PROXY_FD}< <(python3 "$root/infra/delay_proxy.py" \
+      "${AWS_ENDPOINT_URL_DYNAMODB#http://}" "$low" "$high")
+    read -r port <&"$SLOW_PROXY_FD"
+    export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
+    slowed+="pkill -f 'infra/delay_proxy.py' || true; "
+    step "DynamoDB Local behind a proxy answering every request ${low} to ${high} ms late (port $port)"
+  fi
+  if [[ "${CPU_HOG:-}" == "1" ]]; then
+    taskset -c 0 bash -c 'while :; do :; done' &
+    slowed+="kill $! || true; "
+    step "a busy loop on core 0 beside the tests (pid $!)"
+  fi
+
   step "PostgreSQL (infra/postgres-local.sh)"
   eval "$("$root/infra/postgres-local.sh" start)"
   step "Redis, and a Redis Cluster of 3 primaries (infra/redis-local.sh)"
@@ -39,7 +59,7 @@ local_stack() {
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
   # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR).
   # shellcheck disable=SC2064 # expand $root now
-  trap "'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop" EXIT
+  trap "$slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"

@@ -246,6 +246,7 @@ fn the_configuration_page_separates_the_librarys_variables_from_the_demos() {
     let demo = variables_under(&page, "## The shipped function's variables");
     let read: BTreeSet<String> = exactly_once::lambda::ENV_VARS
         .iter()
+        .chain(exactly_once::dynamodb::settings::ENV_VARS)
         .chain(exactly_once::postgres::connect::ENV_VARS)
         .chain(exactly_once::redis::connect::ENV_VARS)
         .chain(exactly_once::redis::cache::ENV_VARS)

@@ -344,8 +344,10 @@ async fn hot_account_through(plan: FaultPlan, payments: usize) -> Vec<usize> {
 }
 
 /// The default sizing (no `MAX_RECORDS_PER_TRANSACTION` cap of one's own)
-/// follows what the store answers: quick commits grow the group, slow ones
-/// shrink it, and so do throttling and transactions cancelled in conflict;
+/// follows what the store answers: quick commits grow the group, and so do
+/// commits a second late (far, not queueing); slow ones (half-way to the
+/// attempt timeout) shrink it, and so do throttling and transactions
+/// cancelled in conflict;
 /// every payment applies once whatever group it landed in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_group_size_follows_the_stores_answers() {
@@ -356,10 +358,23 @@ async fn the_group_size_follows_the_stores_answers() {
     assert!(quick.windows(2).all(|w| w[0] < w[1]), "{quick:?}");
     assert_eq!(quick.last(), Some(&99), "{quick:?}");
 
-    // Slow (300 ms a request): a quarter off each, down from the start.
+    // A second a request, well within the attempt timeout (3 s): a store
+    // far away or under strain, but answering; the group grows as on a
+    // quick one (at a quarter of a second a request, the latency rule used
+    // to shrink such groups to one record a round trip).
+    let far = FaultPlan {
+        latency: 1.0,
+        latency_ms: (1_000, 1_000),
+        ..FaultPlan::default()
+    };
+    let far = hot_account_through(far, 60).await;
+    assert_eq!(far.first(), Some(&(2 * GROUP_START)), "{far:?}");
+
+    // Slow (1.6 s a request: past half the attempt timeout, near giving
+    // requests up): a quarter off each, down from the start.
     let slow = FaultPlan {
         latency: 1.0,
-        latency_ms: (300, 300),
+        latency_ms: (1_600, 1_600),
         ..FaultPlan::default()
     };
     let slow = hot_account_through(slow, 40).await;

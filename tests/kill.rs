@@ -582,6 +582,98 @@ async fn storm(
     storm
 }
 
+/// A Kafka stream's batches with each partition's records in an order
+/// drawn by `rng`: what another container handed the same records gets
+/// when deliveries overlap (a retry beside the invocation it retries).
+fn shuffled(batches: &[Value], rng: &mut fastrand::Rng) -> Vec<Value> {
+    let mut batches = batches.to_vec();
+    for batch in &mut batches {
+        if let Some(partitions) = batch["records"].as_object_mut() {
+            for records in partitions.values_mut() {
+                if let Some(records) = records.as_array_mut() {
+                    rng.shuffle(records);
+                }
+            }
+        }
+    }
+    batches
+}
+
+/// Overlapping deliveries across containers: `containers` worker processes
+/// at once on one stream (one function, one key prefix), each handed every
+/// batch with its records in its own order, each killed at random and
+/// started again where it stopped, until `kills` kills were made in all
+/// (and 4 streams at least ran); checks every stream's ledger.
+async fn overlapping_storm(mode: &str, kills: usize, seed: u64, containers: usize) -> Storm {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut storm = Storm {
+        kills: 0,
+        payments: 0,
+        double_applications: 0,
+        wrong_balances: 0,
+        short_balances: 0,
+        groups: Vec::new(),
+        batched: 0,
+    };
+    while made.load(std::sync::atomic::Ordering::SeqCst) < kills || storm.payments < 4 * 80 {
+        let accounts: Vec<String> = (0..4).map(|_| account()).collect();
+        let stream = format!("s-{}", uuid::Uuid::new_v4());
+        let batches = support::msk::payment_stream(&stream, &accounts, 8);
+        let key_prefix = format!("overlap-{}#", uuid::Uuid::new_v4());
+        let lives = (0..containers).map(|_| {
+            let config = WorkerConfig {
+                key_prefix: key_prefix.clone(),
+                mode: mode.into(),
+                lock_ms: 150,
+                batches: batches_file(&shuffled(&batches, &mut rng)),
+                first_batch: 0,
+                pause_in_handler: false,
+                charge_api: None,
+                invocations: 1,
+                encoding: Encoding::Kafka,
+            };
+            let (made, mut rng) = (std::sync::Arc::clone(&made), rng.fork());
+            async move {
+                let mut config = config;
+                let (mut groups, mut batched) = (Vec::new(), 0);
+                loop {
+                    let mut worker = Worker::start(&config);
+                    let kill_at =
+                        (made.load(std::sync::atomic::Ordering::SeqCst) < kills).then(|| {
+                            tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120))
+                        });
+                    let finished = worker.run_until(kill_at, &mut config, seed).await;
+                    groups.append(&mut worker.groups);
+                    batched += worker.batched;
+                    if finished {
+                        break;
+                    }
+                    worker.kill().await;
+                    made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                let _ = std::fs::remove_file(&config.batches);
+                (groups, batched)
+            }
+        });
+        for (mut groups, batched) in futures_util::future::join_all(lives).await {
+            storm.groups.append(&mut groups);
+            storm.batched += batched;
+        }
+        let mut counted = 0i64;
+        for (account, expected) in accounts.iter().zip(stream_balances(&accounts, 8)) {
+            let (balance, payments) = ledger_entry(account).await;
+            counted += payments;
+            storm.wrong_balances += usize::from(balance != expected);
+            storm.short_balances += usize::from(balance < expected);
+        }
+        storm.payments += 80;
+        storm.double_applications += counted - 80;
+    }
+    storm.kills = made.load(std::sync::atomic::Ordering::SeqCst);
+    storm
+}
+
 fn kills_wanted() -> usize {
     std::env::var("KILL_TEST_KILLS")
         .ok()
@@ -647,6 +739,29 @@ async fn transactional_mode_with_4_invocations_at_once_never_applies_a_payment_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_free_mode_with_4_invocations_at_once_never_applies_a_payment_twice() {
     exactly_once_storm("lock-free", kills_wanted() / 2, 4, Encoding::Kafka).await;
+}
+
+/// Overlapping deliveries across containers on the locking path: 3 worker
+/// processes at once, each handed every batch in its own order, killed at
+/// random. Each waits for the others' keys holding nothing of its own
+/// (`engine/lane.rs`), and takes over what a killed one held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_with_3_containers_on_overlapping_deliveries_never_applies_a_payment_twice()
+ {
+    let seed = seed();
+    let storm = overlapping_storm("transactional", kills_wanted() / 2, seed, 3).await;
+    println!(
+        "transactional storm on {:?}, 3 containers on overlapping deliveries \
+         (KILL_TEST_SEED={seed}): {storm:?}",
+        test_store()
+    );
+    // The locking path ran, batched (the lock-free path sends no claim).
+    assert!(storm.batched > 0, "no batched request: {storm:?}");
+    assert_eq!(
+        (storm.double_applications, storm.wrong_balances),
+        (0, 0),
+        "seed {seed}: {storm:?}"
+    );
 }
 
 /// The storms on SQS FIFO events (a message group per account) and on

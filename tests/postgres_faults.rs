@@ -206,11 +206,9 @@ async fn cut_connections_statement_timeouts_and_a_crash_apply_every_payment_once
             (0, 0, 0),
             "seed {seed}: {storm:?}"
         );
+        // The faults came (the requests they met are sent again, so a
+        // delivery is reported only when a fault outlasts the re-sends).
         assert_eq!(storm.restarts, 1, "{storm:?}");
         assert!(storm.cuts > 0 && storm.lock_holds > 0, "{storm:?}");
-        assert!(
-            storm.reported_deliveries > 0,
-            "the faults were felt: {storm:?}"
-        );
     }
 }

@@ -192,6 +192,12 @@ async fn with_aof_fsync_always_a_restart_loses_nothing_acknowledged() {
     );
 }
 
+/// How long Redis stays down after the crash of
+/// `a_restart_mid_batch_...`: longer than the engine's re-sends of a
+/// request it did not answer (pauses of 0.1, 0.4 and 1.6 s, `RESENDS`), so
+/// the batch fails closed instead of riding it out.
+const DOWN: Duration = Duration::from_secs(4);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification_once() {
     let server = Arc::new(LocalRedis::start(&["--aof"]));
@@ -199,9 +205,23 @@ async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification
         &server.url,
         support::store_config(Duration::from_millis(500)),
     );
+    // A crash with the 4th record's work (which goes on for half a second
+    // after it: the completions waiting before it meet the crash); Redis
+    // back (AOF: nothing lost) after `DOWN`.
     let restarting = server.clone();
     let notifier = Notifier {
-        on_call: Some((4, Arc::new(move || restarting.restart()))),
+        on_call: Some((
+            4,
+            Arc::new(move || {
+                restarting.stop();
+                let restarting = restarting.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(DOWN);
+                    restarting.restart();
+                });
+                std::thread::sleep(Duration::from_millis(500));
+            }),
+        )),
         ..Notifier::default()
     };
     let sent = notifier.sent.clone();
@@ -213,13 +233,13 @@ async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification
             lambda_runtime::Context::default(),
         ))
         .await;
-    // The ten keys were claimed together; the restart came with the 4th
-    // record's work, and no record ran after it. Of the four that ran, the
-    // completions that waited to share a request were written after the
-    // restart (the claims survived it: AOF) or lost with the connection:
-    // the first record the store failed and everything after it are
-    // reported (if nothing could be written, the invocation fails: all
-    // ten).
+    // The ten keys were claimed together; the crash came with the 4th
+    // record's work, and no record ran after it (a lane starts no work
+    // while the store does not answer its requests). Of the four that
+    // ran, the completions that waited to share a request were lost with
+    // the connection, sent again while Redis was down, then given up: the
+    // first record the store failed and everything after it are reported
+    // (if nothing could be written, the invocation fails: all ten).
     let first = match &response {
         Ok(response) => {
             let reported = reported(response);
@@ -234,7 +254,8 @@ async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification
     };
     assert!(first <= 4, "offset {first} was reported first");
     assert_eq!(sent.load(Ordering::SeqCst), 4, "no work after the failure");
-    tokio::time::sleep(Duration::from_millis(600)).await; // the claims' leases end
+    // Redis back, the claims' leases ended: the replay.
+    tokio::time::sleep(DOWN).await;
     invoke_until_done(&function, &batch).await;
     // Every record ran once, but those among the first four whose
     // completion was lost with the connection: the locking path's
@@ -250,35 +271,71 @@ async fn a_restart_mid_batch_fails_closed_and_the_replay_sends_each_notification
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_script_blocking_redis_fails_closed_and_loses_nothing() {
-    let server = LocalRedis::start(&[]);
-    let config = support::store_config(Duration::from_secs(30));
-    let store = support::redis::store_tuned(&server.url, config, Duration::from_millis(300), 0);
-    let a = account();
-    let ledger = LedgerHandler::on_redis(
-        store.clone(),
-        support::env("LEDGER_TABLE"),
-        LedgerMode::Transactional,
-    );
-    let function = function(&store, ledger);
-    let batch = payments("slow", &a);
-    // Another client's script keeps the server busy for 1.5 s.
-    let mut blocker = redis::Client::open(server.url.as_str())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection");
-    let busy = tokio::spawn(async move {
-        let script = "local t = redis.call('TIME'); local until_us = t[1] * 1000000 + t[2] + 1500000 \
-                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1";
-        redis::cmd("EVAL")
+/// Another client's script keeps the server busy for `busy` (from when
+/// the returned future resolves); the future of its end.
+async fn block_redis(url: &str, busy: Duration) -> impl std::future::Future<Output = ()> {
+    let url = url.to_owned();
+    let started = tokio::time::Instant::now();
+    let script = tokio::spawn(async move {
+        let mut blocker = redis::Client::open(url.as_str())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let script = format!(
+            "local t = redis.call('TIME'); local until_us = t[1] * 1000000 + t[2] + {} \
+             repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1",
+            busy.as_micros()
+        );
+        // Its own client may give up waiting for it; Redis runs it to its
+        // end.
+        let _ = redis::cmd("EVAL")
             .arg(script)
             .arg(0)
             .query_async::<i64>(&mut blocker)
-            .await
+            .await;
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Running (its connection made, the script sent).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    async move {
+        let _ = script.await;
+        tokio::time::sleep_until(started + busy + Duration::from_millis(500)).await;
+    }
+}
+
+/// A script blocking Redis for 1.5 s (five of the store's 300 ms call
+/// timeouts) is ridden out: the requests it held up are sent again until
+/// it answers, and each payment applies once, nothing reported. One that
+/// blocks it for 6 s (longer than the re-sends) fails the batch closed,
+/// nothing applied; its replay applies each payment once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_script_blocking_redis_is_ridden_out_or_fails_closed_and_loses_nothing() {
+    let server = LocalRedis::start(&[]);
+    let config = support::store_config(Duration::from_secs(30));
+    let store = support::redis::store_tuned(&server.url, config, Duration::from_millis(300), 0);
+    let table = support::env("LEDGER_TABLE");
+    let ledger = LedgerHandler::on_redis(store.clone(), table.clone(), LedgerMode::Transactional);
+    let function = function(&store, ledger);
+
+    let a = account();
+    let busy = block_redis(&server.url, Duration::from_millis(1_500)).await;
+    let response = function
+        .handle(lambda_runtime::LambdaEvent::new(
+            payments("slow", &a),
+            lambda_runtime::Context::default(),
+        ))
+        .await
+        .expect("answered");
+    assert_eq!(reported(&response), Vec::<String>::new());
+    let _ = busy.await;
+    assert_eq!(
+        support::redis::ledger_entry(&store, &table, &a).await,
+        (55, 10)
+    );
+
+    let b = account();
+    let batch = payments("blocked", &b);
+    let busy = block_redis(&server.url, Duration::from_secs(6)).await;
     let result = function
         .handle(lambda_runtime::LambdaEvent::new(
             batch.clone(),
@@ -292,15 +349,12 @@ async fn a_slow_script_blocking_redis_fails_closed_and_loses_nothing() {
         ),
         "{result:?}"
     );
-    // The script's own client gives up waiting for it; Redis runs it to
-    // its end.
-    let _ = busy.await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let entry = support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a).await;
+    busy.await;
+    let entry = support::redis::ledger_entry(&store, &table, &b).await;
     assert_eq!(entry, (0, 0), "nothing applied while Redis was busy");
     invoke_until_done(&function, &batch).await;
     assert_eq!(
-        support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), &a).await,
+        support::redis::ledger_entry(&store, &table, &b).await,
         (55, 10)
     );
 }

@@ -60,6 +60,9 @@ struct Report {
     causes: BTreeMap<String, u64>,
     /// Schedules run in lock-free mode (their path asserted).
     lock_free_schedules: u64,
+    /// Deliveries overlapping another in another order on the locking path
+    /// (its path asserted).
+    reordered_on_locking: u64,
     /// Schedules by the source whose events the mapping delivered.
     by_source: BTreeMap<String, u64>,
     /// Per poison setup: records, records in the destination, good records
@@ -87,6 +90,7 @@ impl Report {
         self.parked += other.parked;
         self.produced_bad += other.produced_bad;
         self.lock_free_schedules += other.lock_free_schedules;
+        self.reordered_on_locking += other.reordered_on_locking;
         for (source, count) in &other.by_source {
             *self.by_source.entry(source.clone()).or_default() += count;
         }
@@ -247,6 +251,9 @@ async fn run_schedule(seed: u64, base: Client) -> Report {
         .violations
         .extend(path_violations(&schedule, &log, report.completed));
     report.lock_free_schedules = u64::from(schedule.ledger_mode == LedgerMode::LockFree);
+    if schedule.ledger_mode != LedgerMode::LockFree {
+        report.reordered_on_locking = counts.reordered;
+    }
     report
         .by_source
         .insert(format!("{:?}", schedule.encoding), 1);
@@ -365,7 +372,8 @@ async fn randomized_schedules_keep_every_invariant() {
         })
         .collect();
     let summary = format!(
-        "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted; by source {:?}) in {:.1} s, \
+        "simulation: seed {seed}, {schedules} schedules ({} lock-free, path asserted; by source {:?}; \
+         {} deliveries overlapping another in another order on the locking path) in {:.1} s, \
          {} invocations ({} invocation errors, {} bisections), \
          faults injected: {} ({}), records checked {} ({} produced bad: {:.1}%; {} completed, \
          {} parked, {} in the destination: {:.1}%, by cause: {}), \
@@ -373,6 +381,7 @@ async fn randomized_schedules_keep_every_invariant() {
          direct-mode repeats {}, violations: {}",
         total.lock_free_schedules,
         total.by_source,
+        total.reordered_on_locking,
         started.elapsed().as_secs_f64(),
         total.invocations,
         total.invocation_errors,
@@ -406,6 +415,12 @@ async fn randomized_schedules_keep_every_invariant() {
         assert!(total.resizes > 0, "no group was ever resized: {summary}");
         // Every source's mapping ran: Kafka's, SQS FIFO's and Kinesis's.
         assert_eq!(total.by_source.len(), 3, "a source never ran: {summary}");
+        // Deliveries overlapped in another order on the locking path (whose
+        // schedules claimed, batched: `path_violations`).
+        assert!(
+            total.reordered_on_locking > 0,
+            "no overlapping delivery in another order on the locking path: {summary}"
+        );
     }
     if !failures.is_empty() {
         let details: Vec<String> = failures

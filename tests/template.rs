@@ -76,6 +76,7 @@ fn the_function_sets_exactly_the_variables_the_code_reads() {
     let read: BTreeSet<&str> = settings::ENV_VARS
         .iter()
         .chain(ledger::ENV_VARS)
+        .chain(exactly_once::dynamodb::settings::ENV_VARS)
         .chain(exactly_once::postgres::connect::ENV_VARS)
         .chain(exactly_once::redis::connect::ENV_VARS)
         .chain(exactly_once::redis::cache::ENV_VARS)

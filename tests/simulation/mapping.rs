@@ -58,6 +58,10 @@ pub struct MappingCounts {
     /// Of those, the ones that ran in the poller's own container, beside
     /// its invocation.
     pub shared_container: u64,
+    /// Of those, the ones handed the records in another order (an SQS
+    /// message back after its visibility ran out, beside its first
+    /// delivery): overlapping deliveries that wait on each other's keys.
+    pub reordered: u64,
     pub rewinds: u64,
     pub bisections: u64,
     pub dead_lettered: u64,
@@ -326,7 +330,17 @@ impl Mapping {
                 }
                 false => &self.second_poller,
             };
-            let (function, event) = (Arc::clone(container), event.clone());
+            // Half of them get the records in another order.
+            let event = match self.rng.bool() {
+                true => event.clone(),
+                false => {
+                    self.counts.reordered += 1;
+                    let mut reordered = batch.to_vec();
+                    self.rng.shuffle(&mut reordered);
+                    self.event(&reordered)
+                }
+            };
+            let function = Arc::clone(container);
             self.background.spawn(async move {
                 // Its answer goes nowhere: the partition was rebalanced away.
                 let _ = function

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::deadline::Deadline;
@@ -46,6 +46,8 @@ struct Sender<S> {
     window: Arc<Window>,
     leases: Arc<Leases>,
     deadline: Deadline,
+    /// Lots waiting to be sent again (the store did not answer them).
+    unanswered: Arc<watch::Sender<usize>>,
 }
 
 /// What the engine's batched requests are sent with: the container's
@@ -61,6 +63,7 @@ pub(super) struct Pacing {
 pub(super) struct Batched {
     claims: Arc<Gather<Handed<Claim, ClaimOutcome>>>,
     writes: Arc<Gather<Handed<(Lease, FencedWrite), u64>>>,
+    unanswered: Arc<watch::Sender<usize>>,
 }
 
 impl Batched {
@@ -70,6 +73,7 @@ impl Batched {
         leases: Arc<Leases>,
         deadline: Deadline,
     ) -> Self {
+        let unanswered = Arc::new(watch::channel(0).0);
         let sender = Arc::new(Sender {
             store,
             permits: pacing.permits,
@@ -77,6 +81,7 @@ impl Batched {
             window: pacing.window,
             leases,
             deadline,
+            unanswered: Arc::clone(&unanswered),
         });
         let claims = {
             let sender = Arc::clone(&sender);
@@ -101,7 +106,28 @@ impl Batched {
                     .await;
             })
         }));
-        Self { claims, writes }
+        Self {
+            claims,
+            writes,
+            unanswered,
+        }
+    }
+
+    /// Whether requests of the batch wait to be sent again: the store did
+    /// not answer them. A lane then starts no new work until its own are
+    /// answered (a direct completion that cannot be written is an effect
+    /// done and not recorded: none more while the store may be down).
+    pub fn unanswered(&self) -> bool {
+        *self.unanswered.borrow() > 0
+    }
+
+    /// Resolves once no request of the batch waits to be sent again.
+    pub async fn answered(&self) {
+        let _ = self
+            .unanswered
+            .subscribe()
+            .wait_for(|lots| *lots == 0)
+            .await;
     }
 
     /// Claims `claim`'s key (distinct from every other claim in flight);
@@ -200,7 +226,9 @@ impl<S: Store> Sender<S> {
                 resend = sent + 1,
                 "batched store requests failed: sent again"
             );
+            self.unanswered.send_modify(|lots| *lots += 1);
             tokio::time::sleep(pause).await;
+            self.unanswered.send_modify(|lots| *lots -= 1);
             (handed, sent) = (again, sent + 1);
         }
     }

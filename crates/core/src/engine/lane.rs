@@ -129,6 +129,13 @@ where
                 let room = window - lane.prepared.len();
                 self.prepare(pending.by_ref().take(room), &mut lane, &batch);
             }
+            // The store not answering: no new work until the lane's own
+            // requests are answered (or failed, which stops it).
+            if batch.batched.unanswered() {
+                self.record_all(&mut lane, &mut log, &batch).await;
+                batch.batched.answered().await;
+                continue;
+            }
             self.take_back(&mut lane, &batch);
             let Some((work, step)) = lane.prepared.pop_front() else {
                 break;

@@ -99,10 +99,18 @@ impl Leases {
         }
     }
 
-    fn mark_lost(&self, pk: &str) {
+    /// `lease` is lost, if it is still the one held for its key (not a
+    /// newer one: a claim given back and taken over, then claimed again,
+    /// while a renewal of the old one was on its way).
+    fn mark_lost(&self, lease: &Lease) {
         let mut state = self.lock();
-        if state.held.remove(pk).is_some() {
-            state.lost.insert(pk.to_owned());
+        let current = state
+            .held
+            .get(&lease.pk)
+            .is_some_and(|held| (held.version, &held.owner) == (lease.version, &lease.owner));
+        if current {
+            state.held.remove(&lease.pk);
+            state.lost.insert(lease.pk.clone());
             drop(state);
             self.changed.send_modify(|n| *n += 1);
         }
@@ -148,7 +156,7 @@ impl Leases {
                     version = lease.version,
                     "lease ran out before it could be renewed"
                 );
-                self.mark_lost(&lease.pk);
+                self.mark_lost(&lease);
             } else if until > lease.lock_expires_at_ms {
                 // Capped by the deadline otherwise: nothing to gain.
                 writes.push((lease, FencedWrite::Extend { until_ms: until }));
@@ -160,12 +168,12 @@ impl Leases {
             match answer.await {
                 Ok(Ok(until_ms)) => {
                     if let Some(held) = self.lock().held.get_mut(&lease.pk)
-                        && held.version == lease.version
+                        && (held.version, &held.owner) == (lease.version, &lease.owner)
                     {
                         held.lock_expires_at_ms = until_ms;
                     }
                 }
-                Ok(Err(StoreError::LockLost { .. })) => self.mark_lost(&lease.pk),
+                Ok(Err(StoreError::LockLost { .. })) => self.mark_lost(lease),
                 // Tried again at the next beat, while the lease still holds.
                 Ok(Err(err)) => tracing::warn!(error = %err, "lease renewal failed"),
                 Err(_) => {}
@@ -186,5 +194,34 @@ pub async fn hold<T>(
         value = work => Held::Finished { value, lease: leases.latest(lease) },
         () = leases.lost(&lease.pk) => Held::LockLost,
         () = deadline.cut() => Held::Cut { lease: leases.latest(lease) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(version: u64, owner: &str) -> Lease {
+        Lease {
+            pk: "k".into(),
+            version,
+            owner: owner.into(),
+            lock_expires_at_ms: u64::MAX,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_renewal_refused_for_an_older_lease_leaves_the_newer_one_held() {
+        let leases = Leases::default();
+        // Given back at version 1, taken over elsewhere, claimed again here
+        // at version 3; the renewal of version 1 was still on its way.
+        leases.hold(&lease(3, "again"));
+        leases.mark_lost(&lease(1, "first"));
+        assert_eq!(leases.latest(&lease(3, "again")).version, 3);
+        let lost = leases.lost("k");
+        assert!(futures_util::poll!(Box::pin(lost)).is_pending());
+        // Its own renewal refused: lost.
+        leases.mark_lost(&lease(3, "again"));
+        leases.lost("k").await;
     }
 }
