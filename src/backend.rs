@@ -233,7 +233,7 @@ pub async fn check_schema(
 }
 
 /// `client` with an operator's patience: a Scan page may take longer than
-/// the 2 s the function allows a request.
+/// the function allows a request (`DYNAMODB_ATTEMPT_TIMEOUT_MS`).
 #[cfg(feature = "dynamodb")]
 fn operator_client(client: exactly_once_dynamodb::Client) -> exactly_once_dynamodb::Client {
     use exactly_once_dynamodb::aws_sdk_dynamodb::config::timeout::TimeoutConfig;

@@ -87,7 +87,9 @@ impl StoreKind {
 
 /// Default of `SAFETY_MARGIN_MS`: no record starts within 5 s of the
 /// invocation's deadline, and running work is cut 2.5 s before it, which
-/// leaves a DynamoDB write (2 s at most, retries included) time to finish.
+/// leaves a record's last write time to finish on a store that answers
+/// (on one slower than that, Lambda may cut the write at the deadline: the
+/// batch then comes again whole, and each record finds its own write).
 pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(5000);
 
 /// How the edge reads an event: which sources, keys, order, time.

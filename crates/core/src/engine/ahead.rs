@@ -37,7 +37,7 @@ impl Ahead {
     /// Gives the claim back if it holds a lease: the lease, to be released
     /// (together with the lane's others). A claim that came to something
     /// else (a duplicate, a key in progress) keeps its answer.
-    pub async fn give_back(self) -> (Self, Option<Lease>) {
+    pub async fn give_back<S: Store>(self, batch: &Batch<S>) -> (Self, Option<Lease>) {
         match self {
             Self::Sent(answer) => match answer.await {
                 Ok(Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease))) => {
@@ -53,14 +53,21 @@ impl Ahead {
                     };
                     (Self::GivenBack(lease.clone()), Some(lease))
                 }
-                _ => (Self::Lost, None),
+                // Taken over meanwhile (or not known): not ours to hold.
+                _ => {
+                    batch.leases.release(&lease.pk);
+                    (Self::Lost, None)
+                }
             },
             given => (given, None),
         }
     }
 
     /// Takes the claim back if it was given back (handed in now, with the
-    /// lane's others), or claims anew if it was lost.
+    /// lane's others), or claims anew if it was lost. A lease taken back is
+    /// held at once, as extended (the batch's heartbeat renews it until its
+    /// turn; if another worker took the key over meanwhile, the renewal is
+    /// refused as the extension is).
     pub fn take_back<R, S: Store>(self, work: &Work<R>, store: &S, batch: &Batch<S>) -> Self {
         match self {
             Self::GivenBack(lease) => {
@@ -69,7 +76,13 @@ impl Ahead {
                     .lease_end(store.now_ms(), batch.guard.deadline().lease_cap_ms());
                 let extension = (lease.clone(), FencedWrite::Extend { until_ms });
                 match batch.batched.write(vec![extension]).pop() {
-                    Some(answer) => Self::TakingBack(lease, answer),
+                    Some(answer) => {
+                        batch.leases.hold(&Lease {
+                            lock_expires_at_ms: until_ms,
+                            ..lease.clone()
+                        });
+                        Self::TakingBack(lease, answer)
+                    }
                     None => Self::Lost,
                 }
             }
@@ -110,11 +123,18 @@ impl Ahead {
                 })
             }
             // Taken over meanwhile: what became of the key, claimed anew.
-            (_, Ok(Err(StoreError::LockLost { .. }))) => {
+            (lease, Ok(Err(StoreError::LockLost { .. }))) => {
+                batch.leases.release(&lease.pk);
                 claim(work, batch).await.unwrap_or_else(|_| Err(ended()))
             }
-            (_, Ok(Err(err))) => Err(err),
-            (_, Err(_)) => Err(ended()),
+            (lease, Ok(Err(err))) => {
+                batch.leases.release(&lease.pk);
+                Err(err)
+            }
+            (lease, Err(_)) => {
+                batch.leases.release(&lease.pk);
+                Err(ended())
+            }
         }
     }
 }

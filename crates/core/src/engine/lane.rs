@@ -181,7 +181,10 @@ where
 
     /// Takes back (together) the claims the lane gave back while it waited.
     fn take_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
-        let given_back = |(_, step): &Prepared<H::Record>| matches!(step, Step::Claiming(ahead, _) if ahead.is_given_back());
+        let given_back = |(_, step): &Prepared<H::Record>| match step {
+            Step::Claiming(ahead, _) => ahead.is_given_back(),
+            _ => false,
+        };
         if !lane.prepared.iter().any(given_back) {
             return;
         }
@@ -205,7 +208,7 @@ where
         for (work, step) in std::mem::take(&mut lane.prepared) {
             let step = match step {
                 Step::Claiming(ahead, first_copy) => {
-                    let (ahead, lease) = ahead.give_back().await;
+                    let (ahead, lease) = ahead.give_back(batch).await;
                     if let Some(lease) = lease {
                         let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
                         released.push((lease, origin));
@@ -480,7 +483,7 @@ where
         let mut leases = Vec::new();
         for (work, step) in std::mem::take(&mut lane.prepared) {
             if let Step::Claiming(ahead, _first_copy) = step
-                && let (_, Some(lease)) = ahead.give_back().await
+                && let (_, Some(lease)) = ahead.give_back(batch).await
             {
                 leases.push((lease, work.map(|w| w.origin).unwrap_or_default()));
             }
