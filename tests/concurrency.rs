@@ -10,65 +10,22 @@ mod support;
 
 use std::time::Duration;
 
-use exactly_once::redis::RedisStore;
 use serde_json::Value;
 use support::msk::{event, payment};
 use support::runtime_api::{Answer, Function, RuntimeApi, Span};
+use support::shipped::{self, Store, balance, metric};
 
 /// How long the function may take to answer one event.
 const DEADLINE: Duration = Duration::from_secs(60);
 /// The workers the runtime starts.
 const CONCURRENCY: usize = 4;
 
-#[derive(Clone, Copy, Debug)]
-enum Store {
-    DynamoDb,
-    Postgres,
-    Redis,
-}
-
-/// The function's variables on `store`, in `mode`, under a fresh prefix.
+/// The function's variables on `store`, in `mode`, under a fresh prefix,
+/// its runtime serving `CONCURRENCY` invocations at once.
 async fn env(store: Store, mode: &str) -> Vec<(&'static str, String)> {
-    let config = support::store_config(Duration::from_secs(30));
-    let mut env = vec![
-        ("IDEMPOTENCY_TABLE", config.table_name),
-        ("IDEMPOTENCY_KEY_PREFIX", config.key_prefix),
-        ("LEDGER_TABLE", support::env("LEDGER_TABLE")),
-        ("LEDGER_MODE", mode.to_owned()),
-        ("AWS_LAMBDA_MAX_CONCURRENCY", CONCURRENCY.to_string()),
-    ];
-    match store {
-        Store::DynamoDb => {}
-        Store::Postgres => {
-            support::postgres::migrate(&support::postgres::pool().await).await;
-            env.push(("IDEMPOTENCY_STORE", "postgres".to_owned()));
-            env.push(("DATABASE_URL", support::env("DATABASE_URL")));
-        }
-        Store::Redis => {
-            env.push(("IDEMPOTENCY_STORE", "redis".to_owned()));
-            env.push(("REDIS_URL", support::env("REDIS_URL")));
-        }
-    }
+    let mut env = shipped::env(store, mode, Duration::from_secs(30), None).await;
+    env.push(("AWS_LAMBDA_MAX_CONCURRENCY", CONCURRENCY.to_string()));
     env
-}
-
-/// The ledger's balance of `account` on `store`.
-async fn balance(store: Store, account: &str) -> i64 {
-    match store {
-        Store::DynamoDb => support::msk::balance(account).await,
-        Store::Postgres => {
-            support::postgres::ledger_entry(&support::postgres::pool().await, account)
-                .await
-                .0
-        }
-        Store::Redis => {
-            let config = support::store_config(Duration::from_secs(30));
-            let store: RedisStore = support::redis::store_with(&support::env("REDIS_URL"), config);
-            support::redis::ledger_entry(&store, &support::env("LEDGER_TABLE"), account)
-                .await
-                .0
-        }
-    }
 }
 
 /// A batch of 2 partitions x 10 payments of 1 cent to `account` (keys
@@ -87,11 +44,7 @@ fn batch(account: &str) -> Value {
 
 /// The function started on `env`, its workers polling.
 async fn start(env: &[(&str, String)]) -> (RuntimeApi, Function) {
-    let api = RuntimeApi::start().await;
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let function = Function::start(&support::binary("msk-handler"), &api, &env);
-    api.wait_for_polls(CONCURRENCY, DEADLINE).await;
-    (api, function)
+    shipped::start(env, CONCURRENCY, DEADLINE).await
 }
 
 /// Hands every event at once; their answers and spans, in order.
@@ -100,12 +53,6 @@ async fn invoke_all(api: &RuntimeApi, events: &[Value]) -> Vec<(Answer, Span)> {
     tokio::time::timeout(DEADLINE, answers)
         .await
         .expect("every event answered")
-}
-
-fn metric(doc: &Value, name: &str) -> f64 {
-    doc[name]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{name} in {doc}"))
 }
 
 fn nothing_reported(answers: &[(Answer, Span)]) {

@@ -56,12 +56,14 @@ fn wrong_schema(function: &Function) -> Vec<String> {
         .collect()
 }
 
-/// The function started on `env` (it must poll for events within the
-/// start-up budget and a margin, or it hangs); the time it took.
-async fn start(env: &[(&str, String)]) -> (RuntimeApi, Function, Duration) {
+/// The shipped function on `store` through `proxy` (lock-free) started:
+/// it must poll for events within the start-up budget and a margin, or it
+/// hangs; the time it took.
+async fn start_through(store: Store, proxy: &Proxy) -> (RuntimeApi, Function, Duration) {
+    let env = shipped::env(store, "lock-free", Duration::from_secs(30), Some(proxy)).await;
     let started = Instant::now();
     let (api, function) =
-        shipped::start(env, 1, START_CHECK_BUDGET + Duration::from_secs(10)).await;
+        shipped::start(&env, 1, START_CHECK_BUDGET + Duration::from_secs(10)).await;
     (api, function, started.elapsed())
 }
 
@@ -89,17 +91,8 @@ async fn invoke_until_done(api: &RuntimeApi, function: &Function, event: &Value)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_functions_on_postgres_start_through_reset_connections_and_apply_once() {
     let proxy = Proxy::start_with(Store::Postgres.address(), flaky()).await;
-    let mut functions = Vec::new();
-    for _ in 0..3 {
-        let env = shipped::env(
-            Store::Postgres,
-            "lock-free",
-            Duration::from_secs(30),
-            Some(&proxy),
-        )
-        .await;
-        functions.push(start(&env).await);
-    }
+    let starts = (0..3).map(|_| start_through(Store::Postgres, &proxy));
+    let functions = futures_util::future::join_all(starts).await;
     for (api, function, took) in &functions {
         let account = format!("acc-{}", uuid::Uuid::new_v4());
         invoke_until_done(api, function, &payments(&account)).await;
@@ -116,14 +109,7 @@ async fn three_functions_on_postgres_start_through_reset_connections_and_apply_o
 async fn a_function_starts_with_postgres_unreachable_and_says_so() {
     let proxy = Proxy::start(Store::Postgres.address()).await;
     proxy.cut();
-    let env = shipped::env(
-        Store::Postgres,
-        "lock-free",
-        Duration::from_secs(30),
-        Some(&proxy),
-    )
-    .await;
-    let (api, function, took) = start(&env).await;
+    let (api, function, took) = start_through(Store::Postgres, &proxy).await;
     assert!(
         took >= START_CHECK_BUDGET / 2,
         "asked the database again within its budget before starting: {took:?}"
@@ -146,8 +132,7 @@ async fn a_function_starts_with_postgres_unreachable_and_says_so() {
 
 async fn starts_at_once_and_applies_once(store: Store) {
     let proxy = Proxy::start_with(store.address(), flaky()).await;
-    let env = shipped::env(store, "lock-free", Duration::from_secs(30), Some(&proxy)).await;
-    let (api, function, _) = start(&env).await;
+    let (api, function, _) = start_through(store, &proxy).await;
     let account = format!("acc-{}", uuid::Uuid::new_v4());
     invoke_until_done(&api, &function, &payments(&account)).await;
     assert_eq!(shipped::balance(store, &account).await, 10);

@@ -22,6 +22,7 @@ use exactly_once::store::{Operator, Store};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use exactly_once::config::StoreConfig;
@@ -505,7 +506,7 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocat
 }
 
 /// What a storm of kills did to one mode's ledger.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Storm {
     kills: usize,
     payments: i64,
@@ -521,6 +522,22 @@ struct Storm {
     batched: u64,
 }
 
+impl Storm {
+    /// Adds a finished stream's ledger (80 payments to `accounts`): each
+    /// account's balance against the stream's, its payments counted.
+    async fn settle(&mut self, accounts: &[String]) {
+        let mut counted = 0i64;
+        for (account, expected) in accounts.iter().zip(stream_balances(accounts, 8)) {
+            let (balance, payments) = ledger_entry(account).await;
+            counted += payments;
+            self.wrong_balances += usize::from(balance != expected);
+            self.short_balances += usize::from(balance < expected);
+        }
+        self.payments += 80;
+        self.double_applications += counted - 80;
+    }
+}
+
 /// Runs streams of payments through worker processes, killing them at
 /// random points, until `kills` kills were made; checks every stream's ledger.
 async fn storm(
@@ -531,20 +548,13 @@ async fn storm(
     encoding: Encoding,
 ) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut storm = Storm {
-        kills: 0,
-        payments: 0,
-        double_applications: 0,
-        wrong_balances: 0,
-        short_balances: 0,
-        groups: Vec::new(),
-        batched: 0,
-    };
-    while storm.kills < kills {
+    let made = AtomicUsize::new(0);
+    let mut storm = Storm::default();
+    while made.load(Ordering::SeqCst) < kills {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
         let batches = support::sources::payment_stream(encoding, &stream, &accounts, 8);
-        let mut config = WorkerConfig {
+        let config = WorkerConfig {
             key_prefix: format!("storm-{}#", uuid::Uuid::new_v4()),
             mode: mode.into(),
             lock_ms: 150,
@@ -555,31 +565,42 @@ async fn storm(
             invocations,
             encoding,
         };
-        loop {
-            let mut worker = Worker::start(&config);
-            let kill_at = (storm.kills < kills)
-                .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120)));
-            let finished = worker.run_until(kill_at, &mut config, seed).await;
-            storm.groups.append(&mut worker.groups);
-            storm.batched += worker.batched;
-            if finished {
-                break;
-            }
-            worker.kill().await;
-            storm.kills += 1;
-        }
-        let _ = std::fs::remove_file(&config.batches);
-        let mut counted = 0i64;
-        for (account, expected) in accounts.iter().zip(stream_balances(&accounts, 8)) {
-            let (balance, payments) = ledger_entry(account).await;
-            counted += payments;
-            storm.wrong_balances += usize::from(balance != expected);
-            storm.short_balances += usize::from(balance < expected);
-        }
-        storm.payments += 80;
-        storm.double_applications += counted - 80;
+        let (mut groups, batched) = container_life(config, seed, rng.fork(), &made, kills).await;
+        storm.groups.append(&mut groups);
+        storm.batched += batched;
+        storm.settle(&accounts).await;
     }
+    storm.kills = made.load(Ordering::SeqCst);
     storm
+}
+
+/// One container's life on `config`'s stream: a worker process started,
+/// killed at a random point while fewer than `kills` kills were `made`,
+/// started again where it stopped, until one finishes. The group sizes and
+/// the batched requests its workers reported.
+async fn container_life(
+    mut config: WorkerConfig,
+    seed: u64,
+    mut rng: fastrand::Rng,
+    made: &AtomicUsize,
+    kills: usize,
+) -> (Vec<usize>, u64) {
+    let (mut groups, mut batched) = (Vec::new(), 0);
+    loop {
+        let mut worker = Worker::start(&config);
+        let kill_at = (made.load(Ordering::SeqCst) < kills)
+            .then(|| tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120)));
+        let finished = worker.run_until(kill_at, &mut config, seed).await;
+        groups.append(&mut worker.groups);
+        batched += worker.batched;
+        if finished {
+            break;
+        }
+        worker.kill().await;
+        made.fetch_add(1, Ordering::SeqCst);
+    }
+    let _ = std::fs::remove_file(&config.batches);
+    (groups, batched)
 }
 
 /// A Kafka stream's batches with each partition's records in an order
@@ -606,71 +627,36 @@ fn shuffled(batches: &[Value], rng: &mut fastrand::Rng) -> Vec<Value> {
 /// (and 4 streams at least ran); checks every stream's ledger.
 async fn overlapping_storm(mode: &str, kills: usize, seed: u64, containers: usize) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut storm = Storm {
-        kills: 0,
-        payments: 0,
-        double_applications: 0,
-        wrong_balances: 0,
-        short_balances: 0,
-        groups: Vec::new(),
-        batched: 0,
-    };
-    while made.load(std::sync::atomic::Ordering::SeqCst) < kills || storm.payments < 4 * 80 {
+    let made = AtomicUsize::new(0);
+    let mut storm = Storm::default();
+    while made.load(Ordering::SeqCst) < kills || storm.payments < 4 * 80 {
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
         let batches = support::msk::payment_stream(&stream, &accounts, 8);
         let key_prefix = format!("overlap-{}#", uuid::Uuid::new_v4());
-        let lives = (0..containers).map(|_| {
-            let config = WorkerConfig {
-                key_prefix: key_prefix.clone(),
-                mode: mode.into(),
-                lock_ms: 150,
-                batches: batches_file(&shuffled(&batches, &mut rng)),
-                first_batch: 0,
-                pause_in_handler: false,
-                charge_api: None,
-                invocations: 1,
-                encoding: Encoding::Kafka,
-            };
-            let (made, mut rng) = (std::sync::Arc::clone(&made), rng.fork());
-            async move {
-                let mut config = config;
-                let (mut groups, mut batched) = (Vec::new(), 0);
-                loop {
-                    let mut worker = Worker::start(&config);
-                    let kill_at =
-                        (made.load(std::sync::atomic::Ordering::SeqCst) < kills).then(|| {
-                            tokio::time::Instant::now() + Duration::from_millis(rng.u64(5..120))
-                        });
-                    let finished = worker.run_until(kill_at, &mut config, seed).await;
-                    groups.append(&mut worker.groups);
-                    batched += worker.batched;
-                    if finished {
-                        break;
-                    }
-                    worker.kill().await;
-                    made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-                let _ = std::fs::remove_file(&config.batches);
-                (groups, batched)
-            }
-        });
+        let lives: Vec<_> = (0..containers)
+            .map(|_| {
+                let config = WorkerConfig {
+                    key_prefix: key_prefix.clone(),
+                    mode: mode.into(),
+                    lock_ms: 150,
+                    batches: batches_file(&shuffled(&batches, &mut rng)),
+                    first_batch: 0,
+                    pause_in_handler: false,
+                    charge_api: None,
+                    invocations: 1,
+                    encoding: Encoding::Kafka,
+                };
+                container_life(config, seed, rng.fork(), &made, kills)
+            })
+            .collect();
         for (mut groups, batched) in futures_util::future::join_all(lives).await {
             storm.groups.append(&mut groups);
             storm.batched += batched;
         }
-        let mut counted = 0i64;
-        for (account, expected) in accounts.iter().zip(stream_balances(&accounts, 8)) {
-            let (balance, payments) = ledger_entry(account).await;
-            counted += payments;
-            storm.wrong_balances += usize::from(balance != expected);
-            storm.short_balances += usize::from(balance < expected);
-        }
-        storm.payments += 80;
-        storm.double_applications += counted - 80;
+        storm.settle(&accounts).await;
     }
-    storm.kills = made.load(std::sync::atomic::Ordering::SeqCst);
+    storm.kills = made.load(Ordering::SeqCst);
     storm
 }
 

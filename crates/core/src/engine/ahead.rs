@@ -46,17 +46,23 @@ impl Ahead {
                 answered => (Self::Sent(ready(answered)), None),
             },
             Self::TakingBack(lease, answer) => match answer.await {
-                Ok(Ok(until_ms)) => {
+                // Taken over meanwhile: not ours to hold.
+                Ok(Err(StoreError::LockLost { .. })) => {
+                    batch.leases.release(&lease);
+                    (Self::Lost, None)
+                }
+                // Held again, or perhaps (not answered): released again,
+                // under its fence, either way.
+                answered => {
+                    let until_ms = match answered {
+                        Ok(Ok(until_ms)) => until_ms,
+                        _ => lease.lock_expires_at_ms,
+                    };
                     let lease = Lease {
                         lock_expires_at_ms: until_ms,
                         ..lease
                     };
                     (Self::GivenBack(lease.clone()), Some(lease))
-                }
-                // Taken over meanwhile (or not known): not ours to hold.
-                _ => {
-                    batch.leases.release(&lease.pk);
-                    (Self::Lost, None)
                 }
             },
             given => (given, None),
@@ -124,15 +130,15 @@ impl Ahead {
             }
             // Taken over meanwhile: what became of the key, claimed anew.
             (lease, Ok(Err(StoreError::LockLost { .. }))) => {
-                batch.leases.release(&lease.pk);
+                batch.leases.release(&lease);
                 claim(work, batch).await.unwrap_or_else(|_| Err(ended()))
             }
             (lease, Ok(Err(err))) => {
-                batch.leases.release(&lease.pk);
+                batch.leases.release(&lease);
                 Err(err)
             }
             (lease, Err(_)) => {
-                batch.leases.release(&lease.pk);
+                batch.leases.release(&lease);
                 Err(ended())
             }
         }

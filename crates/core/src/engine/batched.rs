@@ -1,7 +1,7 @@
 //! The locking path's requests, batched across a batch's lanes: claims
 //! ([`Store::claim_many`]) and fenced writes without an effect (direct
-//! completions, failures, releases, the heartbeat's extensions:
-//! [`Store::write_fenced`]). What the lanes hand in at about the same
+//! completions, failures, releases, claims taken back:
+//! [`Store::write_fenced`]; the heartbeat's renewals go apart, `lease.rs`). What the lanes hand in at about the same
 //! moment goes together ([`Gather`]), in lots of what the batch sizer
 //! allows now (within the store's batch), side by side as the window of
 //! records in flight admits them; each lot's answer teaches both. Every
@@ -35,6 +35,10 @@ pub(super) type ClaimAnswer = oneshot::Receiver<Result<ClaimOutcome, StoreError>
 pub(super) type WriteAnswer = oneshot::Receiver<Result<u64, StoreError>>;
 
 type Handed<T, A> = (T, oneshot::Sender<Result<A, StoreError>>);
+
+/// Items the store did not answer, each with its error: sent again, or
+/// answered with the error once no re-send may go.
+type Unanswered<T, A> = Vec<(Handed<T, A>, StoreError)>;
 
 /// What the engine's batched requests share: the store, the bound on
 /// requests in flight, the sizer of their lots and the window of their
@@ -89,8 +93,8 @@ impl Batched {
                 let sender = Arc::clone(&sender);
                 Box::pin(async move {
                     sender
-                        .in_lots(handed, claimed_key, |sender, lot, resend| async move {
-                            sender.claim(lot, resend).await
+                        .in_lots(handed, claimed_key, |sender, lot| async move {
+                            sender.claim(lot).await
                         })
                         .await;
                 })
@@ -100,8 +104,8 @@ impl Batched {
             let sender = Arc::clone(&sender);
             Box::pin(async move {
                 sender
-                    .in_lots(handed, written_item, |sender, lot, resend| async move {
-                        sender.write(lot, resend).await
+                    .in_lots(handed, written_item, |sender, lot| async move {
+                        sender.write(lot).await
                     })
                     .await;
             })
@@ -183,10 +187,9 @@ fn handed<T, A>(
 impl<S: Store> Sender<S> {
     /// Sends `handed` in lots of the sizer's size, side by side: in rounds
     /// of distinct items (named by `item`), in the order handed in, since a
-    /// request writes an item once (a renewal and a completion of one key
-    /// may meet here). Those the store did not answer go again, after a
-    /// pause, while `resend::pause` allows (the rest are answered with
-    /// their error).
+    /// request writes an item once. Those the store did not answer go
+    /// again, after a pause, while `resend::pause` allows once their round
+    /// is over; the rest are answered with their error.
     async fn in_lots<T, A, F, Fut>(
         self: Arc<Self>,
         handed: Vec<Handed<T, A>>,
@@ -195,13 +198,12 @@ impl<S: Store> Sender<S> {
     ) where
         T: std::marker::Send + 'static,
         A: std::marker::Send + 'static,
-        F: Fn(Arc<Self>, Vec<Handed<T, A>>, bool) -> Fut,
-        Fut: Future<Output = Vec<Handed<T, A>>> + std::marker::Send + 'static,
+        F: Fn(Arc<Self>, Vec<Handed<T, A>>) -> Fut,
+        Fut: Future<Output = Unanswered<T, A>> + std::marker::Send + 'static,
     {
         let mut handed = handed;
         let mut sent = 0;
         loop {
-            let pause = resend::pause(sent, &self.deadline);
             let size = self.sizer.limit().min(S::MAX_BATCH).max(1);
             let rounds = distinct_rounds(handed.iter().map(|(t, _)| item(t)));
             let mut slots: Vec<Option<Handed<T, A>>> = handed.into_iter().map(Some).collect();
@@ -211,14 +213,21 @@ impl<S: Store> Sender<S> {
                 let mut items = round.into_iter().filter_map(|i| slots[i].take()).peekable();
                 while items.peek().is_some() {
                     let lot: Vec<_> = items.by_ref().take(size).collect();
-                    let send = send(Arc::clone(&self), lot, pause.is_some());
-                    sends.spawn(requests::inherit(send));
+                    sends.spawn(requests::inherit(send(Arc::clone(&self), lot)));
                 }
                 while let Some(joined) = sends.join_next().await {
                     again.extend(joined.unwrap_or_default());
                 }
             }
-            let Some(pause) = pause.filter(|_| !again.is_empty()) else {
+            if again.is_empty() {
+                return;
+            }
+            // Decided once the round is over: its sends may have taken a
+            // whole operation timeout.
+            let Some(pause) = resend::pause(sent, &self.deadline) else {
+                for ((_, answer), err) in again {
+                    let _ = answer.send(Err(err));
+                }
                 return;
             };
             tracing::warn!(
@@ -229,18 +238,18 @@ impl<S: Store> Sender<S> {
             self.unanswered.send_modify(|lots| *lots += 1);
             tokio::time::sleep(pause).await;
             self.unanswered.send_modify(|lots| *lots -= 1);
-            (handed, sent) = (again, sent + 1);
+            handed = again.into_iter().map(|(handed, _)| handed).collect();
+            sent += 1;
         }
     }
 
     /// One lot of claims; a lease acquired is held (renewed) at once. The
-    /// claims the store did not answer come back, when `resend`, to be sent
+    /// claims the store did not answer come back unanswered, to be sent
     /// again (each with its owner: one that was written recognises itself).
     async fn claim(
         &self,
         lot: Vec<Handed<Claim, ClaimOutcome>>,
-        resend: bool,
-    ) -> Vec<Handed<Claim, ClaimOutcome>> {
+    ) -> Unanswered<Claim, ClaimOutcome> {
         let (claims, senders): (Vec<Claim>, Vec<_>) = lot.into_iter().unzip();
         let senders = Mutex::new(senders.into_iter().map(Some).collect::<Vec<_>>());
         let again = Mutex::new(Vec::new());
@@ -250,26 +259,27 @@ impl<S: Store> Sender<S> {
         let sent = Instant::now();
         self.store
             .claim_many(&claims, |i, outcome| {
-                match &outcome {
-                    Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => {
-                        self.leases.hold(lease);
-                    }
-                    Err(err) if err.is_retryable() => overloaded.store(true, Ordering::Relaxed),
-                    _ => {}
-                }
                 let sender = senders.lock().unwrap_or_else(|p| p.into_inner())[i].take();
                 let Some(sender) = sender else { return };
-                if resend && outcome.as_ref().is_err_and(StoreError::is_retryable) {
-                    let mut again = again.lock().unwrap_or_else(|p| p.into_inner());
-                    again.push((claims[i].clone(), sender));
-                    return;
+                let outcome = match outcome {
+                    Err(err) if err.is_retryable() => {
+                        overloaded.store(true, Ordering::Relaxed);
+                        let mut again = again.lock().unwrap_or_else(|p| p.into_inner());
+                        again.push(((claims[i].clone(), sender), err));
+                        return;
+                    }
+                    outcome => outcome,
+                };
+                if let Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) = &outcome
+                {
+                    self.leases.hold(lease);
                 }
                 // A lane that stopped waiting never hears of its lease: not
                 // renewed, it ends by itself.
                 if let Err(Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease))) =
                     sender.send(outcome)
                 {
-                    self.leases.release(&lease.pk);
+                    self.leases.release(&lease);
                 }
             })
             .await;
@@ -277,14 +287,13 @@ impl<S: Store> Sender<S> {
         again.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One lot of fenced writes; those the store did not answer come back,
-    /// when `resend`, to be sent again (a completion or failure that was
-    /// made recognises itself: the version and owner it wrote).
+    /// One lot of fenced writes; those the store did not answer come back
+    /// unanswered, to be sent again (a completion or failure that was made
+    /// recognises itself: the version and owner it wrote).
     async fn write(
         &self,
         lot: Vec<Handed<(Lease, FencedWrite), u64>>,
-        resend: bool,
-    ) -> Vec<Handed<(Lease, FencedWrite), u64>> {
+    ) -> Unanswered<(Lease, FencedWrite), u64> {
         let (writes, senders): (Vec<_>, Vec<_>) = lot.into_iter().unzip();
         let admitted = self.window.admit(writes.len()).await;
         let _permit = self.permits.acquire().await;
@@ -297,7 +306,7 @@ impl<S: Store> Sender<S> {
         let mut again = Vec::new();
         for ((write, sender), answer) in writes.into_iter().zip(senders).zip(answers) {
             match answer {
-                Err(err) if resend && err.is_retryable() => again.push((write, sender)),
+                Err(err) if err.is_retryable() => again.push(((write, sender), err)),
                 answer => {
                     let _ = sender.send(answer);
                 }

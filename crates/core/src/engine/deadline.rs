@@ -57,7 +57,8 @@ impl Deadline {
     /// Whether a record could still start at `at_ms` (epoch ms). Only with a
     /// known deadline: without one nothing is worth waiting for.
     pub fn may_start_at(&self, at_ms: u64) -> bool {
-        self.at_ms.is_some_and(|at| at_ms + self.margin_ms < at)
+        self.at_ms
+            .is_some_and(|at| at_ms.saturating_add(self.margin_ms) < at)
     }
 
     /// Epoch ms at which running work is cut.

@@ -335,14 +335,14 @@ where
         batch: &Batch<S>,
     ) {
         let deadline = batch.guard.deadline();
-        let pk = lease.pk.clone();
+        let held = lease.clone();
         let ran = self
             .run_claimed(&work, lease, deadline, &batch.leases)
             .await;
         lane.last_work = started.elapsed();
         match ran {
             Ran::Settled(outcome) => {
-                batch.leases.release(&pk);
+                batch.leases.release(&held);
                 first_copy.settle(Settled::new(&work.payload_hash, &outcome));
                 let outcome = self.replayed(&work, outcome).await;
                 self.settle(ticket, outcome, started, lane, log, batch)
@@ -445,7 +445,7 @@ where
                 // The effect happened all the same: done, not recorded.
                 Err(err) => Outcome::Unrecorded(err),
             };
-            batch.leases.release(&direct.lease.pk);
+            batch.leases.release(&direct.lease);
             direct
                 .first_copy
                 .settle(Settled::new(&direct.payload_hash, &outcome));
@@ -496,7 +496,7 @@ where
     /// together: no longer renewed, claimable at once by their redelivery.
     async fn release_together(&self, leases: Vec<(Lease, String)>, batch: &Batch<S>) {
         for (lease, _) in &leases {
-            batch.leases.release(&lease.pk);
+            batch.leases.release(lease);
         }
         let releases = leases
             .iter()

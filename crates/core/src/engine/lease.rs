@@ -1,10 +1,11 @@
 //! Keeping leases while their messages wait and run. A batch's leases (its
 //! claims made ahead, the work running, the completions on their way) are
 //! held in ONE registry; its heartbeat renews, every third of the lock
-//! timeout, every lease more than a third through, as the batch's other
-//! fenced writes go (`batched.rs`: in as few requests as the store's
-//! batches allow, sized and admitted from the store's answers, sent again
-//! when unanswered), never past the invocation's deadline (plus
+//! timeout, every lease more than a third through, in batches of fenced
+//! writes ([`Store::write_fenced`]) sized from the store's answers as the
+//! batch's other fenced writes are, but sent at once: never behind the
+//! work they keep alive (which holds the in-flight permits) nor behind
+//! requests being sent again; never past the invocation's deadline (plus
 //! [`super::deadline::LEASE_GRACE`]). A lease the store refuses to renew
 //! (taken over) is lost: the work running under it is stopped and never
 //! recorded.
@@ -12,15 +13,15 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use crate::clock::duration_ms;
 use crate::store::{FencedWrite, Lease, Store, StoreError};
 
-use super::batched::Batched;
 use super::deadline::Deadline;
+use super::sizing::{Answer, Sizer};
 
 /// How a piece of work run under a lease ended.
 pub enum Held<T> {
@@ -78,12 +79,20 @@ impl Leases {
             .unwrap_or_else(|| lease.clone())
     }
 
-    /// Stops renewing the lease of `pk`: its item was written for the last
-    /// time (completed, failed, released) or the lease is given up.
-    pub fn release(&self, pk: &str) {
+    /// Stops renewing `lease`: its item was written for the last time
+    /// (completed, failed, released) or the lease is given up. Only that
+    /// lease (its version and owner): a newer one held for the key since
+    /// (the key given back, taken over, claimed again) stays held.
+    pub fn release(&self, lease: &Lease) {
         let mut state = self.lock();
-        state.held.remove(pk);
-        state.lost.remove(pk);
+        if state
+            .held
+            .get(&lease.pk)
+            .is_some_and(|held| same(held, lease))
+        {
+            state.held.remove(&lease.pk);
+            state.lost.remove(&lease.pk);
+        }
     }
 
     /// Resolves once the lease of `pk` is lost.
@@ -104,11 +113,11 @@ impl Leases {
     /// while a renewal of the old one was on its way).
     fn mark_lost(&self, lease: &Lease) {
         let mut state = self.lock();
-        let current = state
+        if state
             .held
             .get(&lease.pk)
-            .is_some_and(|held| (held.version, &held.owner) == (lease.version, &lease.owner));
-        if current {
+            .is_some_and(|held| same(held, lease))
+        {
             state.held.remove(&lease.pk);
             state.lost.insert(lease.pk.clone());
             drop(state);
@@ -116,14 +125,17 @@ impl Leases {
         }
     }
 
-    /// The heartbeat: renews the leases held (on `store`, through
-    /// `batched`), for ever (the caller stops it with its batch).
-    pub async fn beat<S: Store>(&self, store: &S, batched: &Batched, deadline: Deadline) {
+    /// The heartbeat: renews the leases held, for ever (the caller stops it
+    /// with its batch), in lots `sizer` sizes (and learns from). Renewals
+    /// take no permit and wait in no window or queue: a lease must never
+    /// wait for its renewal behind the work it keeps alive, nor behind
+    /// requests being sent again.
+    pub async fn beat<S: Store>(&self, store: &S, sizer: &Sizer, deadline: Deadline) {
         let lock_timeout = store.config().lock_timeout;
         let every = (lock_timeout / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            self.renew(store, batched, deadline, duration_ms(lock_timeout))
+            self.renew(store, sizer, deadline, duration_ms(lock_timeout))
                 .await;
         }
     }
@@ -133,7 +145,7 @@ impl Leases {
     async fn renew<S: Store>(
         &self,
         store: &S,
-        batched: &Batched,
+        sizer: &Sizer,
         deadline: Deadline,
         lock_timeout_ms: u64,
     ) {
@@ -162,24 +174,41 @@ impl Leases {
                 writes.push((lease, FencedWrite::Extend { until_ms: until }));
             }
         }
-        let leases: Vec<Lease> = writes.iter().map(|(lease, _)| lease.clone()).collect();
-        let answers = batched.write(writes);
-        for (lease, answer) in leases.iter().zip(answers) {
-            match answer.await {
-                Ok(Ok(until_ms)) => {
+        let size = sizer.limit().min(S::MAX_BATCH).max(1);
+        let lots = writes.chunks(size).map(|lot| async move {
+            let sent = Instant::now();
+            let answers = store.write_fenced(lot).await;
+            let overloaded = answers
+                .iter()
+                .any(|answer| answer.as_ref().is_err_and(StoreError::is_retryable));
+            let answer = match overloaded {
+                true => Answer::Overloaded,
+                false => Answer::Served,
+            };
+            sizer.observe(lot.len(), sent.elapsed(), answer);
+            answers
+        });
+        let answers = futures_util::future::join_all(lots).await;
+        for ((lease, _), answer) in writes.iter().zip(answers.into_iter().flatten()) {
+            match answer {
+                Ok(until_ms) => {
                     if let Some(held) = self.lock().held.get_mut(&lease.pk)
-                        && (held.version, &held.owner) == (lease.version, &lease.owner)
+                        && same(held, lease)
                     {
                         held.lock_expires_at_ms = until_ms;
                     }
                 }
-                Ok(Err(StoreError::LockLost { .. })) => self.mark_lost(lease),
+                Err(StoreError::LockLost { .. }) => self.mark_lost(lease),
                 // Tried again at the next beat, while the lease still holds.
-                Ok(Err(err)) => tracing::warn!(error = %err, "lease renewal failed"),
-                Err(_) => {}
+                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
             }
         }
     }
+}
+
+/// Whether `held` is `lease` (its version and owner), however renewed.
+fn same(held: &Lease, lease: &Lease) -> bool {
+    (held.version, &held.owner) == (lease.version, &lease.owner)
 }
 
 /// Runs `work` under `lease`, held in `leases` (whose heartbeat renews it),

@@ -342,10 +342,10 @@ where
         let leases = Arc::new(Leases::default());
         let batched = self.batched(&leases, deadline);
         let heartbeat = {
-            let (leases, store, batched) =
-                (Arc::clone(&leases), self.store.clone(), batched.clone());
+            let (leases, store) = (Arc::clone(&leases), self.store.clone());
+            let sizer = Arc::clone(&self.batch_sizer);
             tokio::spawn(requests::inherit(async move {
-                leases.beat(&store, &batched, deadline).await
+                leases.beat(&store, &sizer, deadline).await
             }))
             .abort_handle()
         };

@@ -72,13 +72,11 @@ where
     /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
     /// the lease and cuts the work.
     pub async fn run_once(&self, work: &Work<H::Record>, deadline: Deadline) -> Outcome {
-        let leases = std::sync::Arc::new(Leases::default());
-        let batched = self.batched(&leases, deadline);
+        let leases = Leases::default();
         let outcome = tokio::select! {
             outcome = self.claim_and_run(work, deadline, &leases) => outcome,
-            () = leases.beat(&self.store, &batched, deadline) => unreachable!("the heartbeat never ends"),
+            () = leases.beat(&self.store, &self.batch_sizer, deadline) => unreachable!("the heartbeat never ends"),
         };
-        batched.stop();
         self.replayed(work, outcome).await
     }
 
@@ -203,14 +201,14 @@ where
         deadline: Deadline,
         leases: &Leases,
     ) -> Outcome {
-        let pk = lease.pk.clone();
+        let held = lease.clone();
         let outcome = match self.run_claimed(work, lease, deadline, leases).await {
             Ran::Settled(outcome) => outcome,
             Ran::Completed(completion, lease) => {
                 self.complete(work, completion, &lease, deadline).await
             }
         };
-        leases.release(&pk);
+        leases.release(&held);
         outcome
     }
 

@@ -67,14 +67,14 @@ impl LeaseWait {
         // A little spread, so that waiting takers do not all come at once.
         let spread = now % 20;
         let wake = lease_end
-            .min(now + crate::clock::duration_ms(step))
+            .min(now.saturating_add(crate::clock::duration_ms(step)))
             .min(until)
-            + spread;
+            .saturating_add(spread);
         // Worth it only if the lease, once ended, lets the message start
         // (the deadline is on the process's clock).
-        let left = lease_end.saturating_sub(now) + spread;
+        let left = lease_end.saturating_sub(now).saturating_add(spread);
         deadline
-            .may_start_at(now_ms() + left)
+            .may_start_at(now_ms().saturating_add(left))
             .then(|| Duration::from_millis(wake.saturating_sub(now)))
     }
 }

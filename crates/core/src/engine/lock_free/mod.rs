@@ -414,7 +414,7 @@ where
     /// longer renewed.
     fn let_go(&self, planned: &Planned<H::Record, S::Effect>, batch: &Batch<S>) {
         if let Some(lease) = &planned.held {
-            batch.leases.release(&lease.pk);
+            batch.leases.release(lease);
         }
     }
 
