@@ -25,6 +25,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
 cd "$root"
 
 # shellcheck source=infra/local-stack.sh
@@ -34,18 +36,18 @@ local_stack idempotency-bench ledger-bench
 # The side-by-side: Powertools on the same DynamoDB Local, at 5 ms.
 if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sizing* ]]; then
   step "AWS Powertools (Python) on the same batches (benches/powertools/bench.py)"
-  .cache/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
-  .cache/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 --out bench/powertools.csv
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 --out bench/powertools.csv
 fi
 
 # Per batch source: Powertools' BatchProcessor + idempotency on the same
 # records (the `sources` scenarios of the throughput bench read its CSV).
 if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sources* ]]; then
   step "AWS Powertools (Python) BatchProcessor per source (benches/powertools/sources.py)"
-  .cache/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
-  .cache/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
 fi
 
 # The other stores first: PostgreSQL and Redis (the servers local_stack

@@ -11,14 +11,16 @@
 #      a batch source) an invocation error (UnknownEventSource); with
 #      TRACING_EXPORT=otlp it exports
 #      its spans (invocation, batch, records) to a stand-in collector.
-# Needs the tools (.cache/venv) and DynamoDB Local with its tables
+# Needs the tools ($EXACTLY_ONCE_TOOLS/venv) and DynamoDB Local with its tables
 # (IDEMPOTENCY_TABLE, LEDGER_TABLE, AWS_ENDPOINT_URL_DYNAMODB): run it from
 # infra/test.sh, or after `source infra/local-stack.sh; local_stack T L`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
 cd "$root"
-export PATH="$root/.cache/venv/bin:$PATH" SAM_CLI_TELEMETRY=0
+export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH" SAM_CLI_TELEMETRY=0
 export AWS_DEFAULT_REGION="${AWS_REGION:-us-east-1}"
 # Cargo, not zig: the host's own target needs no cross compiler.
 export CARGO_LAMBDA_COMPILER=cargo

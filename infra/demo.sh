@@ -27,11 +27,13 @@
 # `exactly-once-ops migrate` into idempotency_demo and ledger_demo), and stops
 # everything it started when it ends, however it ends. Checks every response
 # and the final balances against what the events imply; exits 1 when one
-# differs. The function's log: .cache/demo/watch.log (with --source:
-# .cache/demo/function.log).
+# differs. The function's log: $EXACTLY_ONCE_TOOLS/demo/watch.log (with
+# --source: function.log beside it).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
 cd "$root"
 
 READY_TIMEOUT=${DEMO_READY_TIMEOUT:-600} # seconds for the first build and start
@@ -64,7 +66,7 @@ else
   IDEMPOTENCY_TABLE=idempotency-demo
   LEDGER_TABLE=ledger-demo
 fi
-work="$root/.cache/demo"
+work="$EXACTLY_ONCE_TOOLS/demo"
 watch_log="$work/watch.log"
 
 bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
@@ -106,9 +108,7 @@ trap 'exit 143' TERM
 
 step "tools (infra/tools.sh)"
 infra/tools.sh
-# shellcheck source=infra/local-env.sh
-source infra/local-env.sh
-export PATH="$root/.cache/venv/bin:$PATH"
+export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH"
 mkdir -p "$work"
 
 step "sample events are up to date (events/generate.py --check)"

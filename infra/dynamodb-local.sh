@@ -9,12 +9,14 @@
 # concurrent callers never share one, and prints only `export NAME=VALUE`
 # lines on stdout (progress goes to stderr) for the caller to eval.
 # stop stops the server named by DYNAMODB_LOCAL_PID, or else the one last
-# started (.cache/dynamodb-local/server.pid), and nothing that is not a
-# DynamoDB Local process. Log: .cache/dynamodb-local/server.log (appended).
+# started ($EXACTLY_ONCE_TOOLS/dynamodb-local/server.pid), and nothing that
+# is not a DynamoDB Local process. Log: server.log beside it (appended).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dir="$root/.cache/dynamodb-local"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
+dir="$EXACTLY_ONCE_TOOLS/dynamodb-local"
 pid_file="$dir/server.pid"
 port_file="$dir/server.port"
 log_file="$dir/server.log"

@@ -10,7 +10,7 @@
 # Exports AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, IDEMPOTENCY_TABLE,
 # LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
 # PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
-# puts .cache/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
+# puts $EXACTLY_ONCE_TOOLS/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
 # The batch sources of tests/sources.rs (infra/poller.py): Kinesis on the
 # same moto server as SQS (AWS_ENDPOINT_URL_KINESIS), DynamoDB Streams on
 # DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS).
@@ -24,7 +24,7 @@ local_stack() {
   "$root/infra/tools.sh"
   # shellcheck source=infra/local-env.sh
   source "$root/infra/local-env.sh"
-  export PATH="$root/.cache/venv/bin:$PATH"
+  export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH"
 
   step "DynamoDB Local (and its streams); moto's server: SQS (the dead-letter queue, a source) and Kinesis"
   eval "$("$root/infra/dynamodb-local.sh" start)"

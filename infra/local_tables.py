@@ -14,7 +14,7 @@ table is left alone.
 
 The endpoint comes from AWS_ENDPOINT_URL_DYNAMODB (see infra/dynamodb-local.sh);
 credentials and region from the environment (see infra/local-env.sh).
-It needs boto3 and PyYAML, both installed with aws-sam-cli in .cache/venv by
+It needs boto3 and PyYAML, both installed with aws-sam-cli in $EXACTLY_ONCE_TOOLS/venv by
 infra/tools.sh; started by another python3 it re-runs itself with the venv's.
 """
 
@@ -25,13 +25,13 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VENV_PYTHON = ROOT / ".cache" / "venv" / "bin" / "python"
+from tools_home import VENV_PYTHON  # noqa: E402
 
 try:
     import yaml
 except ImportError:  # started by a python3 without the project's venv: use the venv's
     if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
-        os.execv(VENV_PYTHON, [str(VENV_PYTHON), __file__, *sys.argv[1:]])
+        os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])
     sys.exit("local_tables: PyYAML not found; run infra/tools.sh")
 
 TEMPLATE = ROOT / "template.yaml"

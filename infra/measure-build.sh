@@ -13,9 +13,11 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
 cd "$root"
 infra/tools.sh
-export PATH="$root/.cache/venv/bin:$PATH"
+export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

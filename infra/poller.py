@@ -5,7 +5,7 @@ FIFO), Kinesis and DynamoDB Streams: it polls a real local queue or stream
 event exactly as Lambda does, hands it to the function's real binary through
 a Lambda Runtime API stand-in (infra/runtime_api.py's `Function`, kept warm
 between invocations), and acts on the partial batch response as the mapping
-does. Python 3 with boto3 (infra/tools.sh installs it into .cache/venv).
+does. Python 3 with boto3 (infra/tools.sh installs it into $EXACTLY_ONCE_TOOLS/venv).
 
     infra/poller.py create  SOURCE NAME [--shards N] [--key ATTRIBUTE]
     infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
@@ -64,7 +64,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VENV_PYTHON = ROOT / ".cache" / "venv" / "bin" / "python"
+from tools_home import VENV_PYTHON  # noqa: E402
 
 try:
     import boto3
@@ -72,7 +72,7 @@ try:
 except ImportError:
     # Started by another python3: again with the venv's (infra/tools.sh).
     if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
-        os.execv(VENV_PYTHON, [str(VENV_PYTHON), __file__, *sys.argv[1:]])
+        os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])
     sys.exit("poller: boto3 not found; run infra/tools.sh")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

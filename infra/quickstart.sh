@@ -7,17 +7,21 @@
 #      {"batchItemFailures":[]}, each payment added to its balance once;
 #   2. the same DynamoDB-only binary started with the variable of each part
 #      its build leaves out: a start-up error naming the feature;
-#   3. the README's "Run it locally" block, and docs/local.md's PostgreSQL
-#      and Redis blocks, run as they are (cargo lambda watch and invoke, the
-#      local servers they start) from a directory holding the checkout as
-#      msk-exactly-once/ and the crate as payments/: both deliveries
-#      answered, 6 records processed then 6 duplicates, the balances once.
+#   3. the README's "Run it locally" and "On SQS" blocks, and
+#      docs/local.md's PostgreSQL and Redis blocks, run as they are (cargo
+#      lambda watch and invoke, the local servers they start) from the
+#      crate's directory, EXACTLY_ONCE naming a copy of the checkout: both
+#      deliveries answered, each record processed once and a duplicate
+#      after, the balances and items as the blocks show them, and the copy
+#      of the checkout unchanged (a read-only checkout works).
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PATH="$root/.cache/venv/bin:$PATH"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
+export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -56,7 +60,7 @@ if ! answers="$(IDEMPOTENCY_TABLE="$IDEMPOTENCY_TABLE" LEDGER_TABLE="$ledger" \
   exit 1
 fi
 echo "$answers"
-"$root/.cache/venv/bin/python" - "$answers" "$ledger" "$root/events/two-partitions.json" <<'PY'
+"$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$answers" "$ledger" "$root/events/two-partitions.json" <<'PY'
 import base64, collections, json, sys
 import boto3
 answers, ledger, event = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -92,9 +96,24 @@ check_off DUPLICATE_CACHE redis redis
 check_off DEAD_LETTER_QUEUE_URL https://sqs.us-east-1.amazonaws.com/1/parked sqs
 check_off TRACING_EXPORT otlp opentelemetry
 
-# The documented shell blocks, as a reader runs them.
-ln -s "$root" "$work/msk-exactly-once"
-run_block() { # name file heading: runs the first ```sh block after heading
+# The documented shell blocks, as a reader runs them: from the crate's
+# directory, EXACTLY_ONCE naming a copy of the checkout's files (those git
+# tracks or would), which they must leave as it was: a read-only checkout
+# works.
+checkout="$work/msk-exactly-once"
+python3 - "$root" "$checkout" <<'PY'
+import pathlib, shutil, subprocess, sys
+root, copy = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
+                         "--exclude-standard"], check=True, capture_output=True).stdout
+for name in filter(None, listed.decode().split("\0")):
+    source = root / name
+    if source.is_file():
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, copy / name)
+PY
+touch "$work/copied"
+run_block() { # name file heading processed duplicate: runs the first ```sh block after heading
   local name="$1" block output status=0
   block="$(python3 - "$2" "$3" <<'PY'
 import pathlib, re, sys
@@ -104,24 +123,34 @@ print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
 PY
 )"
   echo "quickstart: $name, as $2 shows it" >&2
-  output="$(cd "$work" && bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
+  output="$(cd "$work/payments" && bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
   # A block that failed midway leaves its watch running: stop it.
   pkill -f "cargo-lambda lambda watch" 2>/dev/null || true
   echo "$output"
   if [[ $status != 0 ]] || [[ "$(grep -c '^{"batchItemFailures":\[\]}$' <<<"$output")" != 2 ]] ||
-    ! grep -qE '^ *6 outcome="processed"$' <<<"$output" ||
-    ! grep -qE '^ *6 outcome="duplicate"$' <<<"$output"; then
+    ! grep -qE "^ *$4 outcome=\"processed\"\$" <<<"$output" ||
+    ! grep -qE "^ *$5 outcome=\"duplicate\"\$" <<<"$output"; then
     tail -n 30 "$work/$name.err" "$work/watch.log" >&2 || true
     echo "quickstart: $name did not answer and dedupe as documented (exit $status)" >&2
     exit 1
   fi
   BLOCK_OUTPUT="$output"
 }
-run_block dynamodb "$root/README.md" "**Run it locally**"
-run_block postgres "$root/docs/local.md" "## PostgreSQL"
+run_block dynamodb "$root/README.md" "**Run it locally**" 6 6
+grep -qE '^ *acc-1 .*3500' <<<"$BLOCK_OUTPUT" ||
+  { echo "quickstart: show_tables.py does not show acc-1's 3500 on DynamoDB Local" >&2; exit 1; }
+run_block sqs "$root/README.md" "**On SQS**" 5 7
+run_block postgres "$root/docs/local.md" "## PostgreSQL" 6 6
 grep -qE '^ *acc-1 *\| *3500$' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: acc-1's balance is not 3500 on PostgreSQL" >&2; exit 1; }
-run_block redis "$root/docs/local.md" "## Redis"
+grep -qE '^ *pay-2p-001 *\| *COMPLETED' <<<"$BLOCK_OUTPUT" ||
+  { echo "quickstart: the item pay-2p-001 is not COMPLETED on PostgreSQL" >&2; exit 1; }
+run_block redis "$root/docs/local.md" "## Redis" 6 6
 grep -qx '3500' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: acc-1's balance is not 3500 on Redis" >&2; exit 1; }
-echo "quickstart: OK"
+grep -qx 'COMPLETED' <<<"$BLOCK_OUTPUT" ||
+  { echo "quickstart: the item pay-2p-001 is not COMPLETED on Redis" >&2; exit 1; }
+changed="$(find "$checkout" -newer "$work/copied")"
+[[ -z "$changed" ]] ||
+  { echo "quickstart: the blocks wrote into the checkout: $changed" >&2; exit 1; }
+echo "quickstart: OK (the checkout unchanged)"

@@ -128,6 +128,15 @@ class Gone(Exception):
         self.detail = detail
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A function killed while it posts (`close()`) resets its connection:
+    not worth a traceback."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Function:
     """A function's `bootstrap` started as Lambda starts it (the Lambda
     environment on top of `env`, AWS_LAMBDA_RUNTIME_API naming a Runtime API
@@ -144,7 +153,7 @@ class Function:
         self.runtime = Runtime()
         region = (env or os.environ).get("AWS_REGION", "us-east-1")
         arn = f"arn:aws:lambda:{region}:123456789012:function:{function_name}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.runtime, arn))
+        self.server = QuietServer(("127.0.0.1", 0), handler_for(self.runtime, arn))
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         full_env = dict(os.environ if env is None else env)
         full_env.update({

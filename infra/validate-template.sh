@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=infra/local-env.sh
 source "$root/infra/local-env.sh"
-bin="$root/.cache/venv/bin"
+bin="$EXACTLY_ONCE_TOOLS/venv/bin"
 template="$root/template.yaml"
 cd "$root"
 

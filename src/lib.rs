@@ -42,7 +42,7 @@
 //!
 //! // Generic over the store's effect: runs on DynamoDB, PostgreSQL and Redis.
 //! impl<E: Send + Sync + 'static> RecordHandler<E> for Ledger {
-//!     type Record = KafkaRecord;
+//!     type Record = Record;
 //!
 //!     fn commit_path(&self) -> CommitPath {
 //!         // No side effect of its own: the increment below commits in ONE
@@ -53,9 +53,9 @@
 //!     async fn handle(
 //!         &self,
 //!         _: &FencingToken,
-//!         record: &KafkaRecord,
+//!         record: &Record,
 //!     ) -> Result<Completion<E>, HandlerError> {
-//!         let payment: Payment = serde_json::from_slice(&record.value)
+//!         let payment: Payment = serde_json::from_slice(&record.body())
 //!             // Permanent: stored FAILED, never retried; names no value.
 //!             .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
 //!         let credit = Increment::new(&self.table, "account_id", &payment.account_id)
@@ -88,7 +88,11 @@
 //! | `full` | all but `conformance` |
 //!
 //! (The modules of features a build leaves out are not in its
-//! documentation; docs.rs documents every feature.)
+//! documentation; docs.rs documents every feature.) A variable that asks
+//! for a part the build leaves out stops the function at start, naming the
+//! feature; [`features::needed`] says which an environment asks for.
+//! (`DEAD_LETTER_QUEUE_URL`, which the shipped and generated templates set
+//! for their parked-records queue, needs `sqs`.)
 //!
 //! # Where things are
 //!
@@ -122,6 +126,7 @@ pub mod aws;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod backend;
 mod error;
+pub mod features;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod init_error;
 pub mod prelude;

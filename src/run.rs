@@ -99,6 +99,8 @@ where
     E: Into<BoxError>,
 {
     let env = |name: &str| std::env::var(name).ok();
+    // Every part the environment asks for is in this build.
+    crate::features::check(env)?;
     let traces = telemetry::init(tracing_export(env)?).map_err(StartError::Telemetry)?;
     let settings = Settings::from_env()?;
     let backend = Backend::connect(
@@ -208,20 +210,14 @@ async fn flush(traces: Arc<Traces>) {
     match *traces {}
 }
 
-/// Where spans go (`TRACING_EXPORT`), if this build can send them there.
+/// Where spans go (`TRACING_EXPORT`; this build can send them there:
+/// [`crate::features::check`]).
 fn tracing_export(env: impl Fn(&str) -> Option<String>) -> Result<TracingExport, StartError> {
     let text = env("TRACING_EXPORT").unwrap_or_default();
     let export = TracingExport::parse(&text).map_err(|reason| SettingsError {
         variable: "TRACING_EXPORT",
         reason,
     })?;
-    if cfg!(not(feature = "opentelemetry")) && export == TracingExport::Otlp {
-        return Err(StartError::FeatureOff {
-            variable: "TRACING_EXPORT",
-            value: text,
-            feature: "opentelemetry",
-        });
-    }
     Ok(export)
 }
 
@@ -234,16 +230,12 @@ fn shared_cache(
     #[cfg(feature = "redis")]
     let cache = exactly_once_redis::RedisDuplicateCache::from_lookup(&settings.store, env)?
         .map(|cache| Arc::new(cache) as Arc<dyn SharedCache>);
+    // Without the feature, DUPLICATE_CACHE=redis stopped the start
+    // (crate::features::check).
     #[cfg(not(feature = "redis"))]
-    let cache: Option<Arc<dyn SharedCache>> = match env("DUPLICATE_CACHE").as_deref() {
-        Some("redis") => {
-            return Err(StartError::FeatureOff {
-                variable: "DUPLICATE_CACHE",
-                value: "redis".to_owned(),
-                feature: "redis",
-            });
-        }
-        _ => None,
+    let cache: Option<Arc<dyn SharedCache>> = {
+        let _ = env;
+        None
     };
     if cache.is_some() && settings.store_kind == StoreKind::Redis {
         return Err(SettingsError {
@@ -268,12 +260,13 @@ async fn dead_letters(settings: &Settings) -> Result<Option<Arc<dyn DeadLetters>
         let queue = exactly_once_lambda::dead_letter::DeadLetterQueue::new(client, url);
         Ok(Some(Arc::new(queue)))
     }
+    // Without the feature, a queue stopped the start
+    // (crate::features::check).
     #[cfg(not(feature = "sqs"))]
-    Err(StartError::FeatureOff {
-        variable: "DEAD_LETTER_QUEUE_URL",
-        value: url.clone(),
-        feature: "sqs",
-    })
+    {
+        let _ = url;
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

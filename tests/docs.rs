@@ -356,3 +356,53 @@ fn the_pg_cron_purge_is_the_same_statement_everywhere() {
         assert_eq!(statement, &first, "the pg_cron job of {page}");
     }
 }
+
+/// The names `pub use` lines of `source` bring in (the last segment of a
+/// path, or each name of a `{...}` list).
+fn reexported(source: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut statement = String::new();
+    for line in source.lines().filter(|line| !line.starts_with("//")) {
+        if line.starts_with("pub use ") || !statement.is_empty() {
+            statement.push_str(line);
+            if line.trim_end().ends_with(';') {
+                let path = statement
+                    .trim_start_matches("pub use ")
+                    .trim_end_matches(';');
+                let list = match path.split_once('{') {
+                    Some((_, list)) => list.trim_end_matches('}').to_owned(),
+                    None => path.rsplit("::").next().unwrap_or(path).to_owned(),
+                };
+                names.extend(
+                    list.split(',')
+                        .map(|name| name.trim().to_owned())
+                        .filter(|name| !name.is_empty()),
+                );
+                statement.clear();
+            }
+        }
+    }
+    names
+}
+
+/// docs/handlers.md lists exactly what `use exactly_once::prelude::*;`
+/// brings (src/prelude.rs's re-exports).
+#[test]
+fn the_handlers_page_lists_the_prelude() {
+    let handlers = std::fs::read_to_string(root().join("docs/handlers.md")).expect("handlers.md");
+    let bullet = handlers
+        .split("- `use exactly_once::prelude::*;` brings ")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("the prelude's bullet");
+    // Its code spans but the methods mentioned (`body()`).
+    let listed: BTreeSet<String> = bullet
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| !span.contains('('))
+        .map(str::to_owned)
+        .collect();
+    let prelude = std::fs::read_to_string(root().join("src/prelude.rs")).expect("src/prelude.rs");
+    assert_eq!(listed, reexported(&prelude));
+}

@@ -2,7 +2,7 @@
 //! `cargo lambda watch` (which emulates the Lambda Runtime API) and invoked
 //! with `cargo lambda invoke`, against the DynamoDB tables of infra/test.sh.
 //!
-//! Needs what infra/test.sh provides: cargo-lambda on PATH (.cache/venv/bin),
+//! Needs what infra/test.sh provides: cargo-lambda on PATH ($EXACTLY_ONCE_TOOLS/venv/bin),
 //! DynamoDB Local (`AWS_ENDPOINT_URL_DYNAMODB`), its tables
 //! (`IDEMPOTENCY_TABLE`, `LEDGER_TABLE`) and dummy credentials and region.
 //! Without them the test fails and says what is missing; it never skips.
@@ -346,7 +346,7 @@ impl Env {
             )),
             result => panic!(
                 "cargo-lambda is not available ({}). Run this test through infra/test.sh, which \
-                 installs it into .cache/venv (infra/tools.sh) and puts .cache/venv/bin on PATH",
+                 installs it into $EXACTLY_ONCE_TOOLS/venv (infra/tools.sh) and puts its bin/ on PATH",
                 match result {
                     Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
                     Err(err) => err.to_string(),

@@ -22,7 +22,7 @@
 //!
 //! Needs what infra/test.sh provides: DynamoDB Local with its tables, moto's
 //! server (`AWS_ENDPOINT_URL_SQS`, `AWS_ENDPOINT_URL_KINESIS`), python3 with
-//! boto3 on PATH (.cache/venv/bin).
+//! boto3 on PATH ($EXACTLY_ONCE_TOOLS/venv/bin).
 
 mod support;
 
@@ -95,7 +95,7 @@ impl Run {
             .arg(&script)
             .args(args)
             .output()
-            .expect("run python3 infra/poller.py (python3 with boto3 on PATH: .cache/venv/bin)");
+            .expect("run python3 infra/poller.py (python3 with boto3 on PATH: $EXACTLY_ONCE_TOOLS/venv/bin)");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!("poller {}: {}\n{stderr}", args.join(" "), out.status);

@@ -926,3 +926,130 @@ fn each_sources_role_statements_exist_only_with_it() {
         .expect("AWSLambdaMSKExecutionRole under a condition");
     assert_eq!(sources_of_condition(&template, &msk), only("kafka"));
 }
+
+/// Every value `value` (a variable of the function's environment) can take
+/// as the template is deployed: a literal; a parameter's allowed values
+/// (or its default); either branch of an `!If`; a resource's name or an
+/// attribute (some non-empty text).
+fn possible_values(template: &Value, value: &Value) -> Vec<String> {
+    match tagged(value) {
+        Some((tag, inner)) if tag == "If" => inner
+            .as_sequence()
+            .expect("!If [condition, then, else]")
+            .iter()
+            .skip(1)
+            .flat_map(|branch| possible_values(template, branch))
+            .collect(),
+        Some((tag, inner)) if tag == "Ref" => {
+            let name = inner.as_str().expect("!Ref NAME");
+            let parameter = &template["Parameters"][name];
+            match (
+                parameter["AllowedValues"].as_sequence(),
+                &parameter["Default"],
+            ) {
+                (Some(allowed), _) => allowed.iter().map(scalar).collect(),
+                (None, Value::Null) => vec![format!("<{name}>")],
+                (None, default) => vec![scalar(default)],
+            }
+        }
+        Some((tag, _)) => vec![format!("<{tag}>")],
+        None => vec![scalar(value)],
+    }
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        other => panic!("not a scalar: {other:?}"),
+    }
+}
+
+/// The features of `exactly-once` the shipped function (msk-handler) is
+/// built with, as cargo resolves them (`cargo metadata`).
+fn msk_handler_features() -> BTreeSet<String> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata");
+    assert!(output.status.success(), "cargo metadata failed");
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    let package = |name: &str| {
+        packages
+            .iter()
+            .find(|package| package["name"] == name)
+            .unwrap_or_else(|| panic!("no package {name}"))
+    };
+    let facade = &package("exactly-once")["features"];
+    let dependency = package("msk-handler")["dependencies"]
+        .as_array()
+        .expect("dependencies")
+        .iter()
+        .find(|dependency| dependency["name"] == "exactly-once")
+        .expect("msk-handler depends on exactly-once");
+    let mut asked: Vec<String> = dependency["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .map(|feature| feature.as_str().expect("a name").to_owned())
+        .collect();
+    if dependency["uses_default_features"] == true {
+        asked.push("default".to_owned());
+    }
+    // Each feature with the features it enables, transitively.
+    let mut built = BTreeSet::new();
+    while let Some(feature) = asked.pop() {
+        if let Some(enables) = facade[&feature].as_array()
+            && built.insert(feature)
+        {
+            asked.extend(enables.iter().filter_map(|f| f.as_str()).map(str::to_owned));
+        }
+    }
+    built
+}
+
+/// No variable template.yaml sets, with any value its parameters allow,
+/// asks for a part the function's build leaves out (it would stop the
+/// function at start: `StartError::FeatureOff`). The generated project's
+/// templates are held to theirs by infra/template-check.sh, which starts
+/// each with its template's environment.
+#[test]
+fn every_part_the_template_can_ask_for_is_built_into_its_function() {
+    let template = template();
+    let variables = resource(&template, "Function")["Environment"]["Variables"]
+        .as_mapping()
+        .expect("environment variables");
+    let built = msk_handler_features();
+    let mut asked = BTreeSet::new();
+    for (name, value) in variables {
+        let name = name.as_str().expect("a name");
+        for value in possible_values(&template, value) {
+            let env = |variable: &str| (variable == name).then(|| value.clone());
+            for uses in exactly_once::features::needed(env) {
+                assert!(
+                    built.contains(uses.feature),
+                    "{name}={value} needs the `{}` feature, which msk-handler's build \
+                     ({built:?}) leaves out",
+                    uses.feature
+                );
+                asked.insert(uses.feature);
+            }
+        }
+    }
+    // The template offers every store, the shared cache, parked records and
+    // OTLP spans: all asked for, so the check above saw each rule.
+    assert_eq!(
+        asked,
+        BTreeSet::from(["dynamodb", "postgres", "redis", "sqs", "opentelemetry"])
+    );
+}

@@ -13,7 +13,7 @@ batch. Warmed up first (a batch not recorded).
 Environment: AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local), LEDGER_TABLE, and
 the dummy credentials of infra/local-env.sh. Needs aws-lambda-powertools
 (pinned in benches/powertools/requirements.txt) and boto3; infra/bench.sh
-installs them into .cache/venv. Prints one line per scenario and writes CSV
+installs them into $EXACTLY_ONCE_TOOLS/venv. Prints one line per scenario and writes CSV
 rows `scenario,rtt_ms,reps,p50_ms,p99_ms,requests_per_record`.
 """
 

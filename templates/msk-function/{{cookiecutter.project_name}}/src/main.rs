@@ -15,7 +15,7 @@ struct Ledger {
 
 // Generic over the store's effect: runs on DynamoDB, PostgreSQL and Redis.
 impl<E: Send + Sync + 'static> RecordHandler<E> for Ledger {
-    type Record = {{ cookiecutter.__record }};
+    type Record = Record;
 
     fn commit_path(&self) -> CommitPath {
         // No side effect of its own: the increment below commits in ONE
@@ -26,9 +26,9 @@ impl<E: Send + Sync + 'static> RecordHandler<E> for Ledger {
     async fn handle(
         &self,
         _: &FencingToken,
-        record: &{{ cookiecutter.__record }},
+        record: &Record,
     ) -> Result<Completion<E>, HandlerError> {
-        let payment: Payment = serde_json::from_slice(&{{ cookiecutter.__payload }})
+        let payment: Payment = serde_json::from_slice(&record.body())
             // Permanent: stored FAILED, never retried; names no value.
             .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
         let credit = Increment::new(&self.table, "account_id", &payment.account_id)
