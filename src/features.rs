@@ -70,16 +70,18 @@ pub fn needed(env: impl Fn(&str) -> Option<String>) -> Vec<FeatureUse> {
     needed
 }
 
+/// Each feature [`needed`] names, and whether this build has it.
+const BUILT: [(&str, bool); 5] = [
+    ("dynamodb", cfg!(feature = "dynamodb")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("redis", cfg!(feature = "redis")),
+    ("sqs", cfg!(feature = "sqs")),
+    ("opentelemetry", cfg!(feature = "opentelemetry")),
+];
+
 /// Whether this build has `feature` (one [`needed`] names).
 pub fn built_with(feature: &str) -> bool {
-    match feature {
-        "dynamodb" => cfg!(feature = "dynamodb"),
-        "postgres" => cfg!(feature = "postgres"),
-        "redis" => cfg!(feature = "redis"),
-        "sqs" => cfg!(feature = "sqs"),
-        "opentelemetry" => cfg!(feature = "opentelemetry"),
-        _ => false,
-    }
+    BUILT.iter().any(|(name, built)| *name == feature && *built)
 }
 
 /// The first part `env` asks for that this build leaves out, as the
