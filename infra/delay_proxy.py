@@ -16,24 +16,11 @@ import random
 import sys
 
 
-async def pipe_requests(reader, writer, state, low, high):
+async def pipe(reader, writer, before_each):
+    """Copies reader to writer, awaiting `before_each()` before each read's bytes."""
     try:
         while data := await reader.read(65536):
-            if state["answered"]:
-                state["answered"] = False
-                await asyncio.sleep(random.uniform(low, high) / 1000)
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        writer.close()
-
-
-async def pipe_answers(reader, writer, state):
-    try:
-        while data := await reader.read(65536):
-            state["answered"] = True
+            await before_each()
             writer.write(data)
             await writer.drain()
     except (ConnectionError, asyncio.CancelledError):
@@ -53,9 +40,19 @@ async def main():
             client_writer.close()
             return
         state = {"answered": True}
+
+        async def a_new_request_waits():
+            # The first bytes after an answer start a request: it waits.
+            if state["answered"]:
+                state["answered"] = False
+                await asyncio.sleep(random.uniform(low, high) / 1000)
+
+        async def an_answer():
+            state["answered"] = True
+
         await asyncio.gather(
-            pipe_requests(client_reader, store_writer, state, low, high),
-            pipe_answers(store_reader, client_writer, state),
+            pipe(client_reader, store_writer, a_new_request_waits),
+            pipe(store_reader, client_writer, an_answer),
         )
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use conformance::{Backend, LONG_LOCK, acquire, request};
+use deadpool_postgres::Pool;
 use exactly_once::clock::now_ms;
 use exactly_once::config::StoreConfig;
 use exactly_once::postgres::schema::{self, SchemaError};
@@ -79,6 +80,11 @@ conformance_suite!(Postgres);
 
 operator_conformance_suite!(Postgres);
 
+/// The function's start-up check of an idempotency table, as it runs it.
+async fn check_idempotency(pool: &Pool, table: &str) -> Result<(), SchemaError> {
+    schema::check(pool, schema::IDEMPOTENCY, table, support::postgres::TIMEOUT).await
+}
+
 #[tokio::test]
 async fn a_claim_writes_the_documented_columns() {
     let store = postgres::store(LONG_LOCK).await;
@@ -146,14 +152,9 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
         Err(err @ StoreError::Rejected { .. }) => assert!(!err.is_retryable()),
         other => panic!("expected a rejection, got {other:?}"),
     }
-    let err = schema::check(
-        &pool,
-        schema::IDEMPOTENCY,
-        "no_such_table",
-        support::postgres::TIMEOUT,
-    )
-    .await
-    .expect_err("never migrated");
+    let err = check_idempotency(&pool, "no_such_table")
+        .await
+        .expect_err("never migrated");
     assert!(
         matches!(err, SchemaError::Behind { found: 0, .. }),
         "{err:?}"
@@ -164,14 +165,9 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
          `exactly-once-ops migrate` (with DATABASE_URL set) before deploying"
     );
     let table = support::env("IDEMPOTENCY_TABLE");
-    schema::check(
-        &pool,
-        schema::IDEMPOTENCY,
-        &table,
-        support::postgres::TIMEOUT,
-    )
-    .await
-    .expect("the migrated test table passes");
+    check_idempotency(&pool, &table)
+        .await
+        .expect("the migrated test table passes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -193,14 +189,7 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
         created += usize::from(migrated[0].from == 0);
     }
     assert_eq!(created, 1, "exactly one run created the table");
-    schema::check(
-        &pool,
-        schema::IDEMPOTENCY,
-        &table,
-        support::postgres::TIMEOUT,
-    )
-    .await
-    .expect("migrated");
+    check_idempotency(&pool, &table).await.expect("migrated");
     let client = pool.get().await.expect("a connection");
     let indexes: Vec<String> = client
         .query(
@@ -251,14 +240,7 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
         )
         .await
         .expect("a row of version 1");
-    let err = schema::check(
-        &pool,
-        schema::IDEMPOTENCY,
-        &table,
-        support::postgres::TIMEOUT,
-    )
-    .await
-    .expect_err("behind");
+    let err = check_idempotency(&pool, &table).await.expect_err("behind");
     assert!(
         matches!(
             err,
@@ -275,14 +257,9 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
         .await
         .expect("migrate");
     assert_eq!((migrated[0].from, migrated[0].to), (1, 2));
-    schema::check(
-        &pool,
-        schema::IDEMPOTENCY,
-        &table,
-        support::postgres::TIMEOUT,
-    )
-    .await
-    .expect("at version 2");
+    check_idempotency(&pool, &table)
+        .await
+        .expect("at version 2");
     let config = StoreConfig {
         scope: Some("payments-a".into()),
         ..StoreConfig::new(table.clone())
