@@ -38,7 +38,12 @@ impl FeatureUse {
 /// assert_eq!(needed, ["dynamodb", "sqs"]);
 /// ```
 pub fn needed(env: impl Fn(&str) -> Option<String>) -> Vec<FeatureUse> {
-    let set = |variable: &str| env(variable).filter(|value| !value.is_empty());
+    // As the settings read them: trimmed, and empty as unset.
+    let set = |variable: &str| {
+        env(variable)
+            .map(|value| value.trim().to_owned())
+            .filter(|value| !value.is_empty())
+    };
     let mut needed = Vec::new();
     let mut uses = |variable: &'static str, value: String, feature: &'static str| {
         needed.push(FeatureUse {
@@ -133,6 +138,7 @@ mod tests {
             ]),
             ["dynamodb", "sqs", "opentelemetry"]
         );
+        assert_eq!(features(&[("IDEMPOTENCY_STORE", " redis ")]), ["redis"]);
         // Unset by an empty value, as a template's `!If [c, x, ""]` does.
         assert_eq!(features(&[("DEAD_LETTER_QUEUE_URL", "")]), ["dynamodb"]);
         // Unknown: the settings name it, not a feature.
