@@ -18,6 +18,7 @@ use exactly_once::store::ClaimOutcome;
 use exactly_once::store::Increment;
 use exactly_once::store::Store;
 use exactly_once::store::StoreError;
+use exactly_once::store::{FencedWrite, Lease};
 use support::postgres;
 
 /// The test server; counters are accounts of the ledger table.
@@ -386,5 +387,46 @@ async fn a_claim_that_is_not_new_reads_the_row_it_lost_to() {
         // The statement returns the row it did not write: one round trip.
         ClaimOutcome::InProgress(item) => assert_eq!(item.owner, first.owner),
         other => panic!("expected in progress, got {other:?}"),
+    }
+}
+
+/// Two workers' batches of fenced writes over the same keys, each in its
+/// own order (overlapping deliveries), lock the rows in key order: they
+/// queue behind each other and never deadlock. A deadlock aborts one of
+/// them after `deadlock_timeout` (a second), which a short lease may not
+/// survive; with the rows locked in the order each batch lists them, the
+/// opposite orders below deadlocked within a few rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
+    let store = std::sync::Arc::new(postgres::store(LONG_LOCK).await);
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let mut leases = Vec::new();
+    for n in 0..40 {
+        leases.push(acquire(&*store, &format!("order-{run}-{n}"), "h1").await);
+    }
+    let extend = |leases: &[Lease]| -> Vec<(Lease, FencedWrite)> {
+        let until_ms = now_ms() + 60_000;
+        leases
+            .iter()
+            .map(|lease| (lease.clone(), FencedWrite::Extend { until_ms }))
+            .collect()
+    };
+    let forward = extend(&leases);
+    let backward: Vec<_> = extend(&leases).into_iter().rev().collect();
+    let workers: Vec<_> = [forward, backward]
+        .into_iter()
+        .map(|writes| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..30 {
+                    for answer in store.write_fenced(&writes).await {
+                        answer.expect("extended, never a deadlock's abort");
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("joined");
     }
 }

@@ -19,7 +19,8 @@ pub(super) const MAX_ROWS: usize = 100;
 /// [`super::rows::new_row`] but the last.
 /// Invariant: one live row per key; a claim never replaces a row that has
 /// not passed its TTL (the conflicting row is replaced only when expired).
-/// The keys written come back; the others are settled alone.
+/// The keys written come back; the others are settled alone. The rows go
+/// in key order, the order [`UPDATE_FENCED`] locks them in.
 const INSERT_STARTED: &str = "INSERT INTO {table} AS item (pk, status, version, owner, \
     payload_hash, lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, \
     error, scope) VALUES {rows} \
@@ -34,11 +35,19 @@ const INSERT_STARTED: &str = "INSERT INTO {table} AS item (pk, status, version, 
 /// Fenced writes of several rows in one `UPDATE`; per row (`v`): the key,
 /// version and owner of its lease, what to write (`complete`, `fail`,
 /// `release`, `extend`), the result, the error, the new `expires_at`, the
-/// lease's new end, and now (ms).
+/// lease's new end, and now (ms). The rows are locked first, in key order
+/// (`locked`), as the claims' `INSERT` takes them: two workers' batches
+/// over the same keys queue behind each other instead of deadlocking (a
+/// deadlock costs `deadlock_timeout`, a second, which a short lease may not
+/// have).
 /// Invariant: only the current owner of a STARTED row writes to it; a
 /// worker taken over (new version, new owner) is fenced out, alone (its
 /// row is not returned: the lock is lost).
-const UPDATE_FENCED: &str = "UPDATE {table} AS item SET \
+const UPDATE_FENCED: &str = "WITH v(pk, version, owner, kind, result, error, expires_at, until, \
+    now) AS (VALUES {rows}), \
+    locked AS MATERIALIZED (SELECT item.pk FROM {table} AS item JOIN v ON item.pk = v.pk \
+        ORDER BY item.pk FOR UPDATE OF item) \
+    UPDATE {table} AS item SET \
     status = CASE v.kind WHEN 'complete' THEN 'COMPLETED' WHEN 'fail' THEN 'FAILED' \
         ELSE item.status END, \
     result = CASE v.kind WHEN 'complete' THEN COALESCE(v.result, item.result) \
@@ -49,7 +58,7 @@ const UPDATE_FENCED: &str = "UPDATE {table} AS item SET \
     lock_expires_at = CASE v.kind WHEN 'release' THEN 0 WHEN 'extend' THEN v.until \
         ELSE NULL END, \
     updated_at = v.now \
-    FROM (VALUES {rows}) AS v(pk, version, owner, kind, result, error, expires_at, until, now) \
+    FROM v JOIN locked ON locked.pk = v.pk \
     WHERE item.pk = v.pk AND item.status = 'STARTED' AND item.version = v.version \
     AND item.owner = v.owner RETURNING item.pk";
 
@@ -60,12 +69,18 @@ impl PostgresStore {
         claims: &[(String, ClaimRequest<'_>)],
     ) -> Result<Vec<Conditional<Lease>>, StoreError> {
         let now = self.now_ms();
-        let mut leases = Vec::with_capacity(claims.len());
+        let leases: Vec<Lease> = claims
+            .iter()
+            .map(|(pk, request)| Lease::claimed(pk.clone(), 1, &self.config, now, request))
+            .collect();
         let mut params: Vec<SqlValue> = vec![number(Some(now / 1000))];
         let mut rows = Vec::with_capacity(claims.len());
-        for (pk, request) in claims {
-            let lease = Lease::claimed(pk.clone(), 1, &self.config, now, request);
-            let row = new_row(&NewItem::started(&lease, *request, &self.config, now));
+        // The rows in key order (see INSERT_STARTED).
+        let mut in_key_order: Vec<usize> = (0..claims.len()).collect();
+        in_key_order.sort_by(|&a, &b| claims[a].0.cmp(&claims[b].0));
+        for i in in_key_order {
+            let (lease, request) = (&leases[i], &claims[i].1);
+            let row = new_row(&NewItem::started(lease, *request, &self.config, now));
             // new_row's parameters, but its last (now, s: `$1` here).
             let [
                 pk,
@@ -104,7 +119,6 @@ impl PostgresStore {
                 n(9),
                 n(10)
             ));
-            leases.push(lease);
         }
         let sql = self
             .sql
@@ -135,8 +149,11 @@ impl PostgresStore {
         let expires_at_s = self.config.expires_at_s(now);
         let mut params: Vec<SqlValue> = Vec::with_capacity(writes.len() * 9);
         let mut rows = Vec::with_capacity(writes.len());
-        let mut answers = Vec::with_capacity(writes.len());
-        for (lease, write) in writes {
+        let mut in_key_order: Vec<usize> = (0..writes.len()).collect();
+        in_key_order.sort_by(|&a, &b| writes[a].0.pk.cmp(&writes[b].0.pk));
+        let mut answers = vec![0; writes.len()];
+        for i in in_key_order {
+            let (lease, write) = &writes[i];
             let (kind, result, error, until, answer) = match write {
                 FencedWrite::Complete { result } => {
                     ("complete", result.as_deref(), None, None, expires_at_s)
@@ -161,7 +178,7 @@ impl PostgresStore {
             ]);
             let placeholders: Vec<String> = (0..9).map(|i| format!("${}", first + i)).collect();
             rows.push(format!("({})", placeholders.join(", ")));
-            answers.push(answer);
+            answers[i] = answer;
         }
         let sql = self
             .sql
