@@ -3,7 +3,8 @@
 #   1. a DynamoDB-only user (`exactly-once = { default-features = false,
 #      features = ["dynamodb"] }`) compiles none of the other stores' and
 #      optional parts' crates (`cargo tree -e normal`);
-#   2. the facade builds with each feature alone, and with none.
+#   2. the shipped function never compiles the model checker's mutations;
+#   3. the facade builds with each feature alone, and with none.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +26,14 @@ done
 packages="$(sed 's/ (\*)$//' <<<"$tree" | sort -u | wc -l)"
 echo "features: the DynamoDB-only build compiles $packages packages, none of: ${forbidden[*]}"
 [[ $status == 0 ]] || exit 1
+
+# The model checker's guard mutations (crates/core feature `mutations`, a
+# dev-dependency of crates/model) never reach the shipped function.
+if cargo tree -p msk-handler -e features -i exactly-once-core | grep -q '"mutations"'; then
+  echo "features: msk-handler compiles exactly-once-core's feature mutations" >&2
+  exit 1
+fi
+echo "features: msk-handler compiles no guard mutations"
 
 for features in "" dynamodb postgres redis sqs opentelemetry avro protobuf conformance; do
   echo "features: cargo check -p exactly-once --no-default-features --features '$features'"

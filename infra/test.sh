@@ -46,11 +46,11 @@ done
 step "cargo features (infra/check-features.sh)"
 infra/check-features.sh
 
-# The library crates as crates.io would get them (the shipped function and
-# the operator tool are not published).
+# The library crates as crates.io would get them (the shipped function,
+# the operator tool and the model checker are not published).
 step "cargo package --workspace"
 cargo package --workspace --no-verify --offline --allow-dirty --quiet \
-  --exclude msk-handler --exclude exactly-once-ops
+  --exclude msk-handler --exclude exactly-once-ops --exclude exactly-once-model
 
 step "cargo test --workspace"
 cargo test --workspace

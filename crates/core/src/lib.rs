@@ -11,13 +11,32 @@
 //! - [`engine`]: runs a batch of messages through a store and the business
 //!   logic ([`engine::RecordHandler`]); knows nothing of Kafka or of any one
 //!   store.
+//! - (feature `mutations`) `mutation`: guards weakened one at a time, for
+//!   the model checker's tests.
 //! - [`config`]: how the store names, locks and keeps items, and the helpers
 //!   every reader of environment variables shares.
 
 #![deny(missing_docs)]
 
+/// Whether the guard mutation `$name` is active (feature `mutations`, for
+/// the model checker's tests; `false` in every other build).
+#[cfg(feature = "mutations")]
+macro_rules! mutated {
+    ($name:ident) => {
+        $crate::mutation::active($crate::mutation::Mutation::$name)
+    };
+}
+#[cfg(not(feature = "mutations"))]
+macro_rules! mutated {
+    ($name:ident) => {
+        false
+    };
+}
+
 pub mod clock;
 pub mod config;
 pub mod engine;
+#[cfg(feature = "mutations")]
+pub mod mutation;
 pub mod redact;
 pub mod store;

@@ -204,6 +204,9 @@ where
     /// released together; the messages keep their place, and their claims
     /// are taken back when the lane goes on, see `ahead.rs`).
     async fn give_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
+        if !gives_back_while_waiting() {
+            return;
+        }
         let mut released = Vec::new();
         for (work, step) in std::mem::take(&mut lane.prepared) {
             let step = match step {
@@ -512,6 +515,13 @@ where
 }
 
 /// The answer of a write whose batch ended before it was sent.
+/// Whether a lane gives back its claims made ahead before it waits (always,
+/// but under the model checker's mutation `ClaimsKeptWhileWaiting`): the
+/// lane's rule that the model (`crates/model`) follows too.
+pub fn gives_back_while_waiting() -> bool {
+    !mutated!(ClaimsKeptWhileWaiting)
+}
+
 fn ended() -> StoreError {
     StoreError::Unavailable {
         operation: "complete",

@@ -54,7 +54,7 @@ pub use deadline::{Deadline, LEASE_GRACE, StopReason};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
-pub use lane::COMPLETION_LINGER;
+pub use lane::{COMPLETION_LINGER, gives_back_while_waiting};
 pub use outcome::{Outcome, Parking, PoisonPolicy};
 pub use sizing::{GROUP_START, Resized, slow_answer};
 pub use window::WINDOW_GROUPS;

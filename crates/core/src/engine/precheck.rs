@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::clock::ms_to_s;
-use crate::store::{Status, Store};
+use crate::store::Store;
 
 use super::cache::Completed;
 use super::{Engine, Message, RecordHandler};
@@ -83,8 +83,7 @@ where
         let mut any = false;
         let config = self.store.config();
         for (key, item) in items {
-            // Another function's COMPLETED key is never this one's duplicate.
-            if item.status == Status::Completed && config.owns(item.scope.as_deref()) {
+            if item.proves_completed(config) {
                 let completed = Completed::new(&item.payload_hash, item.result.as_deref());
                 self.cache
                     .insert(&key, completed.clone(), item.expires_at_s);

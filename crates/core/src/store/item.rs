@@ -44,7 +44,7 @@ pub mod attr {
 }
 
 /// The lifecycle state of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// Claimed: the work may be running under a lease.
     Started,
@@ -100,7 +100,7 @@ pub enum Standing {
 }
 
 /// An idempotency item as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoredItem {
     /// Partition key: prefix + idempotency key.
     pub pk: String,
@@ -139,6 +139,9 @@ impl StoredItem {
     /// Past its TTL: the store may not have deleted it yet, but it counts
     /// as absent. Mirrors the claim condition `expires_at < :now_s`.
     pub fn is_expired(&self, now_ms: u64) -> bool {
+        if mutated!(ExpiryReadsLease) {
+            return self.lock_expired(now_ms);
+        }
         self.expires_at_s < crate::clock::ms_to_s(now_ms)
     }
 
@@ -162,9 +165,12 @@ impl StoredItem {
     ) -> Standing {
         if self.is_expired(now_ms) {
             Standing::Expired
-        } else if !owner.is_empty() && self.owner == owner {
+        } else if !owner.is_empty()
+            && (self.owner == owner
+                || (mutated!(ResendOwnsByPayload) && self.payload_hash == payload_hash))
+        {
             Standing::Ours
-        } else if !config.owns(self.scope.as_deref()) {
+        } else if !config.owns(self.scope.as_deref()) && !mutated!(JudgeIgnoresScope) {
             Standing::OtherScope
         } else if self.payload_hash != payload_hash {
             Standing::OtherPayload
@@ -176,6 +182,18 @@ impl StoredItem {
                 Status::Started => Standing::Locked,
             }
         }
+    }
+}
+
+impl StoredItem {
+    /// Whether this item, read before the claims (the pre-check) or kept
+    /// in a cache, proves its key done for the store configured as
+    /// `config`: COMPLETED, and this store's own (another function's
+    /// COMPLETED key is never this one's duplicate). Anything else is left
+    /// to the claim.
+    pub fn proves_completed(&self, config: &StoreConfig) -> bool {
+        (self.status == Status::Completed || mutated!(CacheTrustsAnyStatus))
+            && config.owns(self.scope.as_deref())
     }
 }
 
@@ -207,6 +225,27 @@ pub struct NewItem<'a> {
 }
 
 impl<'a> NewItem<'a> {
+    /// The item as stored (version 1, one attempt; its texts bounded).
+    pub fn item(&self) -> StoredItem {
+        StoredItem {
+            pk: self.pk.to_owned(),
+            status: self.status,
+            version: 1,
+            owner: self.owner.to_owned(),
+            payload_hash: self.payload_hash.to_owned(),
+            lock_expires_at_ms: self.lock_expires_at_ms,
+            expires_at_s: self.expires_at_s,
+            created_at_ms: Some(self.now_ms),
+            updated_at_ms: Some(self.now_ms),
+            attempts: Some(1),
+            origin: self.origin.map(|origin| super::bounded(origin).to_owned()),
+            result: self.result.map(str::to_owned),
+            error: self.error.map(|error| super::bounded(error).to_owned()),
+            last_error: None,
+            scope: self.scope.map(str::to_owned),
+        }
+    }
+
     /// A claim's STARTED item, held by `lease` from `now_ms`, in `config`'s
     /// scope and retained as it says.
     pub fn started(

@@ -14,9 +14,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::transition::{self, fence_holds, may_create, may_take_over, operator_may};
 use super::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
-    Listed, Listing, Operator, Status, Store, StoreError, StoredItem, bounded, increment,
+    Listed, Listing, NewItem, Operator, Status, Store, StoreError, StoredItem, increment,
     transaction_effects,
 };
 use crate::config::StoreConfig;
@@ -90,52 +91,17 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new item's attributes (version 1, one attempt).
-    fn new_item(
-        &self,
-        pk: String,
-        status: Status,
-        owner: &str,
-        request: ClaimRequest<'_>,
-    ) -> StoredItem {
-        let now = self.now_ms();
-        StoredItem {
-            pk,
-            status,
-            version: 1,
-            owner: owner.to_owned(),
-            payload_hash: request.payload_hash.to_owned(),
-            lock_expires_at_ms: None,
-            expires_at_s: self.config.expires_at_s(now),
-            created_at_ms: Some(now),
-            updated_at_ms: Some(now),
-            attempts: Some(1),
-            origin: request.origin.map(|origin| bounded(origin).to_owned()),
-            result: None,
-            error: None,
-            last_error: None,
-            scope: self.config.scope.clone(),
-        }
-    }
-
     /// The live item of `pk` (one past its TTL counts as absent).
     fn live<'a>(&self, state: &'a State, pk: &str) -> Option<&'a StoredItem> {
         let now = self.now_ms();
         state.items.get(pk).filter(|item| !item.is_expired(now))
     }
 
-    /// The lease holder's STARTED item, for a fenced write. Invariant: only
-    /// the current owner of a STARTED item writes to it; a worker taken over
-    /// (new version, new owner) is fenced out.
+    /// The lease holder's STARTED item, for a fenced write
+    /// ([`fence_holds`]).
     fn fenced<'a>(state: &'a mut State, lease: &Lease) -> Result<&'a mut StoredItem, StoreError> {
         match state.items.get_mut(&lease.pk) {
-            Some(item)
-                if item.status == Status::Started
-                    && item.version == lease.version
-                    && item.owner == lease.owner =>
-            {
-                Ok(item)
-            }
+            Some(item) if fence_holds(Some(item), lease) => Ok(item),
             _ => Err(StoreError::LockLost {
                 key: lease.pk.clone(),
                 version: lease.version,
@@ -191,9 +157,7 @@ impl MemoryStore {
         let now = self.now_ms();
         let mut state = self.lock();
         let found = match state.items.get_mut(&pk) {
-            // Invariant: only the item in the status and at the version the
-            // operator saw changes; one taken over or finished since does not.
-            Some(item) if item.status == expected && item.version == version => {
+            Some(item) if operator_may(item, expected, version) => {
                 change(item);
                 item.lock_expires_at_ms = Some(0);
                 item.updated_at_ms = Some(now);
@@ -242,16 +206,14 @@ impl Store for MemoryStore {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        let mut state = self.lock();
-        // Invariant: one live item per key; a claim never replaces an item
-        // that has not passed its TTL.
-        if let Some(item) = self.live(&state, pk) {
-            return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
-        }
         let now = self.now_ms();
+        let mut state = self.lock();
+        let found = state.items.get(pk);
+        if !may_create(found, now) {
+            return Ok(Conditional::Conflict(found.cloned().map(Box::new)));
+        }
         let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
-        let mut item = self.new_item(pk.to_owned(), Status::Started, &lease.owner, request);
-        item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);
+        let item = NewItem::started(&lease, request, &self.config, now).item();
         state.items.insert(pk.to_owned(), item);
         Ok(Conditional::Written(lease))
     }
@@ -266,27 +228,12 @@ impl Store for MemoryStore {
         let Some(item) = state.items.get_mut(&observed.pk) else {
             return Ok(Conditional::Conflict(None));
         };
-        // Invariant: of all takers that saw this version, exactly one wins,
-        // only while the lock is still abandoned (not renewed, not
-        // finished), and only of its own scope's item (or one without any).
-        if !(item.version == observed.version
-            && item.status == Status::Started
-            && item.lock_expired(now)
-            && self.config.owns(item.scope.as_deref()))
-        {
+        if !may_take_over(item, observed.version, &self.config, now) {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
         let next = observed.version + 1;
         let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
-        item.owner = lease.owner.clone();
-        item.version = lease.version;
-        item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);
-        item.expires_at_s = self.config.expires_at_s(now);
-        item.updated_at_ms = Some(now);
-        item.attempts = Some(item.attempts.unwrap_or(0) + 1);
-        if item.scope.is_none() {
-            item.scope = self.config.scope.clone();
-        }
+        transition::take_over(item, &lease, &self.config, now);
         Ok(Conditional::Written(lease))
     }
 
@@ -316,12 +263,8 @@ impl Store for MemoryStore {
         })?;
         (state.counters, state.numbers) = (counters, numbers);
         let item = Self::fenced(&mut state, lease)?;
-        item.status = Status::Completed;
-        item.expires_at_s = self.config.expires_at_s(now);
-        item.result = result.map(str::to_owned);
-        item.lock_expires_at_ms = None;
-        item.updated_at_ms = Some(now);
-        Ok(item.expires_at_s)
+        let result = result.map(str::to_owned);
+        Ok(transition::complete(item, result, &self.config, now))
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
@@ -334,11 +277,7 @@ impl Store for MemoryStore {
             };
             return write.refused(lease, found).map(|_| ());
         };
-        item.status = Status::Failed;
-        item.error = Some(bounded(error).to_owned());
-        item.expires_at_s = self.config.expires_at_s(now);
-        item.lock_expires_at_ms = None;
-        item.updated_at_ms = Some(now);
+        transition::fail(item, error, &self.config, now);
         Ok(())
     }
 
@@ -350,8 +289,7 @@ impl Store for MemoryStore {
         let now = self.now_ms();
         let mut state = self.lock();
         let item = Self::fenced(&mut state, lease)?;
-        item.lock_expires_at_ms = Some(until_ms);
-        item.updated_at_ms = Some(now);
+        transition::extend(item, until_ms, now);
         Ok(Lease {
             lock_expires_at_ms: until_ms,
             ..lease.clone()
@@ -368,16 +306,16 @@ impl Store for MemoryStore {
         for commit in &commits {
             pks.push(self.pk(&commit.key)?);
         }
+        let now = self.now_ms();
         let mut state = self.lock();
         let mut counters = state.counters.clone();
         for (index, (commit, pk)) in commits.iter().zip(&pks).enumerate() {
+            let found = state.items.get(pk);
             let taken = match &commit.held {
-                // Invariant: only the current owner of a STARTED item
-                // completes it; a worker taken over is fenced out.
-                Some(lease) => Self::fenced(&mut state, lease).is_err(),
-                // Invariant: one live item per key; the effect happens only
-                // together with the key's first COMPLETED item.
-                None => self.live(&state, pk).is_some(),
+                Some(lease) => !fence_holds(found, lease),
+                // The effect happens only together with the key's first
+                // COMPLETED item.
+                None => !may_create(found, now),
             };
             if taken {
                 let item = state.items.get(pk).cloned().map(Box::new);
@@ -407,22 +345,18 @@ impl Store for MemoryStore {
             }
         };
         (state.counters, state.numbers) = (counters, numbers);
-        let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         for (commit, pk) in commits.iter().zip(pks) {
-            let item = match &commit.held {
-                Some(lease) => Self::fenced(&mut state, lease)?,
-                None => {
-                    let request = commit.request();
-                    let item = self.new_item(pk.clone(), Status::Completed, &commit.owner, request);
-                    state.items.entry(pk).insert_entry(item).into_mut()
+            match &commit.held {
+                Some(lease) => {
+                    let item = Self::fenced(&mut state, lease)?;
+                    transition::complete(item, commit.result.clone(), &self.config, now);
                 }
-            };
-            item.status = Status::Completed;
-            item.result = commit.result.clone();
-            item.expires_at_s = expires_at_s;
-            item.lock_expires_at_ms = None;
-            item.updated_at_ms = Some(now);
+                None => {
+                    let item = NewItem::completed(&pk, commit, &self.config, now).item();
+                    state.items.insert(pk, item);
+                }
+            }
         }
         Ok(CommitOutcome::Committed {
             expires_at_s,
@@ -437,13 +371,13 @@ impl Store for MemoryStore {
         error: &str,
     ) -> Result<Conditional<()>, StoreError> {
         let pk = self.pk(request.key)?;
+        let now = self.now_ms();
         let mut state = self.lock();
-        // Invariant: one live item per key.
-        if let Some(item) = self.live(&state, &pk) {
-            return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
+        let found = state.items.get(&pk);
+        if !may_create(found, now) {
+            return Ok(Conditional::Conflict(found.cloned().map(Box::new)));
         }
-        let mut item = self.new_item(pk.clone(), Status::Failed, owner, request);
-        item.error = Some(bounded(error).to_owned());
+        let item = NewItem::failed(&pk, request, owner, error, &self.config, now).item();
         state.items.insert(pk, item);
         Ok(Conditional::Written(()))
     }

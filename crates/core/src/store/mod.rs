@@ -29,6 +29,7 @@ pub mod increment;
 mod item;
 pub mod memory;
 pub mod requests;
+pub mod transition;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -86,7 +87,7 @@ pub struct ClaimRequest<'a> {
 
 /// The right to do a key's work, held until completion, failure or release.
 /// Every write made with it is fenced on `version` + `owner`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     /// The item's partition key (prefix + idempotency key).
     pub pk: String,
@@ -770,7 +771,7 @@ pub trait Store: Clone + Send + Sync + 'static {
                     // Past its TTL: absent, even if the store still has it.
                     Standing::Expired => observed = None,
                     // This very claim's write, made before (sent again).
-                    Standing::Ours => return Ok(ours(item)),
+                    Standing::Ours => return Ok(ClaimOutcome::of_own_item(item)),
                     Standing::OtherScope => return Ok(ClaimOutcome::OtherScope(item)),
                     Standing::OtherPayload => return Ok(ClaimOutcome::PayloadMismatch(item)),
                     Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
@@ -813,15 +814,17 @@ pub trait Operator: Store {
     fn list(&self, listing: Listing) -> impl Future<Output = Result<Listed, StoreError>> + Send;
 }
 
-/// A claim that found its own item (its first send was written, the answer
-/// lost or late): the lease it holds, or, were the item already finished
-/// under it, what that means.
-fn ours(item: StoredItem) -> ClaimOutcome {
-    match item.status {
-        Status::Started if item.version == 1 => ClaimOutcome::Acquired(Lease::of_item(&item)),
-        Status::Started => ClaimOutcome::TakenOver(Lease::of_item(&item)),
-        Status::Completed => ClaimOutcome::Duplicate(item),
-        Status::Failed => ClaimOutcome::PreviouslyFailed(item),
+impl ClaimOutcome {
+    /// What a claim that found its own item means (its first send was
+    /// written, the answer lost or late): the lease it holds, or, were the
+    /// item already finished under it, what that means.
+    pub fn of_own_item(item: StoredItem) -> Self {
+        match item.status {
+            Status::Started if item.version == 1 => Self::Acquired(Lease::of_item(&item)),
+            Status::Started => Self::TakenOver(Lease::of_item(&item)),
+            Status::Completed => Self::Duplicate(item),
+            Status::Failed => Self::PreviouslyFailed(item),
+        }
     }
 }
 
