@@ -28,6 +28,9 @@ pub enum Mutation {
     CacheTrustsAnyStatus,
     /// A lane keeps its claims made ahead while it waits on a foreign lease.
     ClaimsKeptWhileWaiting,
+    /// The key handed downstream is the attempt's (its owner token), not
+    /// the item's.
+    DownstreamKeyPerAttempt,
 }
 
 impl Mutation {
@@ -42,6 +45,7 @@ impl Mutation {
         Self::ResendOwnsByPayload,
         Self::CacheTrustsAnyStatus,
         Self::ClaimsKeptWhileWaiting,
+        Self::DownstreamKeyPerAttempt,
     ];
 }
 

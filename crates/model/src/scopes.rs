@@ -102,7 +102,11 @@ pub fn ci() -> Vec<Named> {
         },
         Named {
             name: "outside",
-            shows: &["sometimes: a take-over", "sometimes: a late write arrives"],
+            shows: &[
+                "sometimes: a take-over",
+                "sometimes: a late write arrives",
+                "sometimes: an effect outside runs again, handed the same key",
+            ],
             about: "effects outside the store (direct mode): completions alone, a crash",
             scope: Scope {
                 crashes: 1,

@@ -31,6 +31,9 @@ impl FencingToken {
     /// partition key, unchanged by takeovers and releases (so never the
     /// version, which would make every retry a new request downstream).
     pub fn idempotency_key(&self) -> &str {
+        if mutated!(DownstreamKeyPerAttempt) {
+            return &self.owner;
+        }
         &self.key
     }
 }

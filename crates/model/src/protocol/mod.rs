@@ -8,13 +8,15 @@
 //! item ([`StoredItem::standing`]), a re-send's recognition of its own
 //! write ([`Lease::finished_as`], [`Lease::refused`],
 //! [`ClaimOutcome::of_own_item`]), the cache's trust
-//! ([`StoredItem::proves_completed`]) and the lane's rule on claims made
-//! ahead ([`gives_back_while_waiting`]) are the core crate's own
-//! functions, the ones the memory store and the engine run. What the model
-//! writes itself is the order of the worker's steps (`worker.rs`), the
-//! network, and the checks (`properties.rs`).
+//! ([`StoredItem::proves_completed`]), the lane's rule on claims made
+//! ahead ([`gives_back_while_waiting`]) and the key handed downstream
+//! ([`FencingToken::idempotency_key`]) are the core crate's own functions,
+//! the ones the memory store and the engine run. What the model writes
+//! itself is the order of the worker's steps (`worker.rs`), the network,
+//! and the checks (`properties.rs`).
 //!
 //! [`gives_back_while_waiting`]: exactly_once_core::engine::gives_back_while_waiting
+//! [`FencingToken::idempotency_key`]: exactly_once_core::engine::FencingToken::idempotency_key
 
 mod describe;
 mod properties;
@@ -101,6 +103,9 @@ pub struct State {
     pub workers: Vec<Worker>,
     /// Requests in flight (sorted, so that equal networks are one state).
     pub net: Vec<Request>,
+    /// The key each key's effects outside were handed downstream (the
+    /// first one's).
+    pub downstream: Vec<Option<String>>,
     /// The shared cache: a key's entry, if cached: its expiry (epoch s)
     /// and the scope that wrote it (handed out to that scope only).
     pub shared: Vec<Option<(u64, &'static str)>>,
@@ -464,6 +469,7 @@ impl Model for Protocol {
             workers,
             net: Vec::new(),
             shared: vec![None; self.keys],
+            downstream: vec![None; self.keys],
             crashes: 0,
             faults: 0,
             flags: Events::default(),

@@ -26,6 +26,10 @@ pub enum Flag {
     LiveLeaseTaken,
     /// An item was replaced before its TTL.
     LiveItemReplaced,
+    /// An effect outside was handed another downstream key than before.
+    DownstreamKeyChanged,
+    /// An effect outside ran again, with the same downstream key.
+    OutsideEffectAgain,
     /// A take-over was written.
     TookOver,
     /// A request arrived after its sender crashed or its invocation ended.
@@ -84,6 +88,12 @@ pub const PROPERTIES: &[Property<Protocol>] = &[
         on: On::Step,
         expect: Expect::Always,
         holds: |_, s| !seen(s, Flag::LiveItemReplaced),
+    },
+    Property {
+        name: "a record's downstream key the same on every attempt",
+        on: On::Step,
+        expect: Expect::Always,
+        holds: |_, s| !seen(s, Flag::DownstreamKeyChanged),
     },
     Property {
         name: "each claim held by one worker",
@@ -180,6 +190,12 @@ pub const PROPERTIES: &[Property<Protocol>] = &[
         on: On::Step,
         expect: Expect::Sometimes,
         holds: |_, s| seen(s, Flag::RedeliveredFinished),
+    },
+    Property {
+        name: "sometimes: an effect outside runs again, handed the same key",
+        on: On::Step,
+        expect: Expect::Sometimes,
+        holds: |_, s| seen(s, Flag::OutsideEffectAgain),
     },
     Property {
         name: "sometimes: a store effect applied",

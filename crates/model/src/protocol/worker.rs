@@ -7,7 +7,7 @@
 //! ahead given back before a wait, the answer to Lambda.
 
 use exactly_once_core::clock::ms_to_s;
-use exactly_once_core::engine::gives_back_while_waiting;
+use exactly_once_core::engine::{FencingToken, gives_back_while_waiting};
 use exactly_once_core::store::{ClaimOutcome, Lease, Standing, Status};
 
 use super::{
@@ -598,8 +598,9 @@ impl Protocol {
         }
     }
 
-    /// The head's turn: its work runs (an effect outside happens now; one
-    /// in the store waits for the group commit).
+    /// The head's turn: its work runs (an effect outside happens now, handed
+    /// the token's downstream key); its completion waits to be sent (a
+    /// crash may fall between).
     fn run(&self, state: &mut State, w: usize) {
         let Some(index) = Self::head(&state.workers[w]) else {
             return;
@@ -607,26 +608,27 @@ impl Protocol {
         let Slot::Held(lease) = state.workers[w].slots[index].clone() else {
             return;
         };
-        match self.scope.path {
-            Path::Transactional | Path::LockFree => {
-                state.workers[w].slots[index] = Slot::Ran(lease)
+        if self.scope.path == Path::Direct {
+            let key = self.scope.workers[w].keys[index] as usize;
+            if let Some(keyed) = state.items[key].as_mut() {
+                keyed.outside_effects += 1;
             }
-            Path::Direct => {
-                let key = self.scope.workers[w].keys[index] as usize;
-                if let Some(keyed) = state.items[key].as_mut() {
-                    keyed.outside_effects += 1;
+            // The effect is handed the token's downstream key.
+            let token = FencingToken::from(&lease);
+            let downstream = token.idempotency_key();
+            match &state.downstream[key] {
+                None => state.downstream[key] = Some(downstream.to_owned()),
+                Some(first) if first != downstream => {
+                    state.flags.note(Flag::DownstreamKeyChanged);
                 }
-                state.workers[w].slots[index] = Slot::Completing {
-                    lease: lease.clone(),
-                    sent: 1,
-                    group: vec![index as u8],
-                };
-                self.send_completion(state, w, &[(index, lease)]);
+                Some(_) => state.flags.note(Flag::OutsideEffectAgain),
             }
         }
+        state.workers[w].slots[index] = Slot::Ran(lease);
     }
 
-    /// The buffered completions sent as one group commit.
+    /// The buffered completions sent: one group commit (effects in the
+    /// store), or each alone (effects outside).
     pub(super) fn flush(&self, state: &mut State, w: usize) {
         if self.scope.path == Path::LockFree {
             let members: Vec<(u8, String)> = state.workers[w]
@@ -661,10 +663,15 @@ impl Protocol {
             .collect();
         let group: Vec<u8> = members.iter().map(|(i, _)| *i as u8).collect();
         for (slot, lease) in &members {
+            // Effects outside: each completion its own write.
+            let group = match self.scope.path {
+                Path::Direct => vec![*slot as u8],
+                _ => group.clone(),
+            };
             state.workers[w].slots[*slot] = Slot::Completing {
                 lease: lease.clone(),
                 sent: 1,
-                group: group.clone(),
+                group,
             };
         }
         self.send_completion(state, w, &members);
