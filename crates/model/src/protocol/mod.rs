@@ -12,12 +12,14 @@
 //! ahead ([`gives_back_while_waiting`]) and the key handed downstream
 //! ([`FencingToken::idempotency_key`]) are the core crate's own functions,
 //! the ones the memory store and the engine run. What the model writes
-//! itself is the order of the worker's steps (`worker.rs`), the network,
-//! and the checks (`properties.rs`).
+//! itself is the order of the worker's steps (`worker.rs`, `claims.rs`,
+//! `completion.rs`), the network, and the checks (`properties.rs`).
 //!
 //! [`gives_back_while_waiting`]: exactly_once_core::engine::gives_back_while_waiting
 //! [`FencingToken::idempotency_key`]: exactly_once_core::engine::FencingToken::idempotency_key
 
+mod claims;
+mod completion;
 mod describe;
 mod properties;
 mod store;
