@@ -514,7 +514,6 @@ where
     }
 }
 
-/// The answer of a write whose batch ended before it was sent.
 /// Whether a lane gives back its claims made ahead before it waits (always,
 /// but under the model checker's mutation `ClaimsKeptWhileWaiting`): the
 /// lane's rule that the model (`crates/model`) follows too.
@@ -522,6 +521,7 @@ pub fn gives_back_while_waiting() -> bool {
     !mutated!(ClaimsKeptWhileWaiting)
 }
 
+/// The answer of a write whose batch ended before it was sent.
 fn ended() -> StoreError {
     StoreError::Unavailable {
         operation: "complete",

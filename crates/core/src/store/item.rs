@@ -183,9 +183,7 @@ impl StoredItem {
             }
         }
     }
-}
 
-impl StoredItem {
     /// Whether this item, read before the claims (the pre-check) or kept
     /// in a cache, proves its key done for the store configured as
     /// `config`: COMPLETED, and this store's own (another function's
