@@ -11,13 +11,26 @@ impl Protocol {
     /// Claims slot `index` of worker `w` under a new owner.
     pub(super) fn claim(&self, state: &mut State, w: usize, index: usize) {
         let owner = Self::new_owner(state, w);
-        state.workers[w].slots[index] = Slot::Claiming {
-            owner: owner.clone(),
-            observed: None,
-            sent: 1,
-            rounds: 0,
+        self.send_claim(state, w, index, Slot::claiming(owner, None, 1, 0));
+    }
+
+    /// Slot `index` of worker `w` becomes `claiming` (a [`Slot::Claiming`])
+    /// and its request is sent: a take-over of the version it observed, or
+    /// a create.
+    pub(super) fn send_claim(&self, state: &mut State, w: usize, index: usize, claiming: Slot) {
+        let Slot::Claiming {
+            owner, observed, ..
+        } = &claiming
+        else {
+            return;
         };
-        self.send(state, w, index, Op::Create { owner });
+        let owner = owner.clone();
+        let op = match *observed {
+            Some(observed) => Op::TakeOver { owner, observed },
+            None => Op::Create { owner },
+        };
+        state.workers[w].slots[index] = claiming;
+        self.send(state, w, index, op);
     }
 
     /// A claim's answer, settled as the store's `settle_claim` does: the
@@ -33,33 +46,19 @@ impl Protocol {
         reply: Reply,
     ) {
         let key = self.scope.workers[w].keys[index];
-        let again = |observed: Option<u64>| Slot::Claiming {
-            owner: owner.to_owned(),
-            observed,
-            sent: 1,
-            rounds: rounds + 1,
-        };
+        let again = |observed| Slot::claiming(owner.to_owned(), observed, 1, rounds + 1);
         let outcome = match reply {
             Reply::Claimed(lease) if lease.version == 1 => ClaimOutcome::Acquired(lease),
             Reply::Claimed(lease) => {
                 state.flags.note(Flag::TookOver);
                 ClaimOutcome::TakenOver(lease)
             }
-            Reply::Conflict(found) if rounds >= 3 => {
-                let _ = found;
+            Reply::Conflict(_) if rounds >= 3 => {
                 state.workers[w].slots[index] = Slot::Unfinished;
                 return;
             }
             Reply::Conflict(None) => {
-                state.workers[w].slots[index] = again(None);
-                self.send(
-                    state,
-                    w,
-                    index,
-                    Op::Create {
-                        owner: owner.to_owned(),
-                    },
-                );
+                self.send_claim(state, w, index, again(None));
                 return;
             }
             Reply::Conflict(Some(item)) => {
@@ -67,29 +66,11 @@ impl Protocol {
                 let payload = Self::payload(key);
                 match item.standing(&self.configs[w], &payload, owner, now) {
                     Standing::Expired => {
-                        state.workers[w].slots[index] = again(None);
-                        self.send(
-                            state,
-                            w,
-                            index,
-                            Op::Create {
-                                owner: owner.to_owned(),
-                            },
-                        );
+                        self.send_claim(state, w, index, again(None));
                         return;
                     }
                     Standing::Abandoned => {
-                        state.workers[w].slots[index] = again(Some(item.version));
-                        let observed = item.version;
-                        self.send(
-                            state,
-                            w,
-                            index,
-                            Op::TakeOver {
-                                owner: owner.to_owned(),
-                                observed,
-                            },
-                        );
+                        self.send_claim(state, w, index, again(Some(item.version)));
                         return;
                     }
                     Standing::Ours => {

@@ -132,17 +132,8 @@ impl Protocol {
                     state.workers[w].slots[index] = Slot::Unfinished;
                     return;
                 }
-                state.workers[w].slots[index] = Slot::Claiming {
-                    owner: owner.clone(),
-                    observed,
-                    sent: sent + 1,
-                    rounds,
-                };
-                let op = match observed {
-                    Some(observed) => Op::TakeOver { owner, observed },
-                    None => Op::Create { owner },
-                };
-                self.send(state, w, index, op);
+                let claiming = Slot::claiming(owner, observed, sent + 1, rounds);
+                self.send_claim(state, w, index, claiming);
             }
             Slot::Committing { sent, group, .. } | Slot::Completing { sent, group, .. } => {
                 if sent > self.scope.resends {

@@ -259,6 +259,20 @@ pub enum Slot {
     Unfinished,
 }
 
+impl Slot {
+    /// A claim in flight: under `owner`, of the version `observed` (a
+    /// take-over) or of none (a create), its `sent`-th send, after `rounds`
+    /// looks at the stored item.
+    fn claiming(owner: String, observed: Option<u64>, sent: u8, rounds: u8) -> Self {
+        Self::Claiming {
+            owner,
+            observed,
+            sent,
+            rounds,
+        }
+    }
+}
+
 /// A request in flight.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Request {
