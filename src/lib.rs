@@ -143,7 +143,7 @@ pub use run::{run, run_with};
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use serve::{Only, Serve};
 
-pub use exactly_once_core::{clock, config, engine, redact};
+pub use exactly_once_core::{clock, config, engine, outbox, redact};
 /// The Lambda edge for every batch source (Kafka, SQS, Kinesis, DynamoDB
 /// Streams): decoding, keys, fingerprints, settings, the partial batch
 /// response, metrics, dead letters, spans.

@@ -52,6 +52,7 @@ pub use exactly_once_core::config::required_var;
 pub use exactly_once_core::engine::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
+pub use exactly_once_core::outbox::Message;
 pub use exactly_once_core::redact::json_error;
 pub use exactly_once_core::store::Increment;
 pub use exactly_once_lambda::{KafkaRecord, Record};

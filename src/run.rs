@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use exactly_once_core::config::SettingsError;
 use exactly_once_core::engine::{Engine, RecordHandler, SharedCache};
+use exactly_once_core::outbox::Sender;
 use exactly_once_core::store::Operator;
 use exactly_once_lambda::dead_letter::DeadLetters;
 use exactly_once_lambda::telemetry::{self, Traces, TracingExport};
@@ -112,6 +113,7 @@ where
     let parts = Parts {
         shared_cache: shared_cache(&settings, env)?,
         dead_letters: dead_letters(&settings).await?,
+        sender: sender().await,
         traces,
         settings,
     };
@@ -133,6 +135,8 @@ struct Parts {
     settings: Settings,
     shared_cache: Option<Arc<dyn SharedCache>>,
     dead_letters: Option<Arc<dyn DeadLetters>>,
+    /// Sends the messages handlers emit (feature `sqs`).
+    sender: Option<Arc<dyn Sender>>,
     traces: Option<Traces>,
 }
 
@@ -150,6 +154,9 @@ where
     let mut engine = Engine::new(store, handler, parts.settings.engine);
     if let Some(cache) = parts.shared_cache {
         engine = engine.with_shared_cache(cache);
+    }
+    if let Some(sender) = parts.sender {
+        engine = engine.with_sender(sender);
     }
     let mut function = BatchFunction::new(engine, parts.settings.function);
     if let Some(queue) = parts.dead_letters {
@@ -247,6 +254,21 @@ fn shared_cache(
         .into());
     }
     Ok(cache)
+}
+
+/// What sends the messages handlers emit: SQS queues (feature `sqs`);
+/// without it, a handler that emits has its records reported, the log
+/// naming the feature.
+async fn sender() -> Option<Arc<dyn Sender>> {
+    #[cfg(feature = "sqs")]
+    {
+        let client = aws_sdk_sqs::Client::new(&crate::aws::sdk_config().await);
+        Some(Arc::new(exactly_once_lambda::destinations::SqsSender::new(
+            client,
+        )))
+    }
+    #[cfg(not(feature = "sqs"))]
+    None
 }
 
 /// The SQS queue parked records go to (`DEAD_LETTER_QUEUE_URL`).

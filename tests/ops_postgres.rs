@@ -36,7 +36,7 @@ async fn migrate_creates_the_schema_once_and_names_what_it_did() {
     assert_eq!(
         again.stdout,
         format!(
-            "{:?}: already at version 2: nothing to do\n{ledger:?}: already at version 1: nothing to do\n",
+            "{:?}: already at version 3: nothing to do\n{ledger:?}: already at version 1: nothing to do\n",
             config.table_name
         )
     );

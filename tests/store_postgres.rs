@@ -162,7 +162,7 @@ async fn a_missing_table_is_a_permanent_rejection_and_the_schema_check_names_the
     );
     assert_eq!(
         err.to_string(),
-        "table \"no_such_table\" is at schema version 0, this build needs 2: run \
+        "table \"no_such_table\" is at schema version 0, this build needs 3: run \
          `exactly-once-ops migrate` (with DATABASE_URL set) before deploying"
     );
     let table = support::env("IDEMPOTENCY_TABLE");
@@ -186,7 +186,7 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
     let mut created = 0;
     for run in runs {
         let migrated = run.await.expect("joined").expect("migrate");
-        assert_eq!(migrated[0].to, 2);
+        assert_eq!(migrated[0].to, 3);
         created += usize::from(migrated[0].from == 0);
     }
     assert_eq!(created, 1, "exactly one run created the table");
@@ -211,6 +211,12 @@ async fn concurrent_migrations_create_the_schema_once_and_a_rerun_changes_nothin
     assert!(
         indexes.iter().any(|i| i.contains("(expires_at)")),
         "{indexes:?}"
+    );
+    assert!(
+        indexes
+            .iter()
+            .any(|i| i.contains("(updated_at) WHERE (outbox IS NOT NULL)")),
+        "a partial index of rows with messages to send: {indexes:?}"
     );
 }
 
@@ -247,7 +253,7 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
             err,
             SchemaError::Behind {
                 found: 1,
-                expected: 2,
+                expected: 3,
                 ..
             }
         ),
@@ -257,10 +263,10 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
     let migrated = schema::migrate(&pool, &[(schema::IDEMPOTENCY, &table)])
         .await
         .expect("migrate");
-    assert_eq!((migrated[0].from, migrated[0].to), (1, 2));
+    assert_eq!((migrated[0].from, migrated[0].to), (1, 3));
     check_idempotency(&pool, &table)
         .await
-        .expect("at version 2");
+        .expect("at version 3");
     let config = StoreConfig {
         scope: Some("payments-a".into()),
         ..StoreConfig::new(table.clone())

@@ -13,6 +13,9 @@
 //!   store.
 //! - (feature `mutations`) `mutation`: guards weakened one at a time, for
 //!   the model checker's tests.
+//! - [`outbox`]: the messages a handler emits, kept on its COMPLETED item
+//!   and sent after the commit under stable ids ([`outbox::Sender`]: the
+//!   edge's).
 //! - [`config`]: how the store names, locks and keeps items, and the helpers
 //!   every reader of environment variables shares.
 
@@ -38,5 +41,6 @@ pub mod config;
 pub mod engine;
 #[cfg(feature = "mutations")]
 pub mod mutation;
+pub mod outbox;
 pub mod redact;
 pub mod store;

@@ -16,6 +16,7 @@ use aws_sdk_dynamodb::types::{
 use super::codec::{RawItem, n, s, status_value};
 use super::write::parse_old;
 use super::{DynamoDbStore, sdk_error};
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{
     ClaimRequest, Conditional, FencedWrite, Lease, Status, Store, StoreError, bounded,
 };
@@ -154,6 +155,44 @@ impl DynamoDbStore {
                     },
                 )
                 .collect(),
+        }
+    }
+
+    /// The outboxes of completions whose messages were sent, removed as
+    /// `UPDATE`s, 25 to a request.
+    /// Invariant: only the messages of the completion that was sent are
+    /// cleared (COMPLETED under its owner); an item that changed since (past
+    /// its TTL, claimed again) is refused (`ConditionalCheckFailed`) and
+    /// keeps its own.
+    pub(super) async fn clear_outboxes(&self, sent: &[Pending]) -> Result<(), StoreError> {
+        const OPERATION: &str = "clear outbox (BatchExecuteStatement)";
+        let statement = format!(
+            "UPDATE \"{}\" REMOVE \"outbox\" WHERE \"pk\" = ? AND \"status\" = ? AND \"owner\" = ?",
+            self.config.table_name
+        );
+        let statements = sent
+            .iter()
+            .map(|pending| {
+                let parameters = vec![
+                    s(&pending.pk),
+                    status_value(Status::Completed),
+                    s(&pending.owner),
+                ];
+                (statement.clone(), parameters)
+            })
+            .collect();
+        let pks: Vec<&str> = sent.iter().map(|pending| pending.pk.as_str()).collect();
+        let responses = self.execute(OPERATION, &pks, statements).await?;
+        let refused = responses.iter().filter_map(BatchStatementResponse::error);
+        match refused
+            .filter(|error| {
+                error.code() != Some(&BatchStatementErrorCodeEnum::ConditionalCheckFailed)
+            })
+            .map(|error| statement_error(OPERATION, error.code(), error.message()))
+            .next()
+        {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
     }
 

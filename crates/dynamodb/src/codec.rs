@@ -34,6 +34,7 @@ pub(super) fn parse(item: &RawItem) -> Result<StoredItem, StoreError> {
         attempts: optional_number(item, attr::ATTEMPTS, &pk)?,
         origin: optional_string(item, attr::ORIGIN),
         result: optional_string(item, attr::RESULT),
+        outbox: optional_string(item, attr::OUTBOX),
         error: optional_string(item, attr::ERROR),
         last_error: optional_string(item, attr::LAST_ERROR),
         scope: optional_string(item, attr::SCOPE),

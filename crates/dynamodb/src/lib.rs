@@ -37,6 +37,7 @@ pub use requests::CountRequests;
 pub use settings::DynamoDbSettings;
 
 use exactly_once_core::config::StoreConfig;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Lease, Listed, Listing,
     Operator, Store, StoreError, StoredItem,
@@ -137,10 +138,18 @@ impl Store for DynamoDbStore {
         result: Option<&str>,
         effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
-        match effects.is_empty() {
-            true => self.complete_alone(lease, result).await,
+        // Messages alone ride on the completion's own UpdateItem.
+        match effects.writes.is_empty() && effects.increments.is_empty() {
+            true => {
+                let texts = (result, effects.outbox.as_deref());
+                self.complete_alone(lease, texts).await
+            }
             false => self.complete_with(lease, result, effects).await,
         }
+    }
+
+    async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
+        self.clear_outboxes(sent).await
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {

@@ -67,6 +67,10 @@ const STUCK: &str = "#status = :started AND #expires_at >= :now_s \
                      AND (#lock_expires_at < :now_ms OR #created_at < :cutoff_ms)";
 /// FAILED and still live (not past its TTL).
 const FAILED: &str = "#status = :failed AND #expires_at >= :now_s";
+/// COMPLETED, still live, with messages not known sent, completed before
+/// the cutoff.
+const UNSENT: &str = "#status = :completed AND #expires_at >= :now_s \
+                      AND attribute_exists(#outbox) AND #updated_at < :cutoff_ms";
 const UNDER_PREFIX: &str = " AND begins_with(#pk, :prefix)";
 /// Everything but the result (up to 64 KiB, which a listing never shows).
 const PROJECTION: &str = "#pk, #status, #version, #owner, #payload_hash, #lock_expires_at, \
@@ -161,11 +165,19 @@ impl DynamoDbStore {
     async fn scan_listing(&self, listing: Listing) -> Result<Listed, StoreError> {
         let filter = self.filter_expression(listing);
         let values = self.filter_values(listing);
+        // The sweeper sends what it lists: the outbox too.
+        let projection = match listing {
+            Listing::Unsent { .. } => format!("{PROJECTION}, #outbox"),
+            _ => PROJECTION.to_owned(),
+        };
         let mut segments = JoinSet::new();
         for segment in 0..self.scan.segments.max(1) {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
+            let projection = projection.clone();
             segments.spawn(requests::inherit(async move {
-                store.scan_segment(&filter, values, segment).await
+                store
+                    .scan_segment(&filter, &projection, values, segment)
+                    .await
             }));
         }
         self.gather(segments, "list (Scan)").await
@@ -176,6 +188,7 @@ impl DynamoDbStore {
         let filter = match listing {
             Listing::Stuck { .. } => STUCK,
             Listing::Failed => FAILED,
+            Listing::Unsent { .. } => UNSENT,
         };
         match self.config.key_prefix.is_empty() {
             true => filter.to_owned(),
@@ -198,6 +211,13 @@ impl DynamoDbStore {
             Listing::Failed => {
                 values.insert(":failed".to_owned(), status_value(Status::Failed));
             }
+            Listing::Unsent { older_than } => values.extend([
+                (":completed".to_owned(), status_value(Status::Completed)),
+                (
+                    ":cutoff_ms".to_owned(),
+                    n(now.saturating_sub(duration_ms(older_than))),
+                ),
+            ]),
         }
         if !self.config.key_prefix.is_empty() {
             values.insert(":prefix".into(), s(&self.config.key_prefix));
@@ -208,17 +228,18 @@ impl DynamoDbStore {
     async fn scan_segment(
         &self,
         filter: &str,
+        projection: &str,
         values: HashMap<String, AttributeValue>,
         segment: u32,
     ) -> Result<(Vec<RawItem>, ListingCost), StoreError> {
-        let names = names_in(&[filter, PROJECTION]);
+        let names = names_in(&[filter, projection]);
         let parallel = self.scan.segments > 1;
         let mut pages = self
             .client
             .scan()
             .table_name(&self.config.table_name)
             .filter_expression(filter)
-            .projection_expression(PROJECTION)
+            .projection_expression(projection)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)

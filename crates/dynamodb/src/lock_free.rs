@@ -46,8 +46,8 @@ impl DynamoDbStore {
                 // A held key (the locking path): completed under its fence
                 // (see locking.rs, FENCE), the item returned when it fails.
                 Some(lease) => {
-                    let result = commit.result.as_deref();
-                    items.push(self.completion_action(lease, result, now)?.0);
+                    let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
+                    items.push(self.completion_action(lease, texts, now)?.0);
                 }
                 None => {
                     let request = commit.request();
@@ -57,6 +57,10 @@ impl DynamoDbStore {
                     item.insert("expires_at".to_owned(), n(expires_at_s));
                     if let Some(result) = &commit.result {
                         item.insert("result".to_owned(), s(result));
+                    }
+                    // The messages it emits, in the very item of the effect.
+                    if let Some(outbox) = &commit.effects.outbox {
+                        item.insert("outbox".to_owned(), s(outbox));
                     }
                     items.push(self.put_new(item, now)?);
                 }

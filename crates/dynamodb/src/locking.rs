@@ -121,11 +121,11 @@ impl DynamoDbStore {
     pub(super) async fn complete_alone(
         &self,
         lease: &Lease,
-        result: Option<&str>,
+        texts: (Option<&str>, Option<&str>),
     ) -> Result<u64, StoreError> {
-        let (update, values, expires_at_s) = self.completion(result, self.now_ms());
+        let (update, values, expires_at_s) = self.completion(texts, self.now_ms());
         let completed = Some(Status::Completed);
-        self.fenced_update(lease, completed, "complete (UpdateItem)", update, values)
+        self.fenced_update(lease, completed, "complete (UpdateItem)", &update, values)
             .await?;
         Ok(expires_at_s)
     }
@@ -142,7 +142,8 @@ impl DynamoDbStore {
         effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
         let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
-        let (completion, expires_at_s) = self.completion_action(lease, result, self.now_ms())?;
+        let texts = (result, effects.outbox.as_deref());
+        let (completion, expires_at_s) = self.completion_action(lease, texts, self.now_ms())?;
         let mut actions = vec![completion];
         let writes = effects.writes.len();
         actions.extend(effects.writes);
@@ -158,19 +159,21 @@ impl DynamoDbStore {
     /// The transaction action completing `lease`'s item at `now`, fenced as
     /// [`FENCE`] says (the item returned when the fence fails), and the
     /// item's new expiry.
+    /// `texts`: the result and the outbox (the messages emitted), either
+    /// optional.
     pub(super) fn completion_action(
         &self,
         lease: &Lease,
-        result: Option<&str>,
+        (result, outbox): (Option<&str>, Option<&str>),
         now: u64,
     ) -> Result<(TransactWriteItem, u64), StoreError> {
-        let (update, values, expires_at_s) = self.completion(result, now);
+        let (update, values, expires_at_s) = self.completion((result, outbox), now);
         let completion = Update::builder()
             .table_name(&self.config.table_name)
             .key("pk", s(&lease.pk))
-            .update_expression(update)
+            .update_expression(&update)
             .condition_expression(FENCE)
-            .set_expression_attribute_names(Some(names_in(&[update, FENCE])))
+            .set_expression_attribute_names(Some(names_in(&[&update, FENCE])))
             .set_expression_attribute_values(Some(fenced_values(lease, values)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
@@ -182,30 +185,31 @@ impl DynamoDbStore {
         Ok((action, expires_at_s))
     }
 
-    /// The update that marks an item COMPLETED at `now`, its values and its
-    /// expiry.
+    /// The update that marks an item COMPLETED at `now` with its result
+    /// and outbox (the messages emitted, [`exactly_once_core::outbox`]),
+    /// its values and its expiry.
     fn completion(
         &self,
-        result: Option<&str>,
+        (result, outbox): (Option<&str>, Option<&str>),
         now: u64,
-    ) -> (&'static str, Vec<(&'static str, AttributeValue)>, u64) {
+    ) -> (String, Vec<(&'static str, AttributeValue)>, u64) {
         let expires_at_s = self.config.expires_at_s(now);
         let mut values = vec![
             (":completed", status_value(Status::Completed)),
             (":exp", n(expires_at_s)),
             (":now_ms", n(now)),
         ];
-        let update = match result {
-            Some(text) => {
-                values.push((":result", s(text)));
-                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms, \
-                 #result = :result REMOVE #lock_expires_at, #started_shard"
-            }
-            None => {
-                "SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms \
-                 REMOVE #lock_expires_at, #started_shard"
-            }
-        };
+        let mut update =
+            String::from("SET #status = :completed, #expires_at = :exp, #updated_at = :now_ms");
+        if let Some(text) = result {
+            values.push((":result", s(text)));
+            update.push_str(", #result = :result");
+        }
+        if let Some(text) = outbox {
+            values.push((":outbox", s(text)));
+            update.push_str(", #outbox = :outbox");
+        }
+        update.push_str(" REMOVE #lock_expires_at, #started_shard");
         (update, values, expires_at_s)
     }
 

@@ -6,6 +6,8 @@
 #![deny(missing_docs)]
 
 pub mod dead_letter;
+#[cfg(feature = "sqs")]
+pub mod destinations;
 mod encode;
 mod fingerprint;
 pub mod keys;

@@ -268,6 +268,7 @@ const ALL_OUTCOMES: &[&str] = &[
     "taken-over",
     "duplicate",
     "replay-failed",
+    "unsent",
     "in-progress",
     "rejected",
     "scope-conflict",
@@ -416,6 +417,7 @@ mod tests {
             &record(Outcome::Processed {
                 version: 1,
                 result: None,
+                unsent: None,
             }),
             KeyLogging::Hash,
             REPORT,
@@ -427,6 +429,7 @@ mod tests {
             &record(Outcome::Processed {
                 version: 2,
                 result: None,
+                unsent: None,
             }),
             KeyLogging::Plain,
             REPORT,

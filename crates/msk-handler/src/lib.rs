@@ -6,6 +6,12 @@
 //! DynamoDB table, a SQL table `account_id TEXT PRIMARY KEY,
 //! balance_cents BIGINT, payment_count BIGINT`, or on Redis one hash per
 //! account, `<table>:<account_id>`, with those two numbers as fields).
+//!
+//! With `LEDGER_EVENTS_QUEUE_URL` set, every applied payment also emits one
+//! message to that SQS queue (`{"payment_id", "account_id",
+//! "amount_cents"}`, grouped by account), committed with the payment and
+//! sent after it under a stable id ([`exactly_once::outbox`]): a payment
+//! refused (below `LEDGER_MIN_BALANCE_CENTS`) emits nothing.
 
 #![deny(missing_docs)]
 
@@ -100,7 +106,12 @@ pub const LEDGER_SCHEMA: TableSchema = TableSchema {
 };
 
 /// The environment variables the ledger reads.
-pub const ENV_VARS: &[&str] = &["LEDGER_TABLE", "LEDGER_MODE", "LEDGER_MIN_BALANCE_CENTS"];
+pub const ENV_VARS: &[&str] = &[
+    "LEDGER_TABLE",
+    "LEDGER_MODE",
+    "LEDGER_MIN_BALANCE_CENTS",
+    "LEDGER_EVENTS_QUEUE_URL",
+];
 
 /// Where the ledger is and how it applies payments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +124,9 @@ pub struct LedgerSettings {
     /// payment that would go below fails permanently (FAILED, "insufficient
     /// funds"). `None`: unbounded.
     pub min_balance_cents: Option<i64>,
+    /// The SQS queue every applied payment is announced to
+    /// (`LEDGER_EVENTS_QUEUE_URL`); `None`: none.
+    pub events_queue_url: Option<String>,
 }
 
 impl LedgerSettings {
@@ -145,6 +159,7 @@ impl LedgerSettings {
             table,
             mode,
             min_balance_cents,
+            events_queue_url: var("LEDGER_EVENTS_QUEUE_URL").map(|url| url.trim().to_owned()),
         })
     }
 }
@@ -159,6 +174,7 @@ pub struct LedgerHandler {
     table: String,
     mode: LedgerMode,
     min_balance_cents: Option<i64>,
+    events_queue_url: Option<String>,
 }
 
 /// Where `direct` mode writes a balance on its own, outside the completion.
@@ -192,23 +208,29 @@ impl LedgerHandler {
             table,
             mode,
             min_balance_cents: None,
+            events_queue_url: None,
         }
     }
 
     /// A ledger on DynamoDB as `settings` say.
     pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
-        Self::new(client, settings.table, settings.mode).with_floor(settings.min_balance_cents)
+        Self::new(client, settings.table, settings.mode)
+            .with_floor(settings.min_balance_cents)
+            .with_events(settings.events_queue_url)
     }
 
     /// A ledger on PostgreSQL as `settings` say.
     pub fn from_settings_on_postgres(store: PostgresStore, settings: LedgerSettings) -> Self {
         Self::on_postgres(store, settings.table, settings.mode)
             .with_floor(settings.min_balance_cents)
+            .with_events(settings.events_queue_url)
     }
 
     /// A ledger on Redis as `settings` say.
     pub fn from_settings_on_redis(store: RedisStore, settings: LedgerSettings) -> Self {
-        Self::on_redis(store, settings.table, settings.mode).with_floor(settings.min_balance_cents)
+        Self::on_redis(store, settings.table, settings.mode)
+            .with_floor(settings.min_balance_cents)
+            .with_events(settings.events_queue_url)
     }
 
     /// The ledger as `settings` say, on the store `run_with` connected:
@@ -236,6 +258,32 @@ impl LedgerHandler {
     pub fn with_floor(mut self, min_balance_cents: Option<i64>) -> Self {
         self.min_balance_cents = min_balance_cents;
         self
+    }
+
+    /// Every applied payment is announced to the SQS queue at `url` (`None`:
+    /// nowhere).
+    pub fn with_events(mut self, url: Option<String>) -> Self {
+        self.events_queue_url = url;
+        self
+    }
+
+    /// The completion of an applied `payment`: its summary, and its
+    /// announcement when there is a queue for it.
+    fn applied<E>(&self, payment: &Payment) -> Completion<E> {
+        let completion = Completion::done(payment.summary());
+        match &self.events_queue_url {
+            Some(url) => {
+                let body = serde_json::json!({
+                    "payment_id": payment.payment_id,
+                    "account_id": payment.account_id,
+                    "amount_cents": payment.amount_cents,
+                });
+                // One account's announcements in order (a FIFO queue's group).
+                let message = Message::new(url, body.to_string()).in_group(&payment.account_id);
+                completion.emit_message(message)
+            }
+            None => completion,
+        }
     }
 
     /// The path its mode takes (also what its [`RecordHandler`] answers,
@@ -337,11 +385,11 @@ impl<E: Clone + Send + Sync + 'static> RecordHandler<E> for LedgerHandler {
             // The effect as an increment, committed by the engine (no side
             // effect); below the floor: insufficient funds, permanent.
             LedgerMode::LockFree | LedgerMode::Transactional => {
-                Ok(Completion::done(payment.summary()).increment(self.increment(&payment)))
+                Ok(self.applied(&payment).increment(self.increment(&payment)))
             }
             LedgerMode::Direct => {
                 self.apply_now(&payment).await?;
-                Ok(Completion::done(payment.summary()))
+                Ok(self.applied(&payment))
             }
         }
     }

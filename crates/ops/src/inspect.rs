@@ -289,6 +289,7 @@ mod tests {
             attempts: Some(3),
             origin: Some("payments-0@15".into()),
             result: None,
+            outbox: None,
             error: None,
             last_error: None,
             scope: None,

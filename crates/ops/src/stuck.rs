@@ -30,7 +30,9 @@ impl Query {
     /// Epoch ms before which a creation counts as too old (stuck keys).
     pub fn cutoff_ms(&self) -> u64 {
         match self.listing {
-            Listing::Stuck { older_than } => self.now_ms.saturating_sub(duration_ms(older_than)),
+            Listing::Stuck { older_than } | Listing::Unsent { older_than } => {
+                self.now_ms.saturating_sub(duration_ms(older_than))
+            }
             Listing::Failed => 0,
         }
     }
@@ -112,6 +114,10 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
             time_ms(query.cutoff_ms())
         ),
         Listing::Failed => "FAILED key(s) (poison records: parked, or refused)".to_owned(),
+        Listing::Unsent { .. } => format!(
+            "COMPLETED key(s) with messages not known sent (completed before {})",
+            time_ms(query.cutoff_ms())
+        ),
     };
     let by_index = matches!(query.listing, Listing::Stuck { .. }) && !query.scan.full_scan;
     match query.store {
@@ -178,6 +184,7 @@ mod tests {
             attempts: Some(2),
             origin: Some("payments-0@7".into()),
             result: None,
+            outbox: None,
             error: None,
             last_error: None,
             scope: None,

@@ -29,7 +29,7 @@ const INSERT_STARTED: &str = "INSERT INTO {table} AS item (pk, status, version, 
     lock_expires_at = excluded.lock_expires_at, expires_at = excluded.expires_at, \
     created_at = excluded.created_at, updated_at = excluded.updated_at, attempts = 1, \
     origin = excluded.origin, result = excluded.result, error = excluded.error, \
-    last_error = NULL, scope = excluded.scope \
+    last_error = NULL, scope = excluded.scope, outbox = NULL \
     WHERE item.expires_at < $1 RETURNING item.pk";
 
 /// Fenced writes of several rows in one `UPDATE`; per row (`v`): the key,
@@ -95,9 +95,10 @@ impl PostgresStore {
                 error,
                 _,
                 scope,
-            ] = <[SqlValue; 12]>::try_from(row).map_err(|_| StoreError::Rejected {
+                _outbox,
+            ] = <[SqlValue; 13]>::try_from(row).map_err(|_| StoreError::Rejected {
                 operation: "claim (batch)",
-                message: "a new row has 12 parameters".into(),
+                message: "a new row has 13 parameters".into(),
             })?;
             let first = params.len() + 1;
             params.extend([

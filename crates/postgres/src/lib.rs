@@ -42,6 +42,7 @@ pub use effect::{SqlEffect, SqlValue};
 pub use tokio_postgres;
 
 use exactly_once_core::config::StoreConfig;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
@@ -251,10 +252,22 @@ impl Store for PostgresStore {
         result: Option<&str>,
         effects: Effects<SqlEffect>,
     ) -> Result<u64, StoreError> {
-        match effects.is_empty() {
-            true => self.complete_alone(lease, result).await,
+        // Messages alone ride on the completion's own UPDATE.
+        match effects.writes.is_empty() && effects.increments.is_empty() {
+            true => {
+                let texts = (result, effects.outbox.as_deref());
+                self.complete_alone(lease, texts).await
+            }
             false => self.complete_with(lease, result, effects).await,
         }
+    }
+
+    async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
+        let pks = sent.iter().map(|pending| pending.pk.clone()).collect();
+        let owners = sent.iter().map(|pending| pending.owner.clone()).collect();
+        let params = vec![SqlValue::TextArray(pks), SqlValue::TextArray(owners)];
+        let statement = Statement::new(self.sql.clear_outbox.as_str(), params);
+        self.run("clear outbox", &statement).await.map(|_| ())
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {

@@ -51,7 +51,8 @@ impl PostgresStore {
                 // A held key (the locking path): completed under its fence
                 // (see locking.rs, COMPLETE); no row changed: taken.
                 Some(lease) => {
-                    statements.push(self.completion(lease, commit.result.as_deref()).0);
+                    let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
+                    statements.push(self.completion(lease, texts).0);
                     actions.push(Action::Held(index));
                 }
                 None => {

@@ -41,8 +41,17 @@ pub(super) const TAKE_OVER: &str = "UPDATE {table} SET owner = $2, version = $3,
 /// Complete (fenced).
 pub(super) const COMPLETE: &str = fenced!(
     "status = 'COMPLETED', expires_at = $4, updated_at = $5, result = COALESCE($6, result), \
-     lock_expires_at = NULL"
+     outbox = $7, lock_expires_at = NULL"
 );
+/// The outboxes of completions whose messages were sent (`$1` the keys,
+/// `$2` their owners), cleared in one statement.
+/// Invariant: only the messages of the completion that was sent are
+/// cleared (COMPLETED under its owner); a row that changed since (past its
+/// TTL, claimed again) keeps its own.
+pub(super) const CLEAR_OUTBOX: &str = "UPDATE {table} AS item SET outbox = NULL \
+    FROM unnest($1::text[], $2::text[]) AS sent(pk, owner) \
+    WHERE item.pk = sent.pk AND item.owner = sent.owner AND item.status = 'COMPLETED' \
+    AND item.outbox IS NOT NULL";
 /// Fail (fenced).
 pub(super) const FAIL: &str = fenced!(
     "status = 'FAILED', error = $4, expires_at = $5, updated_at = $6, lock_expires_at = NULL"
@@ -97,9 +106,9 @@ impl PostgresStore {
     pub(super) async fn complete_alone(
         &self,
         lease: &Lease,
-        result: Option<&str>,
+        texts: (Option<&str>, Option<&str>),
     ) -> Result<u64, StoreError> {
-        let (statement, expires_at_s) = self.completion(lease, result);
+        let (statement, expires_at_s) = self.completion(lease, texts);
         let completed = Some(Status::Completed);
         // Made before (sent again): the row's own expiry.
         let made = self.fenced("complete", lease, completed, statement).await?;
@@ -116,7 +125,8 @@ impl PostgresStore {
         effects: Effects<SqlEffect>,
     ) -> Result<u64, StoreError> {
         let increments = transaction_effects([&effects], super::MAX_EFFECTS)?;
-        let (completion, expires_at_s) = self.completion(lease, result);
+        let texts = (result, effects.outbox.as_deref());
+        let (completion, expires_at_s) = self.completion(lease, texts);
         let writes = effects.writes.len();
         let mut statements = vec![completion];
         statements.extend(effects.writes.iter().map(effect_statement));
@@ -172,11 +182,21 @@ impl PostgresStore {
     }
 
     /// The fenced statement that marks a row COMPLETED, and its expiry.
-    pub(super) fn completion(&self, lease: &Lease, result: Option<&str>) -> (Statement<'_>, u64) {
+    /// `texts`: its result and its outbox (the messages emitted).
+    pub(super) fn completion(
+        &self,
+        lease: &Lease,
+        (result, outbox): (Option<&str>, Option<&str>),
+    ) -> (Statement<'_>, u64) {
         let now = self.now_ms();
         let expires_at_s = self.config.expires_at_s(now);
         let mut params = fence_params(lease);
-        params.extend([number(Some(expires_at_s)), number(Some(now)), result.into()]);
+        params.extend([
+            number(Some(expires_at_s)),
+            number(Some(now)),
+            result.into(),
+            outbox.into(),
+        ]);
         (
             Statement::new(self.sql.complete.as_str(), params),
             expires_at_s,

@@ -41,6 +41,12 @@ pub(super) const LIST_STUCK: &str = "SELECT {columns} FROM {table} WHERE status 
 /// FAILED rows).
 pub(super) const LIST_FAILED: &str = "SELECT {columns} FROM {table} WHERE status = 'FAILED' \
     AND expires_at >= $1 AND starts_with(pk, $2) ORDER BY pk";
+/// COMPLETED keys under the prefix `$2`, live at `$1`, whose messages are
+/// not known sent, completed before `$3` (the partial index of such rows):
+/// what the sweeper sends.
+pub(super) const LIST_UNSENT: &str = "SELECT {columns} FROM {table} WHERE status = 'COMPLETED' \
+    AND outbox IS NOT NULL AND updated_at < $3 AND expires_at >= $1 AND starts_with(pk, $2) \
+    ORDER BY updated_at";
 /// At most `$2` rows past their TTL at `$1` (epoch s).
 /// Invariant: only rows past their TTL are deleted; a row being written
 /// (locked) is skipped, not waited for.
@@ -192,6 +198,10 @@ impl PostgresStore {
                 self.sql.list_stuck.as_str()
             }
             Listing::Failed => self.sql.list_failed.as_str(),
+            Listing::Unsent { older_than } => {
+                params.push(number(Some(now.saturating_sub(duration_ms(older_than)))));
+                self.sql.list_unsent.as_str()
+            }
         };
         Statement::new(sql, params)
     }

@@ -11,7 +11,7 @@ use exactly_once_core::store::{Conditional, NewItem, Status, StoreError, StoredI
 /// Every column of the idempotency table (the item's attributes).
 pub(super) const COLUMNS: &str = "pk, status, version, owner, payload_hash, lock_expires_at, \
                                   expires_at, created_at, updated_at, attempts, origin, result, \
-                                  error, last_error, scope";
+                                  error, last_error, scope, outbox";
 
 /// The statements of one table, written once when the store is made from
 /// the templates each path keeps beside its transition.
@@ -33,24 +33,27 @@ pub(super) struct Statements {
     pub operator_retry: String,
     pub list_stuck: String,
     pub list_failed: String,
+    pub list_unsent: String,
+    pub clear_outbox: String,
     pub purge: String,
 }
 
 /// Creates a key's row: `$1` pk, `$2` status, `$3` owner, `$4`
 /// payload_hash, `$5` lock_expires_at, `$6` expires_at, `$7` now (ms),
-/// `$8` origin, `$9` result, `$10` error, `$11` now (s), `$12` scope.
+/// `$8` origin, `$9` result, `$10` error, `$11` now (s), `$12` scope, `$13`
+/// outbox (the messages a COMPLETED row's record emitted).
 /// Invariant: one live row per key; a write never replaces a row that has
 /// not passed its TTL (the conflicting row is replaced only when expired,
 /// which counts as absent).
 const INSERT_NEW: &str = "INSERT INTO {table} AS item (pk, status, version, owner, payload_hash, \
-    lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, error, scope) \
-    VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $7, 1, $8, $9, $10, $12) \
+    lock_expires_at, expires_at, created_at, updated_at, attempts, origin, result, error, scope, \
+    outbox) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $7, 1, $8, $9, $10, $12, $13) \
     ON CONFLICT (pk) DO UPDATE SET status = excluded.status, version = 1, \
     owner = excluded.owner, payload_hash = excluded.payload_hash, \
     lock_expires_at = excluded.lock_expires_at, expires_at = excluded.expires_at, \
     created_at = excluded.created_at, updated_at = excluded.updated_at, attempts = 1, \
     origin = excluded.origin, result = excluded.result, error = excluded.error, \
-    last_error = NULL, scope = excluded.scope \
+    last_error = NULL, scope = excluded.scope, outbox = excluded.outbox \
     WHERE item.expires_at < $11";
 
 impl Statements {
@@ -86,6 +89,8 @@ impl Statements {
             operator_retry: render(operator::OPERATOR_RETRY),
             list_stuck: render(operator::LIST_STUCK),
             list_failed: render(operator::LIST_FAILED),
+            list_unsent: render(operator::LIST_UNSENT),
+            clear_outbox: render(locking::CLEAR_OUTBOX),
             purge: render(operator::PURGE),
             table,
         })
@@ -137,6 +142,7 @@ pub(super) fn new_row(item: &NewItem<'_>) -> Vec<SqlValue> {
         item.error.map(exactly_once_core::store::bounded).into(),
         number(Some(exactly_once_core::clock::ms_to_s(item.now_ms))),
         item.scope.into(),
+        item.outbox.into(),
     ]
 }
 
@@ -190,6 +196,7 @@ pub(super) fn item_of(row: &Row) -> Result<StoredItem, StoreError> {
         error: text("error")?,
         last_error: text("last_error")?,
         scope: text("scope")?,
+        outbox: text("outbox")?,
     })
 }
 

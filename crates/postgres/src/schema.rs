@@ -44,6 +44,7 @@ pub const IDEMPOTENCY: TableSchema = TableSchema {
     migrations: &[
         include_str!("migrations/idempotency_v1.sql"),
         include_str!("migrations/idempotency_v2.sql"),
+        include_str!("migrations/idempotency_v3.sql"),
     ],
     columns: Some(COLUMNS),
 };

@@ -27,6 +27,7 @@ pub(super) fn new_fields(item: &NewItem<'_>) -> Vec<String> {
         ),
         (attr::ORIGIN, item.origin.map(|o| bounded(o).to_owned())),
         (attr::RESULT, item.result.map(str::to_owned)),
+        (attr::OUTBOX, item.outbox.map(str::to_owned)),
         (attr::ERROR, item.error.map(|e| bounded(e).to_owned())),
         (attr::SCOPE, item.scope.map(str::to_owned)),
     ];
@@ -87,6 +88,7 @@ pub(super) fn item_of(fields: HashMap<String, String>) -> Result<Option<StoredIt
         attempts: number(attr::ATTEMPTS)?,
         origin: text(attr::ORIGIN),
         result: text(attr::RESULT),
+        outbox: text(attr::OUTBOX),
         error: text(attr::ERROR),
         last_error: text(attr::LAST_ERROR),
         scope: text(attr::SCOPE),

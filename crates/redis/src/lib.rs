@@ -45,6 +45,7 @@ pub use effect::{RedisEffect, increment_key};
 pub use redis;
 
 use exactly_once_core::config::StoreConfig;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
@@ -66,6 +67,7 @@ struct Scripts {
     take_over: Script,
     fenced: Script,
     fenced_many: Script,
+    clear_outbox: Script,
     commit: Script,
     operator: Script,
     prune: Script,
@@ -113,6 +115,7 @@ impl RedisStore {
                 take_over: Script::new(locking::TAKE_OVER),
                 fenced: Script::new(locking::FENCED),
                 fenced_many: Script::new(locking::FENCED_MANY),
+                clear_outbox: Script::new(locking::CLEAR_OUTBOX),
                 commit: Script::new(lock_free::COMMIT),
                 operator: Script::new(operator::OPERATOR),
                 prune: Script::new(operator::PRUNE),
@@ -352,6 +355,10 @@ impl Store for RedisStore {
         effects: Effects<RedisEffect>,
     ) -> Result<u64, StoreError> {
         self.complete_item(lease, result, effects).await
+    }
+
+    async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
+        self.clear_outboxes(sent).await
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {

@@ -82,7 +82,8 @@ impl RedisStore {
             let pk = self.pk(&commit.key)?;
             match &commit.held {
                 Some(lease) => {
-                    items.push(self.completion_fields(commit.result.clone(), now));
+                    let outbox = commit.effects.outbox.as_deref();
+                    items.push(self.completion_fields(commit.result.clone(), outbox, now));
                     fences.push(vec![lease.version.to_string(), lease.owner.clone()]);
                 }
                 None => {

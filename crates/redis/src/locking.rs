@@ -11,6 +11,7 @@ use super::effect::Change;
 use super::lua::{create_lua, effects_lua, holds_lua, live_lua};
 use super::{Answer, RedisEffect, RedisStore, found_item, text};
 use exactly_once_core::clock::ms_to_s;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{
     ClaimRequest, Conditional, Effects, FencedWrite, Lease, NewItem, Status, Store, StoreError,
     StoredItem, attr, bounded, increment, transaction_effects,
@@ -42,6 +43,21 @@ end
 return answers
 "#
 );
+
+/// Clears the outboxes of completions whose messages were sent: `KEYS[i]`
+/// an item, `ARGV[i]` the owner it was completed under.
+pub(super) const CLEAR_OUTBOX: &str = r#"
+for i, key in ipairs(KEYS) do
+  local found = redis.call('HMGET', key, 'status', 'owner')
+  -- Invariant: only the messages of the completion that was sent are
+  -- cleared (COMPLETED under its owner); an item that changed since (past
+  -- its TTL, claimed again) keeps its own.
+  if found[1] == 'COMPLETED' and found[2] == ARGV[i] then
+    redis.call('HDEL', key, 'outbox')
+  end
+end
+return {}
+"#;
 
 /// Take over (`KEYS[2]` the set of STARTED items): `ARGV[1]` the version
 /// observed, `ARGV[2]` now (ms), then the new owner, version, lease end,
@@ -322,14 +338,37 @@ impl RedisStore {
         }
     }
 
-    /// A held key's fields once completed with `result` (the group
-    /// commit's, `lock_free.rs`).
-    pub(super) fn completion_fields(&self, result: Option<String>, now: u64) -> Vec<String> {
-        self.transition(&FencedWrite::Complete { result }, now)
+    /// A held key's fields once completed with `result` and `outbox` (the
+    /// group commit's, `lock_free.rs`).
+    pub(super) fn completion_fields(
+        &self,
+        result: Option<String>,
+        outbox: Option<&str>,
+        now: u64,
+    ) -> Vec<String> {
+        let mut transition = self.transition(&FencedWrite::Complete { result }, now);
+        transition.emitting(outbox);
+        transition
             .set
             .into_iter()
             .flat_map(|(name, value)| [name.to_owned(), value])
             .collect()
+    }
+
+    /// The outboxes of completions whose messages were sent, cleared in ONE
+    /// script ([`CLEAR_OUTBOX`]).
+    pub(super) async fn clear_outboxes(&self, sent: &[Pending]) -> Result<(), StoreError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = self.scripts.clear_outbox.prepare_invoke();
+        for pending in sent {
+            invocation.key(self.item_key(&pending.pk));
+            invocation.arg(&pending.owner);
+        }
+        self.run_many("clear outbox", &invocation, |_| Vec::new())
+            .await
+            .map(|_| ())
     }
 
     /// Complete, together with the work's own writes and increments in the
@@ -345,7 +384,9 @@ impl RedisStore {
         let result = result.map(str::to_owned);
         let change = Change::of_effects(&effects, &increments);
         let writes = effects.writes.len();
-        self.fenced("complete", lease, &FencedWrite::Complete { result }, change)
+        let complete = FencedWrite::Complete { result };
+        let outbox = effects.outbox.as_deref();
+        self.fenced("complete", lease, (&complete, outbox), change)
             .await
             .map_err(|refusal| refusal.into_error(writes))
     }
@@ -356,7 +397,7 @@ impl RedisStore {
         self.fenced(
             "fail",
             lease,
-            &FencedWrite::Fail { error },
+            (&FencedWrite::Fail { error }, None),
             Change::of([], &[]),
         )
         .await
@@ -375,7 +416,7 @@ impl RedisStore {
             0 => ("release", FencedWrite::Release),
             _ => ("extend", FencedWrite::Extend { until_ms }),
         };
-        self.fenced(operation, lease, &write, Change::of([], &[]))
+        self.fenced(operation, lease, (&write, None), Change::of([], &[]))
             .await
             .map_err(|refusal| refusal.into_error(0))?;
         Ok(Lease {
@@ -389,14 +430,16 @@ impl RedisStore {
     /// refuses is judged from the item found ([`FencedWrite::refused`]):
     /// this very write made before (sent again, effects and all), or the
     /// lock lost.
+    /// `outbox`: the messages a completion's record emitted, kept on it.
     async fn fenced(
         &self,
         operation: &'static str,
         lease: &Lease,
-        write: &FencedWrite,
+        (write, outbox): (&FencedWrite, Option<&str>),
         change: Change,
     ) -> Result<u64, Refusal> {
-        let transition = self.transition(write, self.now_ms());
+        let mut transition = self.transition(write, self.now_ms());
+        transition.emitting(outbox);
         let lua = transition.change(&change);
         let mut invocation = self.scripts.fenced.key(self.item_key(&lease.pk));
         invocation
@@ -439,6 +482,13 @@ struct Transition {
 }
 
 impl Transition {
+    /// Also keeps `outbox` (the messages a completion's record emitted).
+    fn emitting(&mut self, outbox: Option<&str>) {
+        if let Some(outbox) = outbox {
+            self.set.push((attr::OUTBOX, outbox.to_owned()));
+        }
+    }
+
     /// The new deletion time ('' keeps it).
     fn deleted_at(&self) -> String {
         self.expires_at_s

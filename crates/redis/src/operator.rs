@@ -129,11 +129,12 @@ impl RedisStore {
     }
 
     /// The live items under the key prefix that `listing` names: stuck
-    /// keys through the set of STARTED items, FAILED keys by a `SCAN`.
+    /// keys through the set of STARTED items, FAILED keys and unsent
+    /// messages by a `SCAN`.
     pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
         match listing {
             Listing::Stuck { .. } => self.list_started(listing).await,
-            Listing::Failed => self.scan_items(listing).await,
+            Listing::Failed | Listing::Unsent { .. } => self.scan_items(listing).await,
         }
     }
 

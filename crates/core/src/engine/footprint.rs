@@ -41,17 +41,19 @@ impl Limits {
 }
 
 /// What a record's COMPLETED item and effects weigh in a transaction,
-/// estimated: its result, key and origin, and a share for the item's other
-/// attributes and for each opaque write (an increment's update is small).
+/// estimated: its result, outbox (the messages it emits), key and origin,
+/// and a share for the item's other attributes and for each opaque write
+/// (an increment's update is small).
 pub(super) fn estimated_bytes(
     key: &str,
     origin: &str,
-    result: Option<&str>,
+    texts: [Option<&str>; 2],
     writes: usize,
 ) -> usize {
     const ITEM: usize = 512;
     const WRITE: usize = 1024;
-    key.len() + origin.len() + result.map_or(0, str::len) + ITEM + WRITE * writes
+    let texts: usize = texts.iter().flatten().map(|text| text.len()).sum();
+    key.len() + origin.len() + texts + ITEM + WRITE * writes
 }
 
 /// The items of one or more messages' effects.
@@ -105,7 +107,10 @@ impl Footprint {
         .weighing(estimated_bytes(
             &work.key,
             &work.origin,
-            completion.result.as_deref(),
+            [
+                completion.result.as_deref(),
+                crate::outbox::encode(&completion.messages).as_deref(),
+            ],
             completion.writes.len(),
         ))
     }

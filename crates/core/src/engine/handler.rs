@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+use crate::outbox::{self, Message, Sender};
 use crate::store::{Effects, Increment, Lease};
 
 /// Handed to the business logic with every message it runs.
@@ -90,6 +91,13 @@ pub struct Completion<E> {
     /// What it means when a condition of `writes` fails, or a floor of
     /// `increments` refuses one.
     pub on_condition_failure: ConditionFailure,
+    /// The messages the work emits ([`Completion::emit`]): kept on the
+    /// COMPLETED item by the write that completes the key (in the
+    /// transaction of `writes` and `increments`), so that they exist if and
+    /// only if the effect applied; sent after the commit, each under an id
+    /// the same on every attempt ([`crate::outbox`]). A record counts as
+    /// finished only once its messages were accepted.
+    pub messages: Vec<Message>,
 }
 
 impl<E> Default for Completion<E> {
@@ -99,6 +107,7 @@ impl<E> Default for Completion<E> {
             writes: Vec::new(),
             increments: Vec::new(),
             on_condition_failure: ConditionFailure::default(),
+            messages: Vec::new(),
         }
     }
 }
@@ -138,7 +147,20 @@ impl<E> Completion<E> {
         self
     }
 
-    /// The writes and increments, as the store commits them.
+    /// Also emits `body` to `destination` (an SQS queue URL), committed
+    /// with the effect and sent after it (see [`Completion::messages`]).
+    pub fn emit(self, destination: impl Into<String>, body: impl Into<String>) -> Self {
+        self.emit_message(Message::new(destination, body))
+    }
+
+    /// Also emits `message` (one with an ordering group, for a FIFO queue:
+    /// [`Message::in_group`]).
+    pub fn emit_message(mut self, message: Message) -> Self {
+        self.messages.push(message);
+        self
+    }
+
+    /// The writes, increments and messages, as the store commits them.
     pub(super) fn effects(&self) -> Effects<E>
     where
         E: Clone,
@@ -146,23 +168,53 @@ impl<E> Completion<E> {
         Effects {
             writes: self.writes.clone(),
             increments: self.increments.clone(),
+            outbox: outbox::encode(&self.messages),
         }
     }
 
     /// Whether the work's effect happened outside the store ("direct
-    /// mode"): nothing to commit beside the completion.
+    /// mode"): no write of the store's beside the completion.
     pub(super) fn is_direct(&self) -> bool {
         self.writes.is_empty() && self.increments.is_empty()
     }
 
-    /// Why this completion cannot be stored, if so (a permanent failure of
-    /// the message: retrying gives the same result).
-    pub(super) fn refusal(&self) -> Option<HandlerError> {
+    /// Whether its completion is the key's own write alone (nothing beside
+    /// it, no message on it): what a batch of fenced writes carries.
+    pub(super) fn is_bare(&self) -> bool {
+        self.is_direct() && self.messages.is_empty()
+    }
+
+    /// Why this completion cannot be stored, if so: too large a result or
+    /// outbox (permanent: retrying gives the same result), or a message
+    /// `sender` cannot send (none configured, an unknown destination:
+    /// retryable, so that the record comes again once the configuration is
+    /// fixed, and nothing is committed that could never be sent).
+    pub(super) fn refusal(&self, sender: Option<&dyn Sender>) -> Option<HandlerError> {
         let bytes = self.result.as_ref().map_or(0, String::len);
-        (bytes > crate::store::MAX_RESULT_BYTES).then(|| {
-            HandlerError::Permanent(format!(
+        if bytes > crate::store::MAX_RESULT_BYTES {
+            return Some(HandlerError::Permanent(format!(
                 "the handler's result is {bytes} bytes; at most {} are stored",
                 crate::store::MAX_RESULT_BYTES
+            )));
+        }
+        if self.messages.is_empty() {
+            return None;
+        }
+        let Some(sender) = sender else {
+            return Some(HandlerError::Retryable(
+                "the handler emits messages but this function has no sender (on Lambda: build \
+                 exactly-once with its `sqs` feature; else Engine::with_sender)"
+                    .into(),
+            ));
+        };
+        if let Some(err) = self.messages.iter().find_map(|m| sender.check(m).err()) {
+            return Some(HandlerError::Retryable(err.to_string()));
+        }
+        let bytes = outbox::encode(&self.messages).map_or(0, |text| text.len());
+        (bytes > outbox::MAX_OUTBOX_BYTES).then(|| {
+            HandlerError::Permanent(format!(
+                "the handler's messages are {bytes} bytes; at most {} are kept",
+                outbox::MAX_OUTBOX_BYTES
             ))
         })
     }

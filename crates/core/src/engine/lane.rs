@@ -166,7 +166,10 @@ where
                 }
             };
             let step = if let Some(result) = self.known_duplicate(&work, batch) {
-                Step::Done(Outcome::Duplicate { result })
+                Step::Done(Outcome::Duplicate {
+                    result,
+                    unsent: None,
+                })
             } else {
                 match batch.in_flight.turn(&work.key) {
                     Turn::Later(first) => Step::Waiting(first),
@@ -249,7 +252,10 @@ where
                 let outcome = match coalesce::wait_for_first(first, &work.payload_hash, &deadline)
                     .await
                 {
-                    Waited::Duplicate(result) => Outcome::Duplicate { result },
+                    Waited::Duplicate(result) => Outcome::Duplicate {
+                        result,
+                        unsent: None,
+                    },
                     Waited::OnItsOwn => self.claim_and_run(&work, deadline, &batch.leases).await,
                     Waited::Cut => Outcome::NotStarted(super::StopReason::DeadlineNear),
                 };
@@ -351,7 +357,7 @@ where
                 self.settle(ticket, outcome, started, lane, log, batch)
                     .await;
             }
-            Ran::Completed(completion, lease) if completion.is_direct() => {
+            Ran::Completed(completion, lease) if completion.is_bare() => {
                 lane.buffer.push(Direct {
                     ticket,
                     started,
@@ -441,6 +447,7 @@ where
                         &direct.work_key,
                         &direct.payload_hash,
                         result,
+                        &[],
                         &direct.lease,
                         expires_at_s,
                     )

@@ -27,6 +27,7 @@ mod cache;
 mod coalesce;
 mod combine;
 mod deadline;
+mod deliver;
 mod footprint;
 mod gather;
 mod handler;
@@ -59,6 +60,7 @@ pub use outcome::{Outcome, Parking, PoisonPolicy};
 pub use sizing::{GROUP_START, Resized, slow_answer};
 pub use window::WINDOW_GROUPS;
 
+use crate::outbox::Sender;
 use crate::store::{Store, requests};
 use batched::Batched;
 use cache::CompletedCache;
@@ -225,6 +227,8 @@ pub struct Engine<H, S> {
     /// Records of batched claims and fenced writes in flight at once,
     /// likewise.
     batch_window: Arc<Window>,
+    /// Sends the messages handlers emit ([`Completion::emit`]).
+    sender: Option<Arc<dyn Sender>>,
 }
 
 impl<H, S> Engine<H, S>
@@ -260,7 +264,21 @@ where
             store,
             handler,
             config,
+            sender: None,
         }
+    }
+
+    /// Sends the messages handlers emit with `sender` (on Lambda the edge's,
+    /// to SQS). Without one, a completion that emits is refused (retryable:
+    /// its record is reported).
+    pub fn with_sender(mut self, sender: Arc<dyn Sender>) -> Self {
+        self.sender = Some(sender);
+        self
+    }
+
+    /// The sender of emitted messages, if any.
+    pub(super) fn sender(&self) -> Option<&dyn Sender> {
+        self.sender.as_deref()
     }
 
     /// Backs the container's cache of COMPLETED keys with a cache every
@@ -386,7 +404,7 @@ where
             }
         }
         // A lane answers its messages in order, one outcome each.
-        let outcomes = tags
+        let mut outcomes: Vec<(T, RecordOutcome)> = tags
             .into_iter()
             .zip(results)
             .flat_map(|(tags, outcomes)| {
@@ -400,6 +418,8 @@ where
                 })
             })
             .collect();
+        // The messages the finished records emitted, sent before they count.
+        deliver::deliver(&self.store, self.sender(), &mut outcomes, deadline).await;
         // What the durable store said COMPLETED, for the other containers.
         self.cache.share().await;
         BatchResult {
@@ -440,7 +460,7 @@ where
     /// per delivery, at the message's turn in its lane); any other outcome
     /// stays as it is.
     async fn replayed(&self, work: &Work<H::Record>, outcome: Outcome) -> Outcome {
-        let Outcome::Duplicate { result } = outcome else {
+        let Outcome::Duplicate { result, unsent } = outcome else {
             return outcome;
         };
         match self
@@ -449,7 +469,7 @@ where
             .instrument(work.span.clone())
             .await
         {
-            Ok(()) => Outcome::Duplicate { result },
+            Ok(()) => Outcome::Duplicate { result, unsent },
             Err(err) => Outcome::ReplayFailed {
                 error: err.to_string(),
             },

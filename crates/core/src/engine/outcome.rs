@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::outbox::Pending;
 use crate::store::StoreError;
 
 use super::StopReason;
@@ -16,17 +17,30 @@ pub enum Outcome {
         version: u64,
         /// The result stored with it.
         result: Option<Arc<str>>,
+        /// The messages it emitted, to send before it counts as finished.
+        unsent: Option<Box<Pending>>,
     },
     /// The key was already COMPLETED for this payload with `result`; the work
     /// did not run ([`super::RecordHandler::on_duplicate`] did).
     Duplicate {
         /// The result stored by the first delivery.
         result: Option<Arc<str>>,
+        /// Messages of the first delivery still in the item's outbox (its
+        /// send failed, or its invocation ended before): sent by this one.
+        unsent: Option<Box<Pending>>,
     },
     /// A verified duplicate whose [`super::RecordHandler::on_duplicate`]
     /// failed: reported, so that it comes again.
     ReplayFailed {
         /// Why the handler's `on_duplicate` failed.
+        error: String,
+    },
+    /// The key is COMPLETED (this delivery's work, or an earlier one's) but
+    /// not every message it emitted was accepted by its destination:
+    /// reported, so that a redelivery sends what is left (under the same
+    /// ids); the work does not run again.
+    Unsent {
+        /// Why (the destination's answer).
         error: String,
     },
     /// Another worker holds the key's lock; the work did not run here.
@@ -171,7 +185,7 @@ impl Outcome {
     /// The result stored for the key, when the key is COMPLETED.
     pub fn stored_result(&self) -> Option<Arc<str>> {
         match self {
-            Self::Processed { result, .. } | Self::Duplicate { result } => result.clone(),
+            Self::Processed { result, .. } | Self::Duplicate { result, .. } => result.clone(),
             _ => None,
         }
     }
@@ -183,6 +197,7 @@ impl Outcome {
             Self::Processed { .. } => "taken-over",
             Self::Duplicate { .. } => "duplicate",
             Self::ReplayFailed { .. } => "replay-failed",
+            Self::Unsent { .. } => "unsent",
             Self::InProgress => "in-progress",
             Self::PayloadMismatch => "rejected",
             Self::OtherScope { .. } => "scope-conflict",
@@ -202,9 +217,10 @@ impl Outcome {
     pub fn detail(&self) -> Option<String> {
         match self {
             Self::PreviouslyFailed { error } => error.clone(),
-            Self::Failed { error } | Self::Retrying { error } | Self::ReplayFailed { error } => {
-                Some(error.clone())
-            }
+            Self::Failed { error }
+            | Self::Retrying { error }
+            | Self::ReplayFailed { error }
+            | Self::Unsent { error } => Some(error.clone()),
             Self::StoreFailed(err) => Some(err.to_string()),
             Self::Unrecorded(err) => Some(format!(
                 "the work's effect happened but its completion was not recorded: {err}"

@@ -6,11 +6,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument as _;
 
 use crate::clock::duration_ms;
+use crate::outbox::{Message, Pending};
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredItem};
 
 use super::cache::Completed;
@@ -148,10 +150,8 @@ where
                 return Judged::Lease(lease);
             }
             Ok(ClaimOutcome::Duplicate(item)) => {
-                let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-                let result = completed.result.clone();
-                self.cache.insert(key, completed, item.expires_at_s);
-                Outcome::Duplicate { result }
+                let (result, unsent) = self.found_completed(key, &item);
+                Outcome::Duplicate { result, unsent }
             }
             Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline, waiting) {
                 Some(wait) => return Judged::WaitAndRetry(wait),
@@ -233,7 +233,7 @@ where
             Held::Finished {
                 value: Ok(completion),
                 lease,
-            } => match completion.refusal() {
+            } => match completion.refusal(self.sender()) {
                 Some(error) => {
                     Ran::Settled(self.settle_failure(&lease, error, origin, deadline).await)
                 }
@@ -287,9 +287,14 @@ where
             .await
         };
         match recorded {
-            Ok(expires_at_s) => {
-                self.remember(&work.key, &work.payload_hash, result, lease, expires_at_s)
-            }
+            Ok(expires_at_s) => self.remember(
+                &work.key,
+                &work.payload_hash,
+                result,
+                &completion.messages,
+                lease,
+                expires_at_s,
+            ),
             // Nothing was written: the effect's own condition decides.
             Err(err @ StoreError::EffectConditionFailed { .. }) => {
                 let error = err.to_string();
@@ -307,22 +312,44 @@ where
         }
     }
 
-    /// A completion of `key` written under `lease`: remembered in the cache.
+    /// A completion of `key` written under `lease`, with `messages` on its
+    /// item: remembered in the cache once nothing is left to send.
     pub(super) fn remember(
         &self,
         key: &str,
         payload_hash: &str,
         result: Option<&str>,
+        messages: &[Message],
         lease: &Lease,
         expires_at_s: u64,
     ) -> Outcome {
         let completed = Completed::new(payload_hash, result);
         let result = completed.result.clone();
-        self.cache.insert(key, completed, expires_at_s);
+        let unsent = Pending::emitted(&lease.pk, &lease.owner, messages);
+        // A key with messages still to send is no duplicate to skip yet.
+        if unsent.is_none() {
+            self.cache.insert(key, completed, expires_at_s);
+        }
         Outcome::Processed {
             version: lease.version,
             result,
+            unsent,
         }
+    }
+
+    /// A COMPLETED `item` found for `key`: its result, and the messages
+    /// still in its outbox; remembered in the cache when there are none.
+    pub(super) fn found_completed(
+        &self,
+        key: &str,
+        item: &StoredItem,
+    ) -> (Option<Arc<str>>, Option<Box<Pending>>) {
+        let completed = Completed::new(&item.payload_hash, item.result.as_deref());
+        let result = completed.result.clone();
+        if item.outbox.is_none() {
+            self.cache.insert(key, completed, item.expires_at_s);
+        }
+        (result, Pending::of_item(item).map(Box::new))
     }
 
     /// A lease claimed ahead has waited for its turn, renewed by the

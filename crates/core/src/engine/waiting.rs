@@ -100,6 +100,7 @@ mod tests {
             attempts: None,
             origin: None,
             result: None,
+            outbox: None,
             error: None,
             last_error: None,
             scope: None,

@@ -107,7 +107,11 @@ macro_rules! conformance_suite {
             a_commit_completes_held_keys_under_their_fence_with_their_effects,
             a_claim_sent_again_recognises_its_own_item,
             a_fenced_write_sent_again_recognises_its_own_write,
-            a_commit_sent_again_finds_its_own_items
+            a_commit_sent_again_finds_its_own_items,
+            emitted_messages_live_on_the_completed_item_on_every_path,
+            an_outbox_is_cleared_only_under_the_owner_that_completed_it,
+            a_refused_effect_keeps_no_messages,
+            a_new_item_over_an_expired_one_keeps_none_of_its_messages
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -129,7 +133,8 @@ macro_rules! operator_conformance_suite {
         $crate::conformance_suite!(@each $backend;
             operator_release_and_retry_act_only_at_the_observed_version,
             listings_find_stuck_and_failed_keys_under_the_prefix,
-            the_started_listing_follows_every_transition
+            the_started_listing_follows_every_transition,
+            the_unsent_listing_finds_completions_with_messages_left
         );
     };
 }
@@ -687,8 +692,8 @@ fn payment<B: Backend>(backend: &B, account: &str, by: i64) -> Increment {
 fn incrementing<E>(key: &str, increment: Increment) -> Commit<E> {
     Commit {
         effects: Effects {
-            writes: Vec::new(),
             increments: vec![increment],
+            ..Effects::default()
         },
         ..new_commit(key, "h1", Vec::new())
     }
@@ -768,6 +773,7 @@ pub async fn a_refused_increment_refuses_the_completion<B: Backend>(backend: &B)
     let effects = |by| Effects {
         writes: vec![backend.effect(&store, &counter, 1, None)],
         increments: vec![payment(backend, &account, by)],
+        outbox: None,
     };
     match store.complete(&lease, None, effects(-1)).await {
         Err(StoreError::EffectConditionFailed { effect: 1, .. }) => {}
@@ -1890,4 +1896,217 @@ where
     let poison = store.fail_new(request("poison", "h1"), "o-1", "not a payment");
     assert_eq!(poison.await.expect("fail new"), Conditional::Written(()));
     assert_eq!(all_started(&store).await, ["extended", "failed"]);
+}
+
+/// An outbox text as the engine writes it (`crate::outbox::encode`).
+fn outbox_of(key: &str) -> String {
+    let message = crate::outbox::Message::new("https://sqs/1/payments", format!("applied {key}"));
+    crate::outbox::encode(&[message]).expect("one message")
+}
+
+/// The messages a record emits live on its COMPLETED item, written by the
+/// completion itself on every path (a lock-free commit, a held key's group
+/// commit, a completion alone and one with effects), and come back with
+/// the item to a duplicate's claim.
+pub async fn emitted_messages_live_on_the_completed_item_on_every_path<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let emitting = |key: &str, effects: Vec<<B::S as Store>::Effect>| {
+        let mut commit = new_commit(key, "h1", effects);
+        commit.effects.outbox = Some(outbox_of(key));
+        commit
+    };
+    // Lock-free, and a held key's completion in the same group.
+    let held = acquire(&store, "held", "h1").await;
+    let mut held_commit = emitting("held", Vec::new());
+    held_commit.held = Some(held);
+    let counter = format!("c-{}", uuid::Uuid::new_v4());
+    let commits = vec![
+        emitting("new", vec![backend.effect(&store, &counter, 1, None)]),
+        held_commit,
+    ];
+    match store.commit(commits).await.expect("commit") {
+        CommitOutcome::Committed { .. } => {}
+        other => panic!("expected committed, got {other:?}"),
+    }
+    // The locking path: alone, and with an effect in its transaction.
+    for (key, effects) in [
+        ("alone", Vec::new()),
+        (
+            "with-effect",
+            vec![backend.effect(&store, &counter, 1, None)],
+        ),
+    ] {
+        let lease = acquire(&store, key, "h1").await;
+        let effects = Effects {
+            outbox: Some(outbox_of(key)),
+            ..Effects::from(effects)
+        };
+        store
+            .complete(&lease, Some("r"), effects)
+            .await
+            .expect("complete");
+    }
+    assert_eq!(backend.counter(&store, &counter).await, 2);
+    for key in ["new", "held", "alone", "with-effect"] {
+        let item = store.get(key).await.expect("get").expect("item");
+        assert_eq!(
+            (item.status, item.outbox),
+            (Status::Completed, Some(outbox_of(key))),
+            "{key}"
+        );
+        match store.claim(request(key, "h1")).await.expect("claim") {
+            ClaimOutcome::Duplicate(item) => assert_eq!(item.outbox, Some(outbox_of(key))),
+            other => panic!("expected a duplicate of {key}, got {other:?}"),
+        }
+    }
+}
+
+/// Clearing an outbox once its messages were sent is fenced on the owner
+/// that completed the item: under another owner nothing changes.
+pub async fn an_outbox_is_cleared_only_under_the_owner_that_completed_it<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let mut commit = new_commit("p-1", "h1", Vec::new());
+    commit.effects.outbox = Some(outbox_of("p-1"));
+    let owner = commit.owner.clone();
+    store.commit(vec![commit]).await.expect("commit");
+    let pk = store.pk("p-1").expect("pk");
+    let sent = |owner: &str| crate::outbox::Pending {
+        pk: pk.clone(),
+        owner: owner.to_owned(),
+        messages: Vec::new(),
+    };
+    store
+        .outbox_sent(&[sent("someone-else")])
+        .await
+        .expect("clear under another owner");
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!(item.outbox, Some(outbox_of("p-1")), "another owner's clear");
+    store
+        .outbox_sent(&[sent(&owner), sent(&owner)])
+        .await
+        .expect("clear");
+    let item = store.get("p-1").await.expect("get").expect("item");
+    assert_eq!((item.status, item.outbox), (Status::Completed, None));
+    assert_eq!(
+        item.result.as_deref(),
+        Some("applied p-1"),
+        "the rest stays"
+    );
+}
+
+/// A commit whose effect is refused writes nothing, its messages
+/// included: a refused payment is never announced.
+pub async fn a_refused_effect_keeps_no_messages<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let account = format!("acc-{}", uuid::Uuid::new_v4());
+    let mut commit = incrementing("overdraw", payment(backend, &account, -5));
+    commit.effects.outbox = Some(outbox_of("overdraw"));
+    match store.commit(vec![commit]).await.expect("commit") {
+        CommitOutcome::IncrementRefused { .. } => {}
+        other => panic!("expected the increment refused, got {other:?}"),
+    }
+    assert_eq!(store.get("overdraw").await.expect("get"), None);
+    let lease = acquire(&store, "overdraw-held", "h1").await;
+    let effects = Effects {
+        increments: vec![payment(backend, &account, -5)],
+        outbox: Some(outbox_of("overdraw-held")),
+        ..Effects::default()
+    };
+    match store.complete(&lease, None, effects).await {
+        Err(StoreError::EffectConditionFailed { .. }) => {}
+        other => panic!("expected the increment refused, got {other:?}"),
+    }
+    let item = store
+        .get("overdraw-held")
+        .await
+        .expect("get")
+        .expect("item");
+    assert_eq!((item.status, item.outbox), (Status::Started, None));
+}
+
+/// A key claimed again past its TTL starts a new item: the expired one's
+/// messages are not its own.
+pub async fn a_new_item_over_an_expired_one_keeps_none_of_its_messages<B: Backend>(backend: &B) {
+    let store = backend.store(LONG_LOCK).await;
+    let mut commit = new_commit("old", "h1", Vec::new());
+    commit.effects.outbox = Some(outbox_of("old"));
+    store.commit(vec![commit]).await.expect("commit");
+    let config = store.config().clone();
+    let later = backend.with_config(
+        &store,
+        StoreConfig {
+            clock_offset_ms: (config.retention.as_millis() as i64) + 10_000,
+            ..config
+        },
+    );
+    let claimed = [
+        later.claim(request("old", "h2")).await.expect("claim"),
+        // The same through a batched claim.
+        {
+            let mut commit = new_commit("old-2", "h1", Vec::new());
+            commit.effects.outbox = Some(outbox_of("old-2"));
+            store.commit(vec![commit]).await.expect("commit");
+            let claims = vec![Claim {
+                key: "old-2".into(),
+                payload_hash: "h2".into(),
+                origin: None,
+                lease_cap_ms: None,
+                owner: "again".into(),
+            }];
+            claim_many(&later, &claims).await.remove(0).expect("claim")
+        },
+    ];
+    for (key, claimed) in ["old", "old-2"].into_iter().zip(claimed) {
+        assert!(
+            matches!(claimed, ClaimOutcome::Acquired(_)),
+            "{key}: {claimed:?}"
+        );
+        let item = later.get(key).await.expect("get").expect("item");
+        assert_eq!((item.status, item.outbox), (Status::Started, None), "{key}");
+    }
+}
+
+/// The sweeper's listing: COMPLETED keys whose messages are not known
+/// sent, completed before the cutoff, under the prefix; none once cleared.
+pub async fn the_unsent_listing_finds_completions_with_messages_left<B: Backend>(backend: &B)
+where
+    B::S: Operator,
+{
+    let store = backend.store(LONG_LOCK).await;
+    let mut emitting = new_commit("emitting", "h1", Vec::new());
+    emitting.effects.outbox = Some(outbox_of("emitting"));
+    let owner = emitting.owner.clone();
+    let silent = new_commit("silent", "h1", Vec::new());
+    store.commit(vec![emitting, silent]).await.expect("commit");
+    let unsent = |older_than| {
+        let store = store.clone();
+        async move {
+            let listed = store
+                .list(Listing::Unsent { older_than })
+                .await
+                .expect("list");
+            let mut keys: Vec<(String, Option<String>)> = listed
+                .items
+                .into_iter()
+                .map(|item| (item.pk, item.outbox))
+                .collect();
+            keys.sort();
+            keys
+        }
+    };
+    let pk = store.pk("emitting").expect("pk");
+    // Completed strictly before the cutoff.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        unsent(Duration::ZERO).await,
+        vec![(pk.clone(), Some(outbox_of("emitting")))]
+    );
+    assert_eq!(unsent(Duration::from_secs(3600)).await, vec![], "too young");
+    let sent = crate::outbox::Pending {
+        pk,
+        owner,
+        messages: Vec::new(),
+    };
+    store.outbox_sent(&[sent]).await.expect("clear");
+    assert_eq!(unsent(Duration::ZERO).await, vec![]);
 }

@@ -30,6 +30,9 @@ pub mod attr {
     pub const ORIGIN: &str = "origin";
     /// Bounded result text of a COMPLETED item.
     pub const RESULT: &str = "result";
+    /// The messages a COMPLETED item's record emitted and that are not yet
+    /// known sent (JSON, [`crate::outbox`]); removed once they were.
+    pub const OUTBOX: &str = "outbox";
     /// Bounded error text of a FAILED item.
     pub const ERROR: &str = "error";
     /// The error of a FAILED item an operator let run again.
@@ -126,6 +129,9 @@ pub struct StoredItem {
     pub origin: Option<String>,
     /// The handler's result (COMPLETED).
     pub result: Option<String>,
+    /// The messages its record emitted, not yet known sent (COMPLETED;
+    /// [`crate::outbox`]).
+    pub outbox: Option<String>,
     /// The error (FAILED).
     pub error: Option<String>,
     /// The error of a FAILED item an operator let run again.
@@ -186,12 +192,14 @@ impl StoredItem {
 
     /// Whether this item, read before the claims (the pre-check) or kept
     /// in a cache, proves its key done for the store configured as
-    /// `config`: COMPLETED, and this store's own (another function's
-    /// COMPLETED key is never this one's duplicate). Anything else is left
-    /// to the claim.
+    /// `config`: COMPLETED, this store's own (another function's
+    /// COMPLETED key is never this one's duplicate), with nothing left to
+    /// send (messages still in its outbox are sent by the delivery that
+    /// finds the item at its claim). Anything else is left to the claim.
     pub fn proves_completed(&self, config: &StoreConfig) -> bool {
         (self.status == Status::Completed || mutated!(CacheTrustsAnyStatus))
             && config.owns(self.scope.as_deref())
+            && self.outbox.is_none()
     }
 }
 
@@ -216,6 +224,8 @@ pub struct NewItem<'a> {
     pub origin: Option<&'a str>,
     /// A COMPLETED item's result.
     pub result: Option<&'a str>,
+    /// A COMPLETED item's messages ([`crate::outbox::encode`]).
+    pub outbox: Option<&'a str>,
     /// A FAILED item's error.
     pub error: Option<&'a str>,
     /// Whose item it is ([`StoreConfig::scope`]).
@@ -238,6 +248,7 @@ impl<'a> NewItem<'a> {
             attempts: Some(1),
             origin: self.origin.map(|origin| super::bounded(origin).to_owned()),
             result: self.result.map(str::to_owned),
+            outbox: self.outbox.map(str::to_owned),
             error: self.error.map(|error| super::bounded(error).to_owned()),
             last_error: None,
             scope: self.scope.map(str::to_owned),
@@ -262,6 +273,7 @@ impl<'a> NewItem<'a> {
             now_ms,
             origin: request.origin,
             result: None,
+            outbox: None,
             error: None,
             scope: config.scope.as_deref(),
         }
@@ -284,6 +296,7 @@ impl<'a> NewItem<'a> {
             now_ms,
             origin: commit.origin.as_deref(),
             result: commit.result.as_deref(),
+            outbox: commit.effects.outbox.as_deref(),
             error: None,
             scope: config.scope.as_deref(),
         }
@@ -308,6 +321,7 @@ impl<'a> NewItem<'a> {
             now_ms,
             origin: request.origin,
             result: None,
+            outbox: None,
             error: Some(error),
             scope: config.scope.as_deref(),
         }

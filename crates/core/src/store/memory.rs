@@ -264,7 +264,14 @@ impl Store for MemoryStore {
         (state.counters, state.numbers) = (counters, numbers);
         let item = Self::fenced(&mut state, lease)?;
         let result = result.map(str::to_owned);
-        Ok(transition::complete(item, result, &self.config, now))
+        let outbox = effects.outbox;
+        Ok(transition::complete(
+            item,
+            result,
+            outbox,
+            &self.config,
+            now,
+        ))
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
@@ -350,7 +357,8 @@ impl Store for MemoryStore {
             match &commit.held {
                 Some(lease) => {
                     let item = Self::fenced(&mut state, lease)?;
-                    transition::complete(item, commit.result.clone(), &self.config, now);
+                    let (result, outbox) = (commit.result.clone(), commit.effects.outbox.clone());
+                    transition::complete(item, result, outbox, &self.config, now);
                 }
                 None => {
                     let item = NewItem::completed(&pk, commit, &self.config, now).item();
@@ -380,6 +388,18 @@ impl Store for MemoryStore {
         let item = NewItem::failed(&pk, request, owner, error, &self.config, now).item();
         state.items.insert(pk, item);
         Ok(Conditional::Written(()))
+    }
+
+    async fn outbox_sent(&self, sent: &[crate::outbox::Pending]) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        for pending in sent {
+            if let Some(item) = state.items.get_mut(&pending.pk)
+                && transition::may_clear_outbox(Some(item), &pending.owner)
+            {
+                item.outbox = None;
+            }
+        }
+        Ok(())
     }
 
     async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {

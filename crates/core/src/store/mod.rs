@@ -297,14 +297,18 @@ impl FencedWrite {
 }
 
 /// A work's effect, committed in ONE transaction with its completion:
-/// opaque writes, and increments (which the store merges per item across
-/// the messages of a transaction, see [`increment`]).
+/// opaque writes, increments (which the store merges per item across the
+/// messages of a transaction, see [`increment`]), and the messages it
+/// emits (kept on the COMPLETED item itself, [`crate::outbox`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effects<E> {
     /// Writes in the store's own terms (DynamoDB: `TransactWriteItem`).
     pub writes: Vec<E>,
     /// Commutative increments.
     pub increments: Vec<Increment>,
+    /// The emitted messages ([`crate::outbox::encode`]), written on the
+    /// COMPLETED item as its `outbox`.
+    pub outbox: Option<String>,
 }
 
 impl<E> Default for Effects<E> {
@@ -312,6 +316,7 @@ impl<E> Default for Effects<E> {
         Self {
             writes: Vec::new(),
             increments: Vec::new(),
+            outbox: None,
         }
     }
 }
@@ -321,7 +326,7 @@ impl<E> From<Vec<E>> for Effects<E> {
     fn from(writes: Vec<E>) -> Self {
         Self {
             writes,
-            increments: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -329,7 +334,7 @@ impl<E> From<Vec<E>> for Effects<E> {
 impl<E> Effects<E> {
     /// Nothing to write beside the completion.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.increments.is_empty()
+        self.writes.is_empty() && self.increments.is_empty() && self.outbox.is_none()
     }
 }
 
@@ -419,6 +424,13 @@ pub enum Listing {
     },
     /// FAILED keys: the durable record of every poison record.
     Failed,
+    /// COMPLETED keys whose messages are not known sent, completed before
+    /// `now - older_than` (younger ones are still being sent by their
+    /// invocation): what the sweeper sends.
+    Unsent {
+        /// Completed longer ago.
+        older_than: Duration,
+    },
 }
 
 impl Listing {
@@ -432,6 +444,12 @@ impl Listing {
                         .is_some_and(|at| at < now_ms.saturating_sub(duration_ms(*older_than)))
             }
             (Listing::Failed, Status::Failed) => true,
+            (Listing::Unsent { older_than }, Status::Completed) => {
+                item.outbox.is_some()
+                    && item
+                        .updated_at_ms
+                        .is_none_or(|at| at < now_ms.saturating_sub(duration_ms(*older_than)))
+            }
             _ => false,
         }
     }
@@ -626,6 +644,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         commits: Vec<Commit<Self::Effect>>,
     ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
+
+    /// The messages of these completions were sent: each item's outbox is
+    /// removed, only while it is COMPLETED under the owner given
+    /// ([`transition::may_clear_outbox`]); an item that changed since keeps
+    /// its own. In as few requests as the store allows.
+    fn outbox_sent(
+        &self,
+        sent: &[crate::outbox::Pending],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Lock-free failure: the FAILED item at version 1, only if the key is
     /// absent or past its TTL; else the item found.

@@ -69,15 +69,18 @@ pub fn take_over(item: &mut StoredItem, lease: &Lease, config: &StoreConfig, now
     }
 }
 
-/// `item` COMPLETED with `result` at `now_ms`; its new TTL.
+/// `item` COMPLETED with `result` and the messages of `outbox` at `now_ms`;
+/// its new TTL.
 pub fn complete(
     item: &mut StoredItem,
     result: Option<String>,
+    outbox: Option<String>,
     config: &StoreConfig,
     now_ms: u64,
 ) -> u64 {
     item.status = Status::Completed;
     item.result = result;
+    item.outbox = outbox;
     item.expires_at_s = config.expires_at_s(now_ms);
     item.lock_expires_at_ms = None;
     item.updated_at_ms = Some(now_ms);
@@ -91,6 +94,15 @@ pub fn fail(item: &mut StoredItem, error: &str, config: &StoreConfig, now_ms: u6
     item.expires_at_s = config.expires_at_s(now_ms);
     item.lock_expires_at_ms = None;
     item.updated_at_ms = Some(now_ms);
+}
+
+/// Whether a clearing of the outbox of the item completed under `owner`
+/// may change `found`.
+pub fn may_clear_outbox(found: Option<&StoredItem>, owner: &str) -> bool {
+    // Invariant: only the messages of the completion that was sent are
+    // cleared; a later item of the key (past its TTL, claimed again) keeps
+    // its own.
+    found.is_some_and(|item| item.status == Status::Completed && item.owner == owner)
 }
 
 /// `item`'s lease moved to end at `until_ms` (a release: now or 0; an

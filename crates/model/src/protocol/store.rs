@@ -92,7 +92,7 @@ impl Protocol {
                 state.flags.0 |= Self::accepted(keyed, &lease, config);
                 match write {
                     Write::Complete => {
-                        transition::complete(&mut keyed.item, None, config, now);
+                        transition::complete(&mut keyed.item, None, None, config, now);
                     }
                     Write::Release => transition::extend(&mut keyed.item, 0, now),
                     Write::Extend { until_ms } => {
@@ -158,7 +158,7 @@ impl Protocol {
                         continue;
                     };
                     state.flags.0 |= Self::accepted(keyed, &lease, config);
-                    transition::complete(&mut keyed.item, None, config, now);
+                    transition::complete(&mut keyed.item, None, None, config, now);
                     keyed.store_effects += 1;
                 }
                 Reply::Made

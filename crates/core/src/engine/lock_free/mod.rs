@@ -16,6 +16,8 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::outbox::Pending;
+
 use crate::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Status, Store, StoreError,
     StoredItem, increment,
@@ -102,7 +104,14 @@ where
                     continue;
                 }
                 (None, Next::Known(work, result)) => {
-                    self.replayed(&work, Outcome::Duplicate { result }).await
+                    self.replayed(
+                        &work,
+                        Outcome::Duplicate {
+                            result,
+                            unsent: None,
+                        },
+                    )
+                    .await
                 }
                 (None, Next::Unplanned(work, why, first_copy)) => {
                     let outcome = self.refused(&work, why, &batch).await;
@@ -113,7 +122,14 @@ where
                     let deadline = batch.guard.deadline();
                     match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
                         Waited::Duplicate(result) => {
-                            self.replayed(&work, Outcome::Duplicate { result }).await
+                            self.replayed(
+                                &work,
+                                Outcome::Duplicate {
+                                    result,
+                                    unsent: None,
+                                },
+                            )
+                            .await
                         }
                         Waited::OnItsOwn => self.plan_and_commit(work, &batch, ticket).await,
                         Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
@@ -177,7 +193,7 @@ where
             planned = self.handling(&token, &work) => planned,
             () = deadline.cut() => return Err((work, Unplanned::Cut)),
         };
-        let planned = planned.and_then(|completion| match completion.refusal() {
+        let planned = planned.and_then(|completion| match completion.refusal(self.sender()) {
             Some(error) => Err(error),
             None => Ok(completion),
         });
@@ -400,13 +416,19 @@ where
         batch: &Batch<S>,
     ) -> Outcome {
         let work = &planned.work;
+        let token = &planned.token;
         let completed = Completed::new(&work.payload_hash, planned.completion.result.as_deref());
         let result = completed.result.clone();
-        self.cache.insert(&work.key, completed, expires_at_s);
+        let unsent = Pending::emitted(&token.key, &token.owner, &planned.completion.messages);
+        // A key with messages still to send is no duplicate to skip yet.
+        if unsent.is_none() {
+            self.cache.insert(&work.key, completed, expires_at_s);
+        }
         self.let_go(planned, batch);
         Outcome::Processed {
-            version: planned.token.version,
+            version: token.version,
             result,
+            unsent,
         }
     }
 
@@ -604,12 +626,11 @@ where
                 // lost or late.
                 Standing::Ours => match item.status {
                     Status::Completed => {
-                        let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-                        let result = completed.result.clone();
-                        self.cache.insert(&work.key, completed, item.expires_at_s);
+                        let (result, unsent) = self.found_completed(&work.key, &item);
                         Outcome::Processed {
                             version: item.version,
                             result,
+                            unsent,
                         }
                     }
                     Status::Failed => Outcome::Failed {
@@ -621,10 +642,8 @@ where
                 Standing::OtherScope => self.other_scope(item),
                 Standing::OtherPayload => Outcome::PayloadMismatch,
                 Standing::Completed => {
-                    let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-                    let result = completed.result.clone();
-                    self.cache.insert(&work.key, completed, item.expires_at_s);
-                    Outcome::Duplicate { result }
+                    let (result, unsent) = self.found_completed(&work.key, &item);
+                    Outcome::Duplicate { result, unsent }
                 }
                 Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
                 Standing::Locked => match self.lease_wait(&item, batch.guard.deadline(), waiting) {

@@ -1,0 +1,199 @@
+//! After a batch's lanes: the messages its finished records emitted (or
+//! found still in their items' outboxes) are sent, in batches of what one
+//! request to their destination carries, in batch order per destination,
+//! none of a group after one of that group that failed. A record counts as
+//! finished only once all of its messages were accepted; then its item's
+//! outbox is cleared (fenced on its owner). One whose messages were not all
+//! accepted is reported ([`Outcome::Unsent`]): its redelivery finds the
+//! outbox and sends what is left, under the same ids.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::outbox::{Outgoing, Pending, SendError, Sender};
+use crate::store::Store;
+
+use super::{Deadline, Outcome, RecordOutcome};
+
+/// A message's answer, for its record.
+type Answer = Result<(), SendError>;
+
+/// A message in its destination's queue: its record (by index of the
+/// pending records) and its place among that record's messages.
+struct Queued {
+    record: usize,
+    place: usize,
+    outgoing: Outgoing,
+}
+
+/// Sends what `outcomes` left to send through `sender`, cut at
+/// `deadline`; turns the records whose messages were not all accepted into
+/// [`Outcome::Unsent`], and clears the outboxes of the others in `store`.
+pub(super) async fn deliver<S: Store, T>(
+    store: &S,
+    sender: Option<&dyn Sender>,
+    outcomes: &mut [(T, RecordOutcome)],
+    deadline: Deadline,
+) {
+    // Each item's messages once, however many of the batch's records found
+    // them (copies of one record).
+    let mut records: Vec<(usize, usize)> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut by_pk: HashMap<String, usize> = HashMap::new();
+    for (index, (_, recorded)) in outcomes.iter_mut().enumerate() {
+        let (Outcome::Processed { unsent, .. } | Outcome::Duplicate { unsent, .. }) =
+            &mut recorded.outcome
+        else {
+            continue;
+        };
+        let Some(unsent) = unsent.take() else {
+            continue;
+        };
+        let at = *by_pk.entry(unsent.pk.clone()).or_insert_with(|| {
+            pending.push(*unsent);
+            pending.len() - 1
+        });
+        records.push((index, at));
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let answers = match sender {
+        Some(sender) => tokio::select! {
+            answers = send_all(sender, &pending) => answers,
+            () = deadline.cut() => failed(&pending, "the invocation's deadline came near before they were accepted"),
+        },
+        None => failed(&pending, "this engine has no sender (Engine::with_sender)"),
+    };
+    let mut sent = Vec::new();
+    let mut unsent: HashMap<usize, String> = HashMap::new();
+    for (at, (record, answers)) in pending.into_iter().zip(answers).enumerate() {
+        match answers.into_iter().find_map(Result::err) {
+            None => sent.push(record),
+            Some(err) => {
+                unsent.insert(at, err.to_string());
+            }
+        }
+    }
+    for (index, at) in records {
+        if let Some(error) = unsent.get(&at) {
+            tracing::warn!(error = %error, "a record's messages were not all accepted: reported, sent again with its redelivery");
+            outcomes[index].1.outcome = Outcome::Unsent {
+                error: error.clone(),
+            };
+        }
+    }
+    if sent.is_empty() {
+        return;
+    }
+    // Accepted: the records are finished. An outbox left (the store failed
+    // here) is sent again by a redelivery or the sweeper, under the same
+    // ids, which the destination's consumers drop.
+    if let Err(err) = store.outbox_sent(&sent).await {
+        tracing::warn!(error = %err, records = sent.len(), "sent messages' outboxes not cleared: they are sent again later, under the same ids");
+    }
+}
+
+/// Every message of `pending` failed for `why`.
+fn failed(pending: &[Pending], why: &str) -> Vec<Vec<Answer>> {
+    let err = || Err(SendError::NoAnswer(why.to_owned()));
+    pending
+        .iter()
+        .map(|record| record.messages.iter().map(|_| err()).collect())
+        .collect()
+}
+
+/// Sends every message of `pending`, each destination's in order, the
+/// destinations at once: each message's answer, by record.
+async fn send_all(sender: &dyn Sender, pending: &[Pending]) -> Vec<Vec<Answer>> {
+    let mut queues: Vec<(&str, Vec<Queued>)> = Vec::new();
+    for (at, record) in pending.iter().enumerate() {
+        for (place, (message, outgoing)) in record.outgoing().enumerate() {
+            let destination = message.destination.as_str();
+            let queue = match queues.iter().position(|(d, _)| *d == destination) {
+                Some(queue) => queue,
+                None => {
+                    queues.push((destination, Vec::new()));
+                    queues.len() - 1
+                }
+            };
+            queues[queue].1.push(Queued {
+                record: at,
+                place,
+                outgoing,
+            });
+        }
+    }
+    let sent = futures_util::future::join_all(
+        queues
+            .iter()
+            .map(|(destination, queue)| send_in_order(sender, destination, queue)),
+    )
+    .await;
+    let mut answers: Vec<Vec<Option<Answer>>> = pending
+        .iter()
+        .map(|record| vec![None; record.messages.len()])
+        .collect();
+    for (queued, answer) in sent.into_iter().flatten() {
+        answers[queued.record][queued.place] = Some(answer);
+    }
+    let missing = || Err(SendError::NoAnswer("the message was not sent".into()));
+    answers
+        .into_iter()
+        .map(|record| {
+            record
+                .into_iter()
+                .map(|a| a.unwrap_or_else(missing))
+                .collect()
+        })
+        .collect()
+}
+
+/// Sends one destination's `queue` in order, in requests of its batch
+/// limit; a message of a group that already failed is not sent (its order
+/// kept for the next attempt).
+async fn send_in_order<'a>(
+    sender: &dyn Sender,
+    destination: &str,
+    queue: &'a [Queued],
+) -> Vec<(&'a Queued, Answer)> {
+    let limit = sender.batch_limit(destination).max(1);
+    let mut failed_groups: HashSet<&str> = HashSet::new();
+    let mut answers = Vec::with_capacity(queue.len());
+    let mut rest = queue.iter().peekable();
+    while rest.peek().is_some() {
+        let mut chunk = Vec::with_capacity(limit);
+        while chunk.len() < limit
+            && let Some(entry) = rest.next()
+        {
+            match entry.outgoing.group.as_deref() {
+                Some(group) if failed_groups.contains(group) => answers.push((
+                    entry,
+                    Err(SendError::NoAnswer(
+                        "an earlier message of its group was not accepted".into(),
+                    )),
+                )),
+                _ => chunk.push(entry),
+            }
+        }
+        if chunk.is_empty() {
+            continue;
+        }
+        let messages: Vec<Outgoing> = chunk.iter().map(|q| q.outgoing.clone()).collect();
+        let replies = sender.send(destination, &messages).await;
+        let mut replies = replies.into_iter();
+        for queued in chunk {
+            let reply = replies.next().unwrap_or_else(|| {
+                Err(SendError::NoAnswer(
+                    "the destination answered fewer messages than it was sent".into(),
+                ))
+            });
+            if reply.is_err()
+                && let Some(group) = queued.outgoing.group.as_deref()
+            {
+                failed_groups.insert(group);
+            }
+            answers.push((queued, reply));
+        }
+    }
+    answers
+}

@@ -1,0 +1,432 @@
+//! Exactly-once out: the messages a handler emits commit with its effect
+//! (on the key's COMPLETED item) and reach the next hop under a stable id,
+//! against real parts: DynamoDB Local and moto's SQS (started by
+//! `infra/test.sh`). The destination's faults (refusals, answers lost
+//! after the send) are the real SQS behind a sender that refuses or drops
+//! answers on demand; the next hop is a second function on this crate
+//! reading the queue with its default key source.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use exactly_once::dynamodb::DynamoDbStore;
+use exactly_once::engine::{Engine, EngineConfig};
+use exactly_once::lambda::BatchFunction;
+use exactly_once::lambda::destinations::SqsSender;
+use exactly_once::outbox::{self, Answers, Message, Outgoing, SendError, Sender};
+use exactly_once::prelude::*;
+use exactly_once::store::{Status, Store};
+use ledger::{LedgerHandler, LedgerMode};
+use serde_json::{Value, json};
+use support::msk::{account, balance, event, header_keys, invoke, payment, reported, settings};
+
+/// What the sender in front of SQS does to the next sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Fault {
+    /// Passes them through.
+    None = 0,
+    /// Refuses each (a throttled or failing destination): nothing sent.
+    Refuse = 1,
+    /// Sends them, then loses the answers (a timeout after SQS took them).
+    LoseAnswers = 2,
+}
+
+/// SQS, with faults on demand.
+struct Faulty {
+    sqs: SqsSender,
+    fault: AtomicU8,
+}
+
+impl Faulty {
+    async fn new() -> Arc<Self> {
+        Arc::new(Self {
+            sqs: SqsSender::new(support::sqs::client().await),
+            fault: AtomicU8::new(Fault::None as u8),
+        })
+    }
+
+    fn set(&self, fault: Fault) {
+        self.fault.store(fault as u8, Ordering::SeqCst);
+    }
+}
+
+impl Sender for Faulty {
+    fn check(&self, message: &Message) -> Result<(), SendError> {
+        self.sqs.check(message)
+    }
+
+    fn batch_limit(&self, destination: &str) -> usize {
+        self.sqs.batch_limit(destination)
+    }
+
+    fn send<'a>(&'a self, destination: &'a str, messages: &'a [Outgoing]) -> Answers<'a> {
+        Box::pin(async move {
+            let fault = self.fault.load(Ordering::SeqCst);
+            if fault == Fault::Refuse as u8 {
+                let refused = || SendError::Refused {
+                    code: "ServiceUnavailable".into(),
+                    message: "try again".into(),
+                };
+                return messages.iter().map(|_| Err(refused())).collect();
+            }
+            let answers = self.sqs.send(destination, messages).await;
+            if fault == Fault::LoseAnswers as u8 {
+                let lost = || SendError::NoAnswer("the answer was lost".into());
+                return answers.iter().map(|_| Err(lost())).collect();
+            }
+            answers
+        })
+    }
+}
+
+/// The demo ledger in `mode` announcing every applied payment to `url`,
+/// through `sender`; with a floor of 0 where the mode keeps one.
+async fn announcing(
+    mode: LedgerMode,
+    url: &str,
+    sender: Arc<dyn Sender>,
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
+    let client = support::client().await;
+    let store = support::store(std::time::Duration::from_secs(30)).await;
+    let floor = (mode != LedgerMode::Direct).then_some(0);
+    let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
+        .with_floor(floor)
+        .with_events(Some(url.to_owned()));
+    let engine = Engine::new(store, ledger, EngineConfig::default()).with_sender(sender);
+    BatchFunction::new(engine, settings(header_keys())).without_metrics()
+}
+
+/// A message as the queue holds it: its `idempotency-key` and its body
+/// (JSON, keys sorted).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Received {
+    id: String,
+    body: String,
+}
+
+/// Everything the queue holds (received, so no longer visible), as SQS
+/// messages: what the next hop's event is made of.
+async fn drain(url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    let client = support::sqs::client().await;
+    let mut messages = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        if received.messages().is_empty() {
+            return messages;
+        }
+        messages.extend(received.messages().iter().cloned());
+    }
+}
+
+fn received(messages: &[aws_sdk_sqs::types::Message]) -> Vec<Received> {
+    let mut received: Vec<Received> = messages
+        .iter()
+        .map(|m| Received {
+            id: m
+                .message_attributes()
+                .and_then(|a| a.get("idempotency-key"))
+                .and_then(|a| a.string_value())
+                .expect("every message carries its id")
+                .to_owned(),
+            body: serde_json::from_str::<Value>(m.body().unwrap_or("null"))
+                .expect("a JSON body")
+                .to_string(),
+        })
+        .collect();
+    received.sort();
+    received
+}
+
+/// The announcement of payment `id` and the id it travels under (its
+/// item's in `store`).
+fn announcement(store: &DynamoDbStore, id: &str, account: &str, amount: i64) -> Received {
+    Received {
+        id: outbox::message_id(&store.pk(id).expect("pk"), 0),
+        body: json!({"payment_id": id, "account_id": account, "amount_cents": amount}).to_string(),
+    }
+}
+
+/// The modes the ledger runs in.
+const MODES: [LedgerMode; 3] = [
+    LedgerMode::LockFree,
+    LedgerMode::Transactional,
+    LedgerMode::Direct,
+];
+
+/// Payments +100, -30, -500 (refused by the floor where kept), +5.
+fn payments(a: &str, prefix: &str) -> Value {
+    event(vec![(
+        "payments-0",
+        vec![
+            payment(0, &format!("{prefix}-1"), a, 100),
+            payment(1, &format!("{prefix}-2"), a, -30),
+            payment(2, &format!("{prefix}-3"), a, -500),
+            payment(3, &format!("{prefix}-4"), a, 5),
+        ],
+    )])
+}
+
+#[tokio::test]
+async fn every_applied_payment_is_announced_once_under_its_stable_id_on_every_path() {
+    for mode in MODES {
+        let (_, url) = support::sqs::queue().await;
+        let function = announcing(mode, &url, Faulty::new().await).await;
+        let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+        let batch = payments(&a, &prefix);
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        let store = function.engine().store();
+        let mut expected = vec![
+            announcement(store, &format!("{prefix}-1"), &a, 100),
+            announcement(store, &format!("{prefix}-2"), &a, -30),
+            announcement(store, &format!("{prefix}-4"), &a, 5),
+        ];
+        let mut total = 75;
+        if mode == LedgerMode::Direct {
+            // No floor: the debit applies, and is announced.
+            expected.push(announcement(store, &format!("{prefix}-3"), &a, -500));
+            total -= 500;
+        }
+        expected.sort();
+        assert_eq!(received(&drain(&url).await), expected, "{mode:?}");
+        assert_eq!(balance(&a).await, total, "{mode:?}");
+        // Sent: nothing left on the items; a refused payment is FAILED,
+        // with nothing to send.
+        for n in 1..=4 {
+            let item = store
+                .get(&format!("{prefix}-{n}"))
+                .await
+                .expect("get")
+                .expect("item");
+            assert_eq!(item.outbox, None, "{mode:?} {n}");
+            let refused = n == 3 && mode != LedgerMode::Direct;
+            let status = if refused {
+                Status::Failed
+            } else {
+                Status::Completed
+            };
+            assert_eq!(item.status, status, "{mode:?} {n}");
+        }
+        // Delivered again: duplicates, nothing announced again.
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        assert_eq!(drain(&url).await.len(), 0, "{mode:?}: announced again");
+        assert_eq!(balance(&a).await, total, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_refusing_destination_gets_the_records_reported_and_their_redelivery_sends_them_once() {
+    for mode in MODES {
+        let (_, url) = support::sqs::queue().await;
+        let sender = Faulty::new().await;
+        let function = announcing(mode, &url, sender.clone()).await;
+        let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+        let batch = event(vec![(
+            "payments-0",
+            vec![
+                payment(0, &format!("{prefix}-1"), &a, 100),
+                payment(1, &format!("{prefix}-2"), &a, 20),
+            ],
+        )]);
+        sender.set(Fault::Refuse);
+        let first = reported(&invoke(&function, &batch).await);
+        assert!(
+            first.contains(&"payments-0@0".to_owned()),
+            "{mode:?}: {first:?}"
+        );
+        assert_eq!(drain(&url).await.len(), 0, "{mode:?}");
+        // Applied once, its announcement kept on the item.
+        assert_eq!(balance(&a).await, 120, "{mode:?}");
+        let store = function.engine().store();
+        let item = store
+            .get(&format!("{prefix}-1"))
+            .await
+            .expect("get")
+            .expect("item");
+        assert_eq!(item.status, Status::Completed);
+        assert!(
+            item.outbox.is_some(),
+            "{mode:?}: the message waits on the item"
+        );
+
+        sender.set(Fault::None);
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        let mut expected = vec![
+            announcement(store, &format!("{prefix}-1"), &a, 100),
+            announcement(store, &format!("{prefix}-2"), &a, 20),
+        ];
+        expected.sort();
+        assert_eq!(received(&drain(&url).await), expected, "{mode:?}");
+        assert_eq!(balance(&a).await, 120, "{mode:?}: never applied again");
+    }
+}
+
+/// The next hop: credits the mirror of each announced payment's account
+/// (`<account>-mirror`) by the opposite amount, keyed by the
+/// announcement's id (the default header, `idempotency-key`).
+struct Mirror;
+
+impl RecordHandler<exactly_once::dynamodb::TransactWriteItem> for Mirror {
+    type Record = Record;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::LockFree
+    }
+
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &Record,
+    ) -> Result<Completion<exactly_once::dynamodb::TransactWriteItem>, HandlerError> {
+        let body: Value = serde_json::from_slice(&record.body())
+            .map_err(|err| HandlerError::Permanent(json_error(&err)))?;
+        let (Some(account), Some(amount)) =
+            (body["account_id"].as_str(), body["amount_cents"].as_i64())
+        else {
+            return Err(HandlerError::Permanent("not an announcement".into()));
+        };
+        let mirror = Increment::new(
+            support::env("LEDGER_TABLE"),
+            "account_id",
+            format!("{account}-mirror"),
+        )
+        .add("balance_cents", -amount);
+        Ok(Completion::done("mirrored").increment(mirror))
+    }
+}
+
+/// The SQS event Lambda would hand the next hop for `messages`.
+fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let id = m
+                .message_attributes()
+                .and_then(|a| a.get("idempotency-key"))
+                .and_then(|a| a.string_value())
+                .unwrap_or_default();
+            json!({
+                "messageId": format!("00000000-0000-0000-0000-{i:012}"),
+                "receiptHandle": format!("AQEB-{i}"),
+                "body": m.body().unwrap_or_default(),
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {
+                    "idempotency-key": {"stringValue": id, "stringListValues": [], "binaryListValues": [], "dataType": "String"}
+                },
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:announcements",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+#[tokio::test]
+async fn answers_lost_after_the_send_resend_under_the_same_ids_and_the_next_hop_applies_each_once()
+{
+    for mode in MODES {
+        let (_, url) = support::sqs::queue().await;
+        let sender = Faulty::new().await;
+        let function = announcing(mode, &url, sender.clone()).await;
+        let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+        let batch = payments(&a, &prefix);
+        // SQS takes the messages, the answers are lost: reported, sent
+        // again by the redelivery (copies under the same ids).
+        sender.set(Fault::LoseAnswers);
+        assert!(!reported(&invoke(&function, &batch).await).is_empty());
+        sender.set(Fault::None);
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+        let messages = drain(&url).await;
+        let copies = received(&messages);
+        let applied = if mode == LedgerMode::Direct { 4 } else { 3 };
+        assert_eq!(copies.len(), 2 * applied, "{mode:?}: {copies:?}");
+        for pair in copies.chunks(2) {
+            assert_eq!(pair[0], pair[1], "{mode:?}: both copies, one id");
+        }
+        let total = if mode == LedgerMode::Direct { -425 } else { 75 };
+        assert_eq!(balance(&a).await, total, "{mode:?}");
+
+        // The next hop, on this crate with its default key source: each
+        // announcement applied once, however often it came.
+        let store = support::store(std::time::Duration::from_secs(30)).await;
+        let engine = Engine::new(store, Mirror, EngineConfig::default());
+        let next = BatchFunction::new(engine, settings(header_keys())).without_metrics();
+        let announced = sqs_event(&messages);
+        for _ in 0..2 {
+            assert_eq!(
+                reported(&invoke(&next, &announced).await),
+                Vec::<String>::new()
+            );
+            assert_eq!(balance(&format!("{a}-mirror")).await, -total, "{mode:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_fifo_queue_gets_the_account_as_group_and_the_id_as_deduplication_id() {
+    let client = support::sqs::client().await;
+    let name = format!("announcements-{}.fifo", uuid::Uuid::new_v4().simple());
+    let url = client
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("a FIFO queue")
+        .queue_url()
+        .expect("its URL")
+        .to_owned();
+    let function = announcing(LedgerMode::LockFree, &url, Faulty::new().await).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    assert_eq!(
+        reported(&invoke(&function, &payments(&a, &prefix)).await),
+        Vec::<String>::new()
+    );
+    let messages = drain(&url).await;
+    let store = function.engine().store();
+    let expected = [
+        announcement(store, &format!("{prefix}-1"), &a, 100),
+        announcement(store, &format!("{prefix}-2"), &a, -30),
+        announcement(store, &format!("{prefix}-4"), &a, 5),
+    ];
+    // In order (one group), each with its group and deduplication id.
+    assert_eq!(messages.len(), 3);
+    for (message, expected) in messages.iter().zip(&expected) {
+        let attributes = message.attributes().expect("system attributes");
+        let get = |name| {
+            attributes
+                .get(&name)
+                .map(String::as_str)
+                .unwrap_or_default()
+        };
+        use aws_sdk_sqs::types::MessageSystemAttributeName as Name;
+        assert_eq!(get(Name::MessageGroupId), a);
+        assert_eq!(get(Name::MessageDeduplicationId), expected.id);
+        assert_eq!(received(std::slice::from_ref(message))[0], *expected);
+    }
+}
