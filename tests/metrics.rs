@@ -303,7 +303,7 @@ async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
         .expect("checked");
     assert!(response.batch_item_failures.is_empty());
     let docs = lines.take();
-    assert_eq!(docs.len(), 1);
+    assert_eq!(docs.len(), 2, "the check's document and the sweep's");
     assert_eq!(
         declared(&docs[0]),
         [
@@ -312,6 +312,15 @@ async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
             ("OldestStartedAgeSeconds".to_owned(), "Seconds".to_owned()),
         ]
     );
+    assert_eq!(
+        declared(&docs[1]),
+        [
+            ("UnsentRecords".to_owned(), "Count".to_owned()),
+            ("SweptRecords".to_owned(), "Count".to_owned()),
+            ("OldestUnsentAgeSeconds".to_owned(), "Seconds".to_owned()),
+        ]
+    );
+    assert_eq!(docs[1]["UnsentRecords"], 0.0, "nothing emitted here");
     assert_eq!(docs[0]["StartedKeys"], 3.0);
     assert_eq!(docs[0]["StuckKeys"], 2.0);
     let age = docs[0]["OldestStartedAgeSeconds"]

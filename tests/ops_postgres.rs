@@ -73,7 +73,7 @@ async fn stuck_failed_release_and_purge_on_postgres() {
             .contains("1 stuck STARTED key(s)")
             && listed
                 .stdout
-                .contains("read 1 row(s) through the PostgreSQL index of STARTED and FAILED rows in 1 statement(s)"),
+                .contains("read 1 row(s) through the PostgreSQL index of STARTED, FAILED and unsent rows in 1 statement(s)"),
         "{listed:?}"
     );
     let failures = ops(&config, &["failed"]);

@@ -89,8 +89,18 @@ async fn announcing(
     url: &str,
     sender: Arc<dyn Sender>,
 ) -> BatchFunction<LedgerHandler, DynamoDbStore> {
-    let client = support::client().await;
     let store = support::store(std::time::Duration::from_secs(30)).await;
+    announcing_on(store, mode, url, sender).await
+}
+
+/// The same on `store`.
+async fn announcing_on(
+    store: DynamoDbStore,
+    mode: LedgerMode,
+    url: &str,
+    sender: Arc<dyn Sender>,
+) -> BatchFunction<LedgerHandler, DynamoDbStore> {
+    let client = support::client().await;
     let floor = (mode != LedgerMode::Direct).then_some(0);
     let ledger = LedgerHandler::new(client, support::env("LEDGER_TABLE"), mode)
         .with_floor(floor)
@@ -429,4 +439,140 @@ async fn a_fifo_queue_gets_the_account_as_group_and_the_id_as_deduplication_id()
         assert_eq!(get(Name::MessageDeduplicationId), expected.id);
         assert_eq!(received(std::slice::from_ref(message))[0], *expected);
     }
+}
+
+#[tokio::test]
+async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left() {
+    let (_, url) = support::sqs::queue().await;
+    let sender = Faulty::new().await;
+    let function = announcing(LedgerMode::LockFree, &url, sender.clone()).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    sender.set(Fault::Refuse);
+    assert!(!reported(&invoke(&function, &payments(&a, &prefix)).await).is_empty());
+    // The batch never comes back (past its retries). A quarter of an hour
+    // later the schedule's sweep finds its messages, the destination still
+    // refusing: what is left, and how old, is in the metrics.
+    let store = function.engine().store().clone();
+    let later_config = exactly_once::config::StoreConfig {
+        clock_offset_ms: 16 * 60 * 1000,
+        ..store.config().clone()
+    };
+    let later = DynamoDbStore::new(store.client().clone(), later_config);
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let written = Arc::clone(&lines);
+    let sweeper = announcing_on(later, LedgerMode::LockFree, &url, sender.clone())
+        .await
+        .with_metrics_writer(move |line| {
+            written
+                .lock()
+                .expect("lines")
+                .push(serde_json::from_str(line).expect("an EMF document"))
+        });
+    let scheduled: Value =
+        serde_json::from_str(include_str!("../events/scheduled.json")).expect("JSON");
+    let check = || {
+        let context = lambda_runtime::Context::default();
+        sweeper.handle(lambda_runtime::LambdaEvent::new(scheduled.clone(), context))
+    };
+    check().await.expect("swept");
+    let sweep = lines
+        .lock()
+        .expect("lines")
+        .pop()
+        .expect("the sweep's document");
+    assert_eq!(sweep["UnsentRecords"], 3.0);
+    assert_eq!(sweep["SweptRecords"], 0.0);
+    let age = sweep["OldestUnsentAgeSeconds"].as_f64().expect("seconds");
+    assert!((16.0 * 60.0..17.0 * 60.0).contains(&age), "{age}");
+    assert_eq!(drain(&url).await.len(), 0);
+
+    sender.set(Fault::None);
+    check().await.expect("swept");
+    let sweep = lines
+        .lock()
+        .expect("lines")
+        .pop()
+        .expect("the sweep's document");
+    assert_eq!(
+        (
+            &sweep["UnsentRecords"],
+            &sweep["SweptRecords"],
+            &sweep["OldestUnsentAgeSeconds"]
+        ),
+        (&json!(3.0), &json!(3.0), &json!(0.0))
+    );
+    let mut expected = vec![
+        announcement(&store, &format!("{prefix}-1"), &a, 100),
+        announcement(&store, &format!("{prefix}-2"), &a, -30),
+        announcement(&store, &format!("{prefix}-4"), &a, 5),
+    ];
+    expected.sort();
+    assert_eq!(received(&drain(&url).await), expected);
+    // Nothing left: the next sweep sends nothing, a redelivery neither.
+    check().await.expect("swept");
+    let sweep = lines
+        .lock()
+        .expect("lines")
+        .pop()
+        .expect("the sweep's document");
+    assert_eq!(sweep["UnsentRecords"], 0.0);
+    assert_eq!(
+        reported(&invoke(&function, &payments(&a, &prefix)).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(drain(&url).await.len(), 0);
+    assert_eq!(balance(&a).await, 75);
+}
+
+#[tokio::test]
+async fn the_operator_lists_what_is_left_unsent_and_sends_it() {
+    let (_, url) = support::sqs::queue().await;
+    let sender = Faulty::new().await;
+    let function = announcing(LedgerMode::Transactional, &url, sender.clone()).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    sender.set(Fault::Refuse);
+    assert!(!reported(&invoke(&function, &payments(&a, &prefix)).await).is_empty());
+    let store = function.engine().store();
+    let config = store.config();
+    let listed = support::ops::ops("dynamodb", config, &["unsent", "--older-than", "0s"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    for n in [1, 2, 4] {
+        let line = listed
+            .stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("{prefix}-{n}\t")))
+            .unwrap_or_else(|| panic!("{prefix}-{n} listed: {listed:?}"));
+        assert!(line.contains("\tmessages=1\t"), "{line}");
+        assert!(line.contains(&format!("\tdestinations={url}\t")), "{line}");
+    }
+    assert!(
+        listed.has("3 COMPLETED key(s) with messages not known sent"),
+        "{listed:?}"
+    );
+    assert!(listed.has("of the index of unsent messages"), "{listed:?}");
+    let young = support::ops::ops("dynamodb", config, &["unsent"]);
+    assert!(
+        young.has("0 COMPLETED key(s)"),
+        "completed just now: {young:?}"
+    );
+
+    let sent = support::ops::ops(
+        "dynamodb",
+        config,
+        &["unsent", "--older-than", "0s", "--send"],
+    );
+    assert_eq!(sent.code, 0, "{sent:?}");
+    assert!(
+        sent.has("sent the messages of 3 of 3 record(s) left unsent; none left"),
+        "{sent:?}"
+    );
+    let mut expected = vec![
+        announcement(store, &format!("{prefix}-1"), &a, 100),
+        announcement(store, &format!("{prefix}-2"), &a, -30),
+        announcement(store, &format!("{prefix}-4"), &a, 5),
+    ];
+    expected.sort();
+    assert_eq!(received(&drain(&url).await), expected);
+    let after = support::ops::ops("dynamodb", config, &["unsent", "--older-than", "0s"]);
+    assert!(after.has("0 COMPLETED key(s)"), "{after:?}");
 }

@@ -167,7 +167,8 @@ impl DynamoDbStore {
     pub(super) async fn clear_outboxes(&self, sent: &[Pending]) -> Result<(), StoreError> {
         const OPERATION: &str = "clear outbox (BatchExecuteStatement)";
         let statement = format!(
-            "UPDATE \"{}\" REMOVE \"outbox\" WHERE \"pk\" = ? AND \"status\" = ? AND \"owner\" = ?",
+            "UPDATE \"{}\" REMOVE \"outbox\" REMOVE \"outbox_shard\" WHERE \"pk\" = ? \
+             AND \"status\" = ? AND \"owner\" = ?",
             self.config.table_name
         );
         let statements = sent

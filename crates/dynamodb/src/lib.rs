@@ -32,7 +32,7 @@ pub use aws_sdk_dynamodb;
 pub use aws_sdk_dynamodb::Client;
 pub use aws_sdk_dynamodb::types::TransactWriteItem;
 pub use codec::RawItem;
-pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions};
+pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions, UNSENT_INDEX};
 pub use requests::CountRequests;
 pub use settings::DynamoDbSettings;
 

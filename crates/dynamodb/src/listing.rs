@@ -30,9 +30,15 @@ pub const STARTED_INDEX: &str = "started";
 /// this many partitions instead of one.
 pub const STARTED_SHARDS: u64 = 16;
 
-/// The shard of `pk` in [`STARTED_INDEX`] (FNV-1a of its bytes): the same
+/// The sparse global secondary index of COMPLETED items whose messages are
+/// not known sent (template.yaml): hash key `outbox_shard` (the shard of the
+/// key, set with the item's `outbox` and removed with it), all attributes:
+/// what the sweeper sends, at a cost that follows their number.
+pub const UNSENT_INDEX: &str = "unsent";
+
+/// The shard of `pk` in [`STARTED_INDEX`] and [`UNSENT_INDEX`] (FNV-1a of its bytes): the same
 /// for every writer of the key.
-pub(super) fn started_shard(pk: &str) -> u64 {
+pub(super) fn key_shard(pk: &str) -> u64 {
     let hash = pk.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     });
@@ -72,54 +78,70 @@ const FAILED: &str = "#status = :failed AND #expires_at >= :now_s";
 const UNSENT: &str = "#status = :completed AND #expires_at >= :now_s \
                       AND attribute_exists(#outbox) AND #updated_at < :cutoff_ms";
 const UNDER_PREFIX: &str = " AND begins_with(#pk, :prefix)";
-/// Everything but the result (up to 64 KiB, which a listing never shows).
+/// The attributes every listing reads ([`projection`]).
 const PROJECTION: &str = "#pk, #status, #version, #owner, #payload_hash, #lock_expires_at, \
                           #expires_at, #created_at, #updated_at, #attempts, #origin, #error, \
                           #last_error";
 
 impl DynamoDbStore {
     /// The keys `listing` names: stuck keys through the index of STARTED
-    /// items (unless [`ScanOptions::full_scan`]), FAILED keys by a Scan.
+    /// items, unsent messages through the index of them (unless
+    /// [`ScanOptions::full_scan`]), FAILED keys by a Scan.
     pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
         match listing {
-            Listing::Stuck { .. } if !self.scan.full_scan => self.query_started(listing).await,
+            Listing::Stuck { .. } if !self.scan.full_scan => {
+                self.query_index(listing, STARTED_INDEX, "#started_shard = :shard")
+                    .await
+            }
+            Listing::Unsent { .. } if !self.scan.full_scan => {
+                self.query_index(listing, UNSENT_INDEX, "#outbox_shard = :shard")
+                    .await
+            }
             _ => self.scan_listing(listing).await,
         }
     }
 
-    /// Queries every shard of the index of STARTED items, at once, with the
-    /// listing's filter.
-    async fn query_started(&self, listing: Listing) -> Result<Listed, StoreError> {
+    /// Queries every shard of the sparse index `index` (whose shard the key
+    /// condition `in_shard` names), at once, with the listing's filter.
+    async fn query_index(
+        &self,
+        listing: Listing,
+        index: &'static str,
+        in_shard: &'static str,
+    ) -> Result<Listed, StoreError> {
         let filter = self.filter_expression(listing);
         let values = self.filter_values(listing);
+        let projection = projection(listing);
         let mut shards = JoinSet::new();
         for shard in 0..STARTED_SHARDS {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
+            let projection = projection.clone();
             shards.spawn(requests::inherit(async move {
-                store.query_shard(&filter, values, shard).await
+                let query = (index, in_shard, projection.as_str());
+                store.query_shard(query, &filter, values, shard).await
             }));
         }
         self.gather(shards, "list (Query)").await
     }
 
-    /// One shard of the index, page by page.
+    /// One shard of an index, page by page.
     async fn query_shard(
         &self,
+        (index, in_shard, projection): (&str, &str, &str),
         filter: &str,
         mut values: HashMap<String, AttributeValue>,
         shard: u64,
     ) -> Result<(Vec<RawItem>, ListingCost), StoreError> {
-        const IN_SHARD: &str = "#started_shard = :shard";
         values.insert(":shard".to_owned(), n(shard));
-        let names = names_in(&[IN_SHARD, filter, PROJECTION]);
+        let names = names_in(&[in_shard, filter, projection]);
         let mut pages = self
             .client
             .query()
             .table_name(&self.config.table_name)
-            .index_name(STARTED_INDEX)
-            .key_condition_expression(IN_SHARD)
+            .index_name(index)
+            .key_condition_expression(in_shard)
             .filter_expression(filter)
-            .projection_expression(PROJECTION)
+            .projection_expression(projection)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -165,11 +187,7 @@ impl DynamoDbStore {
     async fn scan_listing(&self, listing: Listing) -> Result<Listed, StoreError> {
         let filter = self.filter_expression(listing);
         let values = self.filter_values(listing);
-        // The sweeper sends what it lists: the outbox too.
-        let projection = match listing {
-            Listing::Unsent { .. } => format!("{PROJECTION}, #outbox"),
-            _ => PROJECTION.to_owned(),
-        };
+        let projection = projection(listing);
         let mut segments = JoinSet::new();
         for segment in 0..self.scan.segments.max(1) {
             let (store, filter, values) = (self.clone(), filter.clone(), values.clone());
@@ -259,6 +277,16 @@ impl DynamoDbStore {
             listed.0.extend(page.items.unwrap_or_default());
         }
         Ok(listed)
+    }
+}
+
+/// What a listing reads of each item: everything but the result (up to 64
+/// KiB, which a listing never shows); the sweeper's, the outbox too (it
+/// sends it).
+fn projection(listing: Listing) -> String {
+    match listing {
+        Listing::Unsent { .. } => format!("{PROJECTION}, #outbox"),
+        _ => PROJECTION.to_owned(),
     }
 }
 

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 
 use super::codec::{RawItem, n, s};
 use super::increment::{increment_action, numbers_found};
+use super::listing::key_shard;
 use super::transact::{condition_failed, transaction_error};
 use super::write::{NEW_KEY, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES};
@@ -61,6 +62,7 @@ impl DynamoDbStore {
                     // The messages it emits, in the very item of the effect.
                     if let Some(outbox) = &commit.effects.outbox {
                         item.insert("outbox".to_owned(), s(outbox));
+                        item.insert("outbox_shard".to_owned(), n(key_shard(&pk)));
                     }
                     items.push(self.put_new(item, now)?);
                 }

@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::codec::{RawItem, n, s, status_value};
 use super::increment::increment_action;
-use super::listing::started_shard;
+use super::listing::key_shard;
 use super::transact::{TransactError, condition_failed, transaction_error};
 use super::write::{conditional, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES, sdk_error};
@@ -56,7 +56,7 @@ impl DynamoDbStore {
         item.insert("lock_expires_at".to_owned(), n(lease.lock_expires_at_ms));
         item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
         // In the index of STARTED items until completed or failed.
-        item.insert("started_shard".to_owned(), n(started_shard(pk)));
+        item.insert("started_shard".to_owned(), n(key_shard(pk)));
         (item, lease)
     }
 
@@ -98,7 +98,7 @@ impl DynamoDbStore {
             (":one".to_owned(), n(1)),
             (":observed".to_owned(), n(observed.version)),
             (":started".to_owned(), status_value(Status::Started)),
-            (":shard".to_owned(), n(started_shard(&observed.pk))),
+            (":shard".to_owned(), n(key_shard(&observed.pk))),
         ]);
         if let Some(scope) = &self.config.scope {
             values.insert(":scope".to_owned(), s(scope));
@@ -123,7 +123,7 @@ impl DynamoDbStore {
         lease: &Lease,
         texts: (Option<&str>, Option<&str>),
     ) -> Result<u64, StoreError> {
-        let (update, values, expires_at_s) = self.completion(texts, self.now_ms());
+        let (update, values, expires_at_s) = self.completion(&lease.pk, texts, self.now_ms());
         let completed = Some(Status::Completed);
         self.fenced_update(lease, completed, "complete (UpdateItem)", &update, values)
             .await?;
@@ -167,7 +167,7 @@ impl DynamoDbStore {
         (result, outbox): (Option<&str>, Option<&str>),
         now: u64,
     ) -> Result<(TransactWriteItem, u64), StoreError> {
-        let (update, values, expires_at_s) = self.completion((result, outbox), now);
+        let (update, values, expires_at_s) = self.completion(&lease.pk, (result, outbox), now);
         let completion = Update::builder()
             .table_name(&self.config.table_name)
             .key("pk", s(&lease.pk))
@@ -190,6 +190,7 @@ impl DynamoDbStore {
     /// its values and its expiry.
     fn completion(
         &self,
+        pk: &str,
         (result, outbox): (Option<&str>, Option<&str>),
         now: u64,
     ) -> (String, Vec<(&'static str, AttributeValue)>, u64) {
@@ -205,9 +206,12 @@ impl DynamoDbStore {
             values.push((":result", s(text)));
             update.push_str(", #result = :result");
         }
+        // The messages emitted, and their entry in the sparse index of
+        // them (the sweeper's).
         if let Some(text) = outbox {
             values.push((":outbox", s(text)));
-            update.push_str(", #outbox = :outbox");
+            values.push((":outbox_shard", n(key_shard(pk))));
+            update.push_str(", #outbox = :outbox, #outbox_shard = :outbox_shard");
         }
         update.push_str(" REMOVE #lock_expires_at, #started_shard");
         (update, values, expires_at_s)

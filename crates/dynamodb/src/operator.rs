@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::codec::{n, s, status_value};
-use super::listing::started_shard;
+use super::listing::key_shard;
 use super::write::parse_old;
 use super::{DynamoDbStore, sdk_error};
 use exactly_once_core::store::{Status, Store, StoreError};
@@ -52,7 +52,7 @@ impl DynamoDbStore {
             (":now_ms", n(self.now_ms())),
             (":no_error", s("(no error text)")),
             (":failed", status_value(Status::Failed)),
-            (":shard", n(started_shard(&self.pk(key)?))),
+            (":shard", n(key_shard(&self.pk(key)?))),
         ];
         self.operator_write(key, version, Status::Failed, update, condition, values)
             .await

@@ -31,7 +31,7 @@ use dead_letter::{DeadLetters, Parked};
 pub use encode::encode_event;
 use exactly_once_core::clock::now_ms;
 use exactly_once_core::engine::{
-    Deadline, Engine, Message, Parking, RecordHandler, RecordOutcome, Tagged, Work,
+    Deadline, Engine, Message, Parking, RecordHandler, RecordOutcome, Swept, Tagged, Work,
 };
 use exactly_once_core::store::requests::{self, RequestCounter};
 use exactly_once_core::store::{Listing, Operator, Store, StoreError};
@@ -65,6 +65,9 @@ pub enum InvocationError {
     /// The scheduled stuck-key check could not list the STARTED keys.
     #[error("the stuck-key check could not list the STARTED keys: {0}")]
     StuckKeyCheck(StoreError),
+    /// The scheduled sweeper could not list or clear the unsent messages.
+    #[error("the sweeper of unsent messages failed: {0}")]
+    Sweep(StoreError),
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -75,6 +78,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             InvocationError::Event(EventError::Malformed(_)) => "MalformedEvent",
             InvocationError::StoreUnavailable { .. } => "StoreUnavailable",
             InvocationError::StuckKeyCheck(_) => "StuckKeyCheckFailed",
+            InvocationError::Sweep(_) => "SweepFailed",
         };
         Self {
             error_type: error_type.into(),
@@ -474,11 +478,34 @@ where
         if stuck_check::is_scheduled_event(&event.payload) {
             let function_name = &event.context.env_config.function_name;
             self.check_started_keys(function_name).await?;
+            self.sweep_unsent(function_name).await?;
             return Ok(BatchResponse::default());
         }
         self.invoke(event)
             .await
             .map(|invocation| invocation.response)
+    }
+
+    /// The sweeper: sends the messages of this function's keys COMPLETED
+    /// more than [`stuck_check::SWEEP_AFTER`] ago and still unsent, and
+    /// writes its EMF document (`UnsentRecords`, `SweptRecords`,
+    /// `OldestUnsentAgeSeconds`).
+    pub async fn sweep_unsent(&self, function_name: &str) -> Result<Swept, InvocationError> {
+        let swept = self
+            .engine
+            .send_unsent(stuck_check::SWEEP_AFTER)
+            .await
+            .map_err(InvocationError::Sweep)?;
+        tracing::info!(
+            unsent = swept.found,
+            sent = swept.sent,
+            oldest_left_age_s = swept.oldest_left_age_s,
+            "sweep of unsent messages"
+        );
+        if let Some(write) = &self.metrics {
+            write(&stuck_check::sweep_metrics(&swept, function_name, now_ms()).to_string());
+        }
+        Ok(swept)
     }
 
     /// Lists the STARTED keys through the store's index of them, logs the

@@ -5,16 +5,52 @@
 //! follows their number, not the table's size) and emit `StuckKeys` (STARTED
 //! keys whose lock ended) and `OldestStartedAgeSeconds`, which alarm when a
 //! key stays STARTED long after its work should have ended.
+//!
+//! The same schedule runs the sweeper of emitted messages
+//! ([`exactly_once_core::outbox`]): those of keys COMPLETED more than
+//! [`SWEEP_AFTER`] ago and still unsent (their record never came back) are
+//! sent, under their stable ids; `UnsentRecords`, `SweptRecords` and
+//! `OldestUnsentAgeSeconds` (the oldest still unsent after the sweep)
+//! alarm when messages stay unsent.
 
 use serde_json::Value;
 
+use std::time::Duration;
+
 use exactly_once_core::clock::ms_to_s;
+use exactly_once_core::engine::Swept;
 use exactly_once_core::store::StoredItem;
 
 use super::report::{METRICS_NAMESPACE, Metric, emf};
 
-/// The metrics of the check's document, by name.
-pub const METRIC_NAMES: [&str; 3] = ["StartedKeys", "StuckKeys", "OldestStartedAgeSeconds"];
+/// The metrics of the check's documents, by name.
+pub const METRIC_NAMES: [&str; 6] = [
+    "StartedKeys",
+    "StuckKeys",
+    "OldestStartedAgeSeconds",
+    "UnsentRecords",
+    "SweptRecords",
+    "OldestUnsentAgeSeconds",
+];
+
+/// The sweeper sends the messages of keys COMPLETED at least this long ago:
+/// Lambda's longest invocation, so that it never races the invocation that
+/// committed them (which sends them at its end).
+pub const SWEEP_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// The sweep's EMF document (namespace and dimension as an invocation's).
+pub fn sweep_metrics(swept: &Swept, function_name: &str, timestamp_ms: u64) -> Value {
+    emf(
+        METRICS_NAMESPACE,
+        &[("FunctionName", function_name)],
+        &[
+            Metric::count(METRIC_NAMES[3], swept.found as u64),
+            Metric::count(METRIC_NAMES[4], swept.sent as u64),
+            Metric::one(METRIC_NAMES[5], swept.oldest_left_age_s as f64, "Seconds"),
+        ],
+        timestamp_ms,
+    )
+}
 
 /// Whether `payload` is EventBridge's scheduled event (`source`
 /// `aws.events`, `detail-type` `Scheduled Event`).

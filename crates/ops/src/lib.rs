@@ -110,6 +110,25 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         page_size: Option<u32>,
     },
+    /// List COMPLETED keys whose emitted messages are not known sent, and
+    /// with --send send them (the sweeper the scheduled check runs).
+    ///
+    /// A record's messages are sent by the invocation that completes it;
+    /// those left (the destination refused them and the record never came
+    /// back) wait on the item. COST: on DynamoDB one Query per shard of the
+    /// sparse index `unsent` (16), on PostgreSQL its partial index, on
+    /// Redis a Scan. --send: SendMessageBatch to each SQS queue (standard
+    /// AWS environment), under the messages' stable ids (a consumer on this
+    /// crate drops copies); the outboxes of those accepted are cleared.
+    Unsent {
+        /// Only keys completed longer ago than this (younger ones are still
+        /// being sent by their invocation).
+        #[arg(long, value_name = "AGE", default_value = "15m", value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Send them now.
+        #[arg(long)]
+        send: bool,
+    },
     /// Make a STARTED key claimable at once (its lock ends now).
     ///
     /// The next delivery takes it over as version + 1. Fenced: written only
@@ -343,6 +362,13 @@ impl Ops {
                 };
                 self.list(Listing::Failed, scan).await
             }
+            Command::Unsent { older_than, send } => match send {
+                false => {
+                    let listing = Listing::Unsent { older_than };
+                    self.list(listing, ScanOptions::default()).await
+                }
+                true => on_store!(&self.backend, store => send_unsent(store, older_than).await),
+            },
             Command::Release { key, version } => {
                 on_store!(&self.backend, store => release(store, &key, version).await)
             }
@@ -515,6 +541,29 @@ async fn list<S: Operator>(
         stuck::summary(listed.items.len(), &listed.cost, &query)
     ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sends what is left unsent, as the scheduled check does.
+async fn send_unsent<S: Operator>(store: &S, older_than: Duration) -> Result<ExitCode, StoreError> {
+    let client = aws_sdk_sqs::Client::new(&exactly_once::aws::sdk_config().await);
+    let sender = exactly_once::lambda::destinations::SqsSender::new(client);
+    let swept = exactly_once::engine::send_unsent(store, Some(&sender), older_than).await?;
+    emit(&format!(
+        "sent the messages of {} of {} record(s) left unsent; {}\n",
+        swept.sent,
+        swept.found,
+        match swept.found - swept.sent {
+            0 => "none left".to_owned(),
+            left => format!(
+                "{left} still refused by their destination (the oldest completed {} s ago)",
+                swept.oldest_left_age_s
+            ),
+        }
+    ));
+    match swept.found == swept.sent {
+        true => Ok(ExitCode::SUCCESS),
+        false => Ok(ExitCode::from(EXIT_REFUSED)),
+    }
 }
 
 async fn release<S: Operator>(store: &S, key: &str, version: u64) -> Result<ExitCode, StoreError> {

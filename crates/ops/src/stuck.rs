@@ -65,6 +65,26 @@ pub fn reasons(key: &StoredItem, query: &Query) -> Vec<String> {
 
 /// One line per listed key: the key first, then `name=value` fields.
 pub fn line(key: &StoredItem, query: &Query) -> String {
+    if let Listing::Unsent { .. } = query.listing {
+        let messages = key
+            .outbox
+            .as_deref()
+            .map(exactly_once::outbox::decode)
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let mut destinations: Vec<&str> = messages.iter().map(|m| m.destination.as_str()).collect();
+        destinations.dedup();
+        return format!(
+            "{}\tversion={}\tcompleted_at={}\tmessages={}\tdestinations={}\torigin={}\tscope={}",
+            query.key(key),
+            key.version,
+            key.updated_at_ms.map_or("-".to_owned(), time_ms),
+            messages.len(),
+            destinations.join(","),
+            key.origin.as_deref().unwrap_or("-"),
+            key.scope.as_deref().unwrap_or("-"),
+        );
+    }
     if query.listing == Listing::Failed {
         return format!(
             "{}\tversion={}\tfailed_at={}\tattempts={}\torigin={}\tscope={}\terror={}",
@@ -119,10 +139,17 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
             time_ms(query.cutoff_ms())
         ),
     };
-    let by_index = matches!(query.listing, Listing::Stuck { .. }) && !query.scan.full_scan;
+    let by_index = matches!(
+        query.listing,
+        Listing::Stuck { .. } | Listing::Unsent { .. }
+    ) && !query.scan.full_scan;
+    let index = match query.listing {
+        Listing::Unsent { .. } => "unsent messages",
+        _ => "STARTED items",
+    };
     match query.store {
         "DynamoDB" if by_index => format!(
-            "{found} {what}; read {} item(s) of the index of STARTED items in {} page(s) \
+            "{found} {what}; read {} item(s) of the index of {index} in {} page(s) \
              over {STARTED_SHARDS} shard(s); consumed {:.1} read capacity units",
             cost.read, cost.requests, cost.capacity_units,
         ),
@@ -141,8 +168,8 @@ pub fn summary(found: usize, cost: &ListingCost, query: &Query) -> String {
             cost.read, cost.requests
         ),
         store => format!(
-            "{found} {what}; read {} row(s) through the {store} index of STARTED and FAILED \
-             rows in {} statement(s)",
+            "{found} {what}; read {} row(s) through the {store} index of STARTED, FAILED \
+             and unsent rows in {} statement(s)",
             cost.read, cost.requests
         ),
     }

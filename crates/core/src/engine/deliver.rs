@@ -8,9 +8,11 @@
 //! outbox and sends what is left, under the same ids.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
+use crate::clock::ms_to_s;
 use crate::outbox::{Outgoing, Pending, SendError, Sender};
-use crate::store::Store;
+use crate::store::{Listing, Operator, Store, StoreError};
 
 use super::{Deadline, Outcome, RecordOutcome};
 
@@ -91,6 +93,64 @@ pub(super) async fn deliver<S: Store, T>(
     if let Err(err) = store.outbox_sent(&sent).await {
         tracing::warn!(error = %err, records = sent.len(), "sent messages' outboxes not cleared: they are sent again later, under the same ids");
     }
+}
+
+/// What the sweeper found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// COMPLETED keys of this function whose messages were left unsent,
+    /// completed before the cutoff.
+    pub found: usize,
+    /// Those whose messages were all accepted now.
+    pub sent: usize,
+    /// How long ago the oldest of those still unsent completed, seconds (0:
+    /// none left): what the alarm watches.
+    pub oldest_left_age_s: u64,
+}
+
+/// The sweeper (the scheduled check's, `exactly-once-ops unsent --send`):
+/// the messages of this function's COMPLETED items completed
+/// more than `older_than` ago and still unsent (their record never came
+/// back: past its retries, or its source gone), sent through `sender`, the
+/// outboxes of those accepted cleared.
+pub async fn send_unsent<S: Operator>(
+    store: &S,
+    sender: Option<&dyn Sender>,
+    older_than: Duration,
+) -> Result<Swept, StoreError> {
+    let mut listed = store.list(Listing::Unsent { older_than }).await?;
+    let config = store.config();
+    listed
+        .items
+        .retain(|item| config.owns(item.scope.as_deref()));
+    let (pending, completed_at): (Vec<Pending>, Vec<Option<u64>>) = listed
+        .items
+        .iter()
+        .filter_map(|item| Some((Pending::of_item(item)?, item.updated_at_ms)))
+        .unzip();
+    let answers = match sender {
+        Some(sender) => send_all(sender, &pending).await,
+        None => failed(&pending, "this function has no sender"),
+    };
+    let mut sent = Vec::new();
+    let mut oldest_left = None::<u64>;
+    for ((record, answers), at) in pending.into_iter().zip(answers).zip(completed_at) {
+        match answers.into_iter().find_map(Result::err) {
+            None => sent.push(record),
+            Some(err) => {
+                tracing::warn!(error = %err, origin = "sweeper", "messages left unsent");
+                let at = at.unwrap_or(0);
+                oldest_left = Some(oldest_left.map_or(at, |oldest| oldest.min(at)));
+            }
+        }
+    }
+    store.outbox_sent(&sent).await?;
+    let now = store.now_ms();
+    Ok(Swept {
+        found: listed.items.len(),
+        sent: sent.len(),
+        oldest_left_age_s: oldest_left.map_or(0, |at| ms_to_s(now.saturating_sub(at))),
+    })
 }
 
 /// Every message of `pending` failed for `why`.

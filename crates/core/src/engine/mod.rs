@@ -52,6 +52,7 @@ use tracing::Instrument as _;
 
 pub use cache::{Completed, Entry as CachedEntry, SharedCache};
 pub use deadline::{Deadline, LEASE_GRACE, StopReason};
+pub use deliver::{Swept, send_unsent};
 pub use handler::{
     CommitPath, Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler,
 };
@@ -61,7 +62,7 @@ pub use sizing::{GROUP_START, Resized, slow_answer};
 pub use window::WINDOW_GROUPS;
 
 use crate::outbox::Sender;
-use crate::store::{Store, requests};
+use crate::store::{Store, StoreError, requests};
 use batched::Batched;
 use cache::CompletedCache;
 use coalesce::{InFlight, Running};
@@ -274,6 +275,16 @@ where
     pub fn with_sender(mut self, sender: Arc<dyn Sender>) -> Self {
         self.sender = Some(sender);
         self
+    }
+
+    /// The sweeper of messages left unsent: those of this function's keys
+    /// COMPLETED more than `older_than` ago (their record never came back)
+    /// sent now, under the same ids (see [`Swept`]).
+    pub async fn send_unsent(&self, older_than: std::time::Duration) -> Result<Swept, StoreError>
+    where
+        S: crate::store::Operator,
+    {
+        deliver::send_unsent(&self.store, self.sender(), older_than).await
     }
 
     /// The sender of emitted messages, if any.
