@@ -33,6 +33,7 @@ use exactly_once::engine::{
 };
 use exactly_once::lambda::BatchFunction;
 use exactly_once::lambda::Record;
+use exactly_once::outbox::{Answers, Outgoing, SendError, Sender};
 use exactly_once::postgres::PostgresStore;
 use exactly_once::store::Status;
 use exactly_once::store::requests::RequestCounter;
@@ -70,6 +71,9 @@ struct WorkerConfig {
     invocations: usize,
     /// The source whose events the batches are.
     encoding: Encoding,
+    /// The SQS queue the ledger announces each applied payment to (its
+    /// messages committed with the payment, sent after it).
+    announce_to: Option<String>,
 }
 
 fn store_config(config: &WorkerConfig) -> StoreConfig {
@@ -190,27 +194,31 @@ async fn worker_process() {
             let store = PostgresStore::new(pool, store_config(&config), support::postgres::TIMEOUT)
                 .expect("store")
                 .with_request_counter(counter.clone());
-            let ledger = LedgerHandler::on_postgres(store.clone(), table, mode);
+            let ledger = LedgerHandler::on_postgres(store.clone(), table, mode)
+                .with_events(config.announce_to.clone());
             work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::Redis => {
             let store =
                 support::redis::store_with(&support::env("REDIS_URL"), store_config(&config))
                     .with_request_counter(counter.clone());
-            let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
+            let ledger = LedgerHandler::on_redis(store.clone(), table, mode)
+                .with_events(config.announce_to.clone());
             work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::RedisCluster => {
             let store = support::redis::cluster_store_with(store_config(&config))
                 .with_request_counter(counter.clone());
             let table = support::redis::tagged(&table);
-            let ledger = LedgerHandler::on_redis(store.clone(), table, mode);
+            let ledger = LedgerHandler::on_redis(store.clone(), table, mode)
+                .with_events(config.announce_to.clone());
             work(store, announced(ledger), &batches, &config, &counter).await;
         }
         TestStore::DynamoDb => {
             let client = counter.attach(&support::client().await);
             let store = DynamoDbStore::new(client.clone(), store_config(&config));
-            let ledger = LedgerHandler::new(client, table, mode);
+            let ledger =
+                LedgerHandler::new(client, table, mode).with_events(config.announce_to.clone());
             work(store, announced(ledger), &batches, &config, &counter).await;
         }
     }
@@ -243,10 +251,12 @@ async fn work<S: Operator>(
     Announced: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
 {
     // The default configuration: groups sized from the store's answers.
-    let function = BatchFunction::new(
-        Engine::new(store, handler, EngineConfig::default()),
-        support::msk::settings(config.encoding.keys()),
-    );
+    let mut engine = Engine::new(store, handler, EngineConfig::default());
+    if config.announce_to.is_some() {
+        let sqs = exactly_once::lambda::destinations::SqsSender::new(support::sqs::client().await);
+        engine = engine.with_sender(std::sync::Arc::new(DyingSender(sqs)));
+    }
+    let function = BatchFunction::new(engine, support::msk::settings(config.encoding.keys()));
     for (index, batch) in batches.iter().enumerate().skip(config.first_batch) {
         // Like Lambda: the batch comes again until nothing is reported, to
         // as many invocations of the container at once as it serves.
@@ -273,6 +283,39 @@ async fn work<S: Operator>(
         println!("WORKER DONE {index}");
     }
     println!("WORKER FINISHED");
+}
+
+/// SQS, through which a worker dies (exits at once, like a SIGKILL) at the
+/// points of the send that matter: a quarter of the sends after the
+/// commit but before anything reached SQS, a quarter after SQS took the
+/// messages but before their answer was seen (the outboxes not cleared).
+struct DyingSender(exactly_once::lambda::destinations::SqsSender);
+
+impl Sender for DyingSender {
+    fn check(&self, message: &exactly_once::outbox::Message) -> Result<(), SendError> {
+        self.0.check(message)
+    }
+
+    fn batch_limit(&self, destination: &str) -> usize {
+        self.0.batch_limit(destination)
+    }
+
+    fn send<'a>(&'a self, destination: &'a str, messages: &'a [Outgoing]) -> Answers<'a> {
+        Box::pin(async move {
+            let dies = |point: &str| -> ! {
+                println!("WORKER DIES {point}");
+                std::process::exit(9)
+            };
+            match fastrand::u8(0..4) {
+                0 => dies("between the commit and the send"),
+                1 => {
+                    self.0.send(destination, messages).await;
+                    dies("after SQS took the messages")
+                }
+                _ => self.0.send(destination, messages).await,
+            }
+        })
+    }
 }
 
 struct Worker {
@@ -339,6 +382,8 @@ impl Worker {
             };
             match line.as_deref() {
                 Some("FINISHED") => return true,
+                // It died on its own, at a point of the send (DyingSender).
+                Some(dies) if dies.starts_with("DIES ") => return false,
                 Some(done) if done.starts_with("DONE ") => {
                     config.first_batch = done[5..].parse::<usize>().expect("batch index") + 1;
                 }
@@ -404,6 +449,7 @@ async fn orphaned_claim(batch: &Value, lock_ms: u64) -> WorkerConfig {
         charge_api: None,
         invocations: 1,
         encoding: Encoding::Kafka,
+        announce_to: None,
     };
     let mut worker = Worker::start(&config);
     let claimed = worker.next().await.expect("the worker claims");
@@ -520,6 +566,16 @@ struct Storm {
     groups: Vec<usize>,
     /// The locking path's batched requests the workers sent.
     batched: u64,
+    /// Announcements received (copies included).
+    announcements: usize,
+    /// Applied payments with no announcement at all.
+    unannounced: usize,
+    /// Announcements of no payment of the stream, or whose body is not
+    /// its payment's.
+    phantom_announcements: usize,
+    /// Payments whose copies came under more than one id, or not under
+    /// the id of their key.
+    unstable_ids: usize,
 }
 
 impl Storm {
@@ -535,6 +591,72 @@ impl Storm {
         }
         self.payments += 80;
         self.double_applications += counted - 80;
+    }
+
+    /// Adds what the queue at `url` received for the stream (80 payments
+    /// `{stream}-{n}` of n + 1 cents to `accounts`, keys under
+    /// `key_prefix`): each applied payment announced at least once, every
+    /// copy under its key's id, nothing else.
+    async fn settle_announcements(
+        &mut self,
+        url: &str,
+        stream: &str,
+        accounts: &[String],
+        key_prefix: &str,
+    ) {
+        let client = support::sqs::client().await;
+        let mut ids: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
+            Default::default();
+        loop {
+            let received = client
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .expect("receive");
+            if received.messages().is_empty() {
+                break;
+            }
+            for message in received.messages() {
+                self.announcements += 1;
+                let body: Value =
+                    serde_json::from_str(message.body().unwrap_or("null")).expect("JSON");
+                let id = message
+                    .message_attributes()
+                    .and_then(|a| a.get("idempotency-key"))
+                    .and_then(|a| a.string_value())
+                    .unwrap_or_default();
+                let payment = body["payment_id"].as_str().unwrap_or_default();
+                let n = payment
+                    .strip_prefix(&format!("{stream}-"))
+                    .and_then(|n| n.parse::<usize>().ok());
+                let expected = n.filter(|n| *n < 80).map(|n| {
+                    serde_json::json!({
+                        "payment_id": payment,
+                        "account_id": accounts[n % accounts.len()],
+                        "amount_cents": n + 1,
+                    })
+                });
+                if expected.as_ref() != Some(&body) {
+                    self.phantom_announcements += 1;
+                    continue;
+                }
+                ids.entry(payment.to_owned())
+                    .or_default()
+                    .insert(id.to_owned());
+            }
+        }
+        for n in 0..80 {
+            let key = format!("{stream}-{n}");
+            let own = exactly_once::outbox::message_id(&format!("{key_prefix}{key}"), 0);
+            match ids.get(&key) {
+                None => self.unannounced += 1,
+                Some(seen) if seen.len() != 1 || !seen.contains(&own) => self.unstable_ids += 1,
+                Some(_) => {}
+            }
+        }
     }
 }
 
@@ -554,8 +676,10 @@ async fn storm(
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
         let batches = support::sources::payment_stream(encoding, &stream, &accounts, 8);
+        let (_, url) = support::sqs::queue().await;
+        let key_prefix = format!("storm-{}#", uuid::Uuid::new_v4());
         let config = WorkerConfig {
-            key_prefix: format!("storm-{}#", uuid::Uuid::new_v4()),
+            key_prefix: key_prefix.clone(),
             mode: mode.into(),
             lock_ms: 150,
             batches: batches_file(&batches),
@@ -564,11 +688,15 @@ async fn storm(
             charge_api: None,
             invocations,
             encoding,
+            announce_to: Some(url.clone()),
         };
         let (mut groups, batched) = container_life(config, seed, rng.fork(), &made, kills).await;
         storm.groups.append(&mut groups);
         storm.batched += batched;
         storm.settle(&accounts).await;
+        storm
+            .settle_announcements(&url, &stream, &accounts, &key_prefix)
+            .await;
     }
     storm.kills = made.load(Ordering::SeqCst);
     storm
@@ -646,6 +774,7 @@ async fn overlapping_storm(mode: &str, kills: usize, seed: u64, containers: usiz
                     charge_api: None,
                     invocations: 1,
                     encoding: Encoding::Kafka,
+                    announce_to: None,
                 };
                 container_life(config, seed, rng.fork(), &made, kills)
             })
@@ -702,6 +831,18 @@ async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize, encodi
         (0, 0),
         "seed {seed}: {storm:?}"
     );
+    // Exactly once out: every applied payment announced, each copy under
+    // its key's one id, no announcement of anything else.
+    assert_eq!(
+        (
+            storm.unannounced,
+            storm.unstable_ids,
+            storm.phantom_announcements
+        ),
+        (0, 0, 0),
+        "seed {seed}: {storm:?}"
+    );
+    assert!(storm.announcements as i64 >= storm.payments, "{storm:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -840,6 +981,7 @@ async fn charge_storm(interruptions: usize, seed: u64) -> ChargeStorm {
             charge_api: Some(api.addr),
             invocations: 1,
             encoding: Encoding::Kafka,
+            announce_to: None,
         };
         let mut stolen = Vec::new();
         loop {
