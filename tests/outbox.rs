@@ -11,6 +11,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Engine, EngineConfig};
 use exactly_once::lambda::BatchFunction;
@@ -575,4 +576,68 @@ async fn the_operator_lists_what_is_left_unsent_and_sends_it() {
     assert_eq!(received(&drain(&url).await), expected);
     let after = support::ops::ops("dynamodb", config, &["unsent", "--older-than", "0s"]);
     assert!(after.has("0 COMPLETED key(s)"), "{after:?}");
+}
+
+/// 500 payments on the lock-free path, each announced: what the store is
+/// sent for the announcements beside the payments' own transactions.
+#[tokio::test]
+async fn announcing_adds_at_most_a_tenth_of_a_store_request_per_message_on_the_lock_free_path() {
+    let (_, url) = support::sqs::queue().await;
+    let counter = exactly_once::store::requests::RequestCounter::default();
+    let client = counter.attach(&support::client().await);
+    let config = support::store_config(std::time::Duration::from_secs(30));
+    let store = DynamoDbStore::new(client.clone(), config);
+    let function = announcing_on(store, LedgerMode::LockFree, &url, Faulty::new().await).await;
+    let prefix = format!("p-{}", uuid::Uuid::new_v4().simple());
+    let accounts: Vec<String> = (0..50).map(|_| account()).collect();
+    let names: Vec<String> = (0..4).map(|p| format!("payments-{p}")).collect();
+    let partitions = names
+        .iter()
+        .enumerate()
+        .map(|(p, name)| {
+            let records = (0..125)
+                .map(|i| {
+                    let n = p * 125 + i;
+                    let key = format!("{prefix}-{n}");
+                    payment(i as i64, &key, &accounts[n % accounts.len()], 1)
+                })
+                .collect();
+            (name.as_str(), records)
+        })
+        .collect();
+    let batch = event(partitions);
+    assert_eq!(
+        reported(&invoke(&function, &batch).await),
+        Vec::<String>::new()
+    );
+    let held = support::sqs::client()
+        .await
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("the queue's attributes");
+    let held = held
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
+        .map(String::as_str);
+    assert_eq!(held, Some("500"), "one message per payment");
+    let counts = counter.counts();
+    // The messages ride on the items the payments' transactions write
+    // anyway; the outbox's own requests are the clears, 25 a request.
+    let clears = counts.get("BatchExecuteStatement").copied().unwrap_or(0);
+    println!("store requests for 500 announced payments: {counts:?}");
+    assert_eq!(clears, 20, "{counts:?}");
+    assert!(clears as f64 / 500.0 <= 0.1);
+    // Beside them: the batch's pre-check and the payments' transactions.
+    let operations: Vec<&str> = counts.keys().map(String::as_str).collect();
+    assert_eq!(
+        operations,
+        [
+            "BatchExecuteStatement",
+            "BatchGetItem",
+            "TransactWriteItems"
+        ]
+    );
 }

@@ -162,17 +162,41 @@ fn failed(pending: &[Pending], why: &str) -> Vec<Vec<Answer>> {
         .collect()
 }
 
-/// Sends every message of `pending`, each destination's in order, the
-/// destinations at once: each message's answer, by record.
+/// Requests in flight to one destination at once: its messages go in this
+/// many queues, each sent in order, a group's messages all in one.
+const QUEUES_PER_DESTINATION: u64 = 8;
+
+/// The queue of a destination `outgoing` goes in: its group's (by a hash of
+/// it), or, without a group, the next in turn (`nth` of the destination's
+/// messages).
+fn queue_of(outgoing: &Outgoing, nth: usize) -> u64 {
+    match &outgoing.group {
+        Some(group) => {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            group.hash(&mut hasher);
+            hasher.finish() % QUEUES_PER_DESTINATION
+        }
+        None => nth as u64 % QUEUES_PER_DESTINATION,
+    }
+}
+
+/// Sends every message of `pending`: each destination's in
+/// [`QUEUES_PER_DESTINATION`] queues, each in order (a group's messages in
+/// one), all at once: each message's answer, by record.
 async fn send_all(sender: &dyn Sender, pending: &[Pending]) -> Vec<Vec<Answer>> {
-    let mut queues: Vec<(&str, Vec<Queued>)> = Vec::new();
+    let mut queues: Vec<((&str, u64), Vec<Queued>)> = Vec::new();
+    let mut per_destination: HashMap<&str, usize> = HashMap::new();
     for (at, record) in pending.iter().enumerate() {
         for (place, (message, outgoing)) in record.outgoing().enumerate() {
             let destination = message.destination.as_str();
-            let queue = match queues.iter().position(|(d, _)| *d == destination) {
+            let nth = per_destination.entry(destination).or_default();
+            let name = (destination, queue_of(&outgoing, *nth));
+            *nth += 1;
+            let queue = match queues.iter().position(|(n, _)| *n == name) {
                 Some(queue) => queue,
                 None => {
-                    queues.push((destination, Vec::new()));
+                    queues.push((name, Vec::new()));
                     queues.len() - 1
                 }
             };
@@ -186,7 +210,7 @@ async fn send_all(sender: &dyn Sender, pending: &[Pending]) -> Vec<Vec<Answer>> 
     let sent = futures_util::future::join_all(
         queues
             .iter()
-            .map(|(destination, queue)| send_in_order(sender, destination, queue)),
+            .map(|((destination, _), queue)| send_in_order(sender, destination, queue)),
     )
     .await;
     let mut answers: Vec<Vec<Option<Answer>>> = pending
