@@ -229,4 +229,8 @@ pub mod manual {
     /// docs/sources.md
     #[doc = include_str!("../docs/sources.md")]
     pub struct Sources;
+
+    /// docs/outbox.md
+    #[doc = include_str!("../docs/outbox.md")]
+    pub struct Outbox;
 }
