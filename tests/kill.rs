@@ -286,9 +286,11 @@ async fn work<S: Operator>(
 }
 
 /// SQS, through which a worker dies (exits at once, like a SIGKILL) at the
-/// points of the send that matter: a quarter of the sends after the
-/// commit but before anything reached SQS, a quarter after SQS took the
-/// messages but before their answer was seen (the outboxes not cleared).
+/// points of the send that matter, and which fails as a destination does:
+/// of the sends, a tenth each dies after the commit but before anything
+/// reached SQS, dies after SQS took the messages but before their answer
+/// was seen (the outboxes not cleared), is refused (throttled, a 500), or
+/// loses its answer after SQS took the messages.
 struct DyingSender(exactly_once::lambda::destinations::SqsSender);
 
 impl Sender for DyingSender {
@@ -306,11 +308,20 @@ impl Sender for DyingSender {
                 println!("WORKER DIES {point}");
                 std::process::exit(9)
             };
-            match fastrand::u8(0..4) {
+            let each = |answer: fn() -> SendError| messages.iter().map(|_| Err(answer())).collect();
+            match fastrand::u8(0..10) {
                 0 => dies("between the commit and the send"),
                 1 => {
                     self.0.send(destination, messages).await;
                     dies("after SQS took the messages")
+                }
+                2 => each(|| SendError::Refused {
+                    code: "ThrottlingException".into(),
+                    message: "rate exceeded".into(),
+                }),
+                3 => {
+                    self.0.send(destination, messages).await;
+                    each(|| SendError::NoAnswer("the answer was lost".into()))
                 }
                 _ => self.0.send(destination, messages).await,
             }
