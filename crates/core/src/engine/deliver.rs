@@ -76,9 +76,12 @@ pub(super) async fn deliver<S: Store, T>(
             }
         }
     }
+    if let Some(error) = unsent.values().next() {
+        // Each record's line (the edge's) names it and says why.
+        tracing::warn!(records = unsent.len(), error = %error, "emitted messages not all accepted: their records are reported, and their redeliveries send them under the same ids");
+    }
     for (index, at) in records {
         if let Some(error) = unsent.get(&at) {
-            tracing::warn!(error = %error, "a record's messages were not all accepted: reported, sent again with its redelivery");
             outcomes[index].1.outcome = Outcome::Unsent {
                 error: error.clone(),
             };
@@ -133,16 +136,20 @@ pub async fn send_unsent<S: Operator>(
         None => failed(&pending, "this function has no sender"),
     };
     let mut sent = Vec::new();
-    let mut oldest_left = None::<u64>;
+    let (mut oldest_left, mut left, mut why) = (None::<u64>, 0, None);
     for ((record, answers), at) in pending.into_iter().zip(answers).zip(completed_at) {
         match answers.into_iter().find_map(Result::err) {
             None => sent.push(record),
             Some(err) => {
-                tracing::warn!(error = %err, origin = "sweeper", "messages left unsent");
                 let at = at.unwrap_or(0);
                 oldest_left = Some(oldest_left.map_or(at, |oldest| oldest.min(at)));
+                left += 1;
+                why.get_or_insert(err);
             }
         }
+    }
+    if let Some(err) = why {
+        tracing::warn!(records = left, error = %err, "messages left unsent: their destination still refuses them");
     }
     store.outbox_sent(&sent).await?;
     let now = store.now_ms();
