@@ -28,7 +28,7 @@ async fn migrate_creates_the_schema_once_and_names_what_it_did() {
     assert_eq!(
         first.stdout,
         format!(
-            "{:?}: migrated from version 0 to 2\n{ledger:?}: migrated from version 0 to 1\n",
+            "{:?}: migrated from version 0 to 3\n{ledger:?}: migrated from version 0 to 1\n",
             config.table_name
         )
     );
