@@ -31,6 +31,12 @@ pub enum Mutation {
     /// The key handed downstream is the attempt's (its owner token), not
     /// the item's.
     DownstreamKeyPerAttempt,
+    /// A record's messages are sent as its handler returns, before the
+    /// write that completes its key (which may then be refused).
+    SendBeforeCommit,
+    /// The pre-check trusts a COMPLETED item whose messages are still in
+    /// its outbox (a duplicate skipped without sending what was left).
+    CacheTrustsUnsent,
 }
 
 impl Mutation {
@@ -46,6 +52,8 @@ impl Mutation {
         Self::CacheTrustsAnyStatus,
         Self::ClaimsKeptWhileWaiting,
         Self::DownstreamKeyPerAttempt,
+        Self::SendBeforeCommit,
+        Self::CacheTrustsUnsent,
     ];
 }
 

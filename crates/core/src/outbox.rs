@@ -76,6 +76,15 @@ pub fn message_id(pk: &str, index: usize) -> String {
     crate::store::payload_hash(format!("{pk}\n{index}").as_bytes())
 }
 
+/// Whether a record's messages are sent only after the write that completes
+/// its key (always: the engine delivers them once the batch's lanes are
+/// done, `engine/deliver.rs`), but under the model checker's mutation
+/// `SendBeforeCommit`: the order that the model (`crates/model`) re-states,
+/// sending them as the handler returns when it is off.
+pub fn sent_after_commit() -> bool {
+    !mutated!(SendBeforeCommit)
+}
+
 /// A record's messages still to send, from its COMPLETED item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {

@@ -23,9 +23,11 @@ fn base(workers: Vec<WorkerSpec>, path: Path) -> Scope {
         horizon: 6,
         crashes: 0,
         faults: 0,
+        destination_faults: 0,
         resends: 1,
         invocations: 2,
         shared_cache: true,
+        emits: false,
     }
 }
 
@@ -149,6 +151,27 @@ pub fn ci() -> Vec<Named> {
                 ..base(
                     vec![worker("fn-a", &[0, 1], 0), worker("fn-a", &[1], 400)],
                     Path::LockFree,
+                )
+            },
+        },
+        Named {
+            name: "outbox",
+            shows: &[
+                "sometimes: a crash between commit and send",
+                "sometimes: a crash between send and clear",
+                "sometimes: a duplicate finds messages left to send",
+                "sometimes: a message sent again under its id",
+                "sometimes: a redelivered batch ends finished",
+            ],
+            about: "each completion emits a message, kept on its item, sent after the commit, its outbox cleared; a crash, a fault of the destination (its answer or the request lost)",
+            scope: Scope {
+                crashes: 1,
+                horizon: 4,
+                destination_faults: 1,
+                emits: true,
+                ..base(
+                    vec![worker("fn-a", &[0], 0), worker("fn-a", &[0], 400)],
+                    Path::Transactional,
                 )
             },
         },

@@ -68,6 +68,11 @@ fn the_lock_free_path() {
 }
 
 #[test]
+fn messages_sent_after_the_commit() {
+    explore("outbox");
+}
+
+#[test]
 fn items_past_their_ttl() {
     explore("ttl");
 }

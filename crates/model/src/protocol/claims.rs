@@ -86,7 +86,10 @@ impl Protocol {
                         if !self.configs[w].owns(item.scope.as_deref()) {
                             state.flags.note(Flag::OtherScopeSkipped);
                         }
-                        self.remember(state, w, key as usize, item.expires_at_s);
+                        // Cached only with nothing left to send.
+                        if item.outbox.is_none() {
+                            self.remember(state, w, key as usize, item.expires_at_s);
+                        }
                         ClaimOutcome::Duplicate(item)
                     }
                     Standing::Failed => ClaimOutcome::PreviouslyFailed(item),
@@ -103,7 +106,14 @@ impl Protocol {
                 Slot::Open
             }
             Settled::Held(lease) => Slot::Held(lease),
-            Settled::Done => Slot::Done,
+            Settled::Done(None) => Slot::Done,
+            // A duplicate whose messages were left: they are sent now.
+            Settled::Done(Some(pending)) => {
+                state.flags.note(Flag::LeftOverFound);
+                Slot::Unsent {
+                    owner: pending.owner,
+                }
+            }
             Settled::InProgress => Slot::InProgress,
             Settled::Refused => Slot::Unfinished,
         };

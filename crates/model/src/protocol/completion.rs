@@ -4,22 +4,31 @@
 //! own writes.
 
 use exactly_once_core::engine::FencingToken;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{Lease, Standing, Status};
 
 use super::{Flag, LeaseKey, Op, Path, Protocol, Reply, Slot, State, Write};
 
 impl Protocol {
-    /// A completion of slot `index` made (or refused: the lock lost).
+    /// A completion of slot `index` made, or found made (or refused: the
+    /// lock lost). The item, just written or found, has its messages still
+    /// to send, if any (sent once the lanes are done); with none, the key is
+    /// cached.
     pub(super) fn finish(&self, state: &mut State, w: usize, index: usize, made: bool) {
-        state.workers[w].slots[index] = match made {
-            true => Slot::Done,
-            false => Slot::Unfinished,
-        };
-        if made {
-            let key = self.scope.workers[w].keys[index] as usize;
-            let expires = state.items[key].as_ref().map_or(0, |k| k.item.expires_at_s);
-            self.remember(state, w, key, expires);
+        if !made {
+            state.workers[w].slots[index] = Slot::Unfinished;
+            return;
         }
+        let key = self.scope.workers[w].keys[index] as usize;
+        let item = state.items[key].as_ref().map(|k| &k.item);
+        if let Some(pending) = item.and_then(Pending::of_item) {
+            let owner = pending.owner;
+            state.workers[w].slots[index] = Slot::Unsent { owner };
+            return;
+        }
+        state.workers[w].slots[index] = Slot::Done;
+        let expires = item.map_or(0, |item| item.expires_at_s);
+        self.remember(state, w, key, expires);
     }
 
     /// A group commit's answer: all made, or one member's fence refused
@@ -217,8 +226,10 @@ impl Protocol {
         let Slot::Held(lease) = state.workers[w].slots[index].clone() else {
             return;
         };
+        let key = self.scope.workers[w].keys[index];
+        self.handler_returned(state, key, &lease.owner);
         if self.scope.path == Path::Direct {
-            let key = self.scope.workers[w].keys[index] as usize;
+            let key = key as usize;
             if let Some(keyed) = state.items[key].as_mut() {
                 keyed.outside_effects += 1;
             }

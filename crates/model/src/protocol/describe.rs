@@ -1,5 +1,5 @@
-//! A trace as a reader follows it: each step, then the items and what
-//! each worker holds.
+//! A trace as a reader follows it: each step, then the items, what each
+//! worker holds, and what the destination accepted.
 
 use std::fmt::Write as _;
 
@@ -24,9 +24,10 @@ impl Protocol {
             match keyed {
                 Some(k) => {
                     let item = &k.item;
+                    let outbox = if item.outbox.is_some() { " outbox" } else { "" };
                     let _ = write!(
                         text,
-                        " | k{key} {} v{} {} lock {:?} ttl {} effects {}+{}",
+                        " | k{key} {} v{} {} lock {:?} ttl {} effects {}+{}{outbox}",
                         item.status.as_str(),
                         item.version,
                         item.owner,
@@ -54,6 +55,14 @@ impl Protocol {
                 worker.done
             );
         }
+        for delivered in &state.destination {
+            let _ = writeln!(
+                text,
+                "       destination: {:?} id {}",
+                delivered.body,
+                &delivered.id[..8]
+            );
+        }
         for request in &state.net {
             let late = if request.late { " (late)" } else { "" };
             let _ = writeln!(
@@ -75,6 +84,8 @@ fn slot_text(slot: &Slot) -> String {
                 lease.owner, lease.version
             )
         }
+        Slot::Unsent { owner } => format!("unsent (completed as {owner})"),
+        Slot::Sent { owner } => format!("sent (completed as {owner})"),
         Slot::Claiming {
             owner, observed, ..
         } => match observed {

@@ -2,30 +2,41 @@
 //! invocations) claiming, taking over, running and finishing keys in one
 //! store, over a network that loses, duplicates and delays requests, with
 //! crashes, clocks that disagree within a bound, leases that run out, the
-//! warm and shared caches, two scopes and batches delivered again.
+//! warm and shared caches, two scopes, batches delivered again, and the
+//! messages a completion emits (kept on its item, sent after the commit to
+//! a destination that keeps what it accepted).
 //!
 //! The store's guards, the item changes they allow, the judge of a found
 //! item ([`StoredItem::standing`]), a re-send's recognition of its own
 //! write ([`Lease::finished_as`], [`Lease::refused`],
 //! [`ClaimOutcome::of_own_item`]), the cache's trust
 //! ([`StoredItem::proves_completed`]), the lane's rule on claims made
-//! ahead ([`gives_back_while_waiting`]) and the key handed downstream
-//! ([`FencingToken::idempotency_key`]) are the core crate's own functions,
-//! the ones the memory store and the engine run. What the model writes
-//! itself is the order of the worker's steps (`worker.rs`, `claims.rs`,
-//! `completion.rs`), the network, and the checks (`properties.rs`).
+//! ahead ([`gives_back_while_waiting`]), the key handed downstream
+//! ([`FencingToken::idempotency_key`]), and the outbox's (its text
+//! [`encode`]d, the messages still to send [`Pending`], their ids
+//! [`message_id`], its clearing [`may_clear_outbox`]) are the core crate's
+//! own functions, the ones the memory store and the engine run. What the
+//! model writes itself is the order of the worker's steps (`worker.rs`,
+//! `claims.rs`, `completion.rs`, `outbox.rs`), the network, the
+//! destination, and the checks (`properties.rs`).
 //!
 //! [`gives_back_while_waiting`]: exactly_once_core::engine::gives_back_while_waiting
 //! [`FencingToken::idempotency_key`]: exactly_once_core::engine::FencingToken::idempotency_key
+//! [`encode`]: exactly_once_core::outbox::encode
+//! [`Pending`]: exactly_once_core::outbox::Pending
+//! [`message_id`]: exactly_once_core::outbox::message_id
+//! [`may_clear_outbox`]: exactly_once_core::store::transition::may_clear_outbox
 
 mod claims;
 mod completion;
 mod describe;
+mod outbox;
 mod properties;
 mod store;
 mod worker;
 
 use exactly_once_core::config::StoreConfig;
+use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{ClaimOutcome, Lease, StoredItem};
 
 use crate::checker::{Model, Property};
@@ -59,6 +70,10 @@ pub struct Scope {
     /// Requests lost, answers lost, requests duplicated or delayed past a
     /// re-send, on one path.
     pub faults: u8,
+    /// The destination's faults (its answer lost, or the request to it
+    /// lost), on one path: each kind of fault happens while the faults so
+    /// far (of any kind) are fewer than its own bound.
+    pub destination_faults: u8,
     /// Times a request is sent again after it went unanswered.
     pub resends: u8,
     /// Invocations per worker (the first delivery and the redeliveries).
@@ -66,6 +81,9 @@ pub struct Scope {
     /// Whether the workers share a cache of completed keys (beside each
     /// one's warm cache).
     pub shared_cache: bool,
+    /// Whether each record's completion emits one message (kept on its
+    /// key's COMPLETED item, sent after the commit).
+    pub emits: bool,
 }
 
 /// A worker: its scope (function), the keys of its batch in its order,
@@ -111,6 +129,9 @@ pub struct State {
     /// The shared cache: a key's entry, if cached: its expiry (epoch s)
     /// and the scope that wrote it (handed out to that scope only).
     pub shared: Vec<Option<(u64, &'static str)>>,
+    /// The messages the destination accepted (sorted; a copy of one
+    /// accepted before is kept once).
+    pub destination: Vec<Delivered>,
     /// Crashes so far.
     pub crashes: u8,
     /// Faults so far.
@@ -159,6 +180,15 @@ pub struct Keyed {
     pub store_effects: u8,
     /// Effects run outside.
     pub outside_effects: u8,
+}
+
+/// A message as the destination accepted it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Delivered {
+    /// Its body (which record's message it is).
+    pub body: String,
+    /// The id it was sent under.
+    pub id: String,
 }
 
 /// A worker (a container) and its current invocation.
@@ -253,6 +283,19 @@ pub enum Slot {
         /// The slots completed in the same request.
         group: Vec<u8>,
     },
+    /// Finished in the store (completed, or found completed), its
+    /// messages still on the item completed under `owner`: sent once the
+    /// batch's lanes are done.
+    Unsent {
+        /// The owner the item was completed under (its clearing's fence).
+        owner: String,
+    },
+    /// Its messages accepted by the destination, the item's outbox not
+    /// cleared yet.
+    Sent {
+        /// The owner the item was completed under.
+        owner: String,
+    },
     /// Finished: completed, a duplicate, failed for good.
     Done,
     /// Given up: reported to Lambda, delivered again.
@@ -319,6 +362,12 @@ pub enum Op {
     CommitNew {
         /// Each member's slot and owner token.
         members: Vec<(u8, String)>,
+    },
+    /// The outbox of the item completed under `owner` cleared (its
+    /// messages were accepted).
+    ClearOutbox {
+        /// The owner the item was completed under.
+        owner: String,
     },
 }
 
@@ -400,6 +449,23 @@ pub enum Action {
     Renew(u8, u8),
     /// Worker `0` is killed.
     Crash(u8),
+    /// Worker `.0`'s lanes are done: it sends its records' messages to the
+    /// destination, which answers as `.1` says.
+    Send(u8, Delivery),
+    /// Worker `0` clears the outboxes of the records whose messages were
+    /// accepted.
+    Clear(u8),
+}
+
+/// What became of a worker's messages sent to the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Accepted, and the worker heard so.
+    Accepted,
+    /// Accepted, the answer lost (the worker reports them unsent).
+    AnswerLost,
+    /// The request lost: none accepted.
+    Lost,
 }
 
 /// The protocol at a scope.
@@ -486,6 +552,7 @@ impl Model for Protocol {
             net: Vec::new(),
             shared: vec![None; self.keys],
             downstream: vec![None; self.keys],
+            destination: Vec::new(),
             crashes: 0,
             faults: 0,
             flags: Events::default(),
@@ -555,6 +622,8 @@ impl Model for Protocol {
                 next.workers[w as usize].end(Phase::Due);
                 next.crashes += 1;
             }
+            Action::Send(w, delivery) => self.send_messages(&mut next, w as usize, delivery),
+            Action::Clear(w) => self.clear(&mut next, w as usize),
         }
         self.eager(&mut next);
         next.net.sort();
@@ -601,16 +670,18 @@ enum Reply {
 fn settled(outcome: ClaimOutcome) -> Settled {
     match outcome {
         ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease) => Settled::Held(lease),
-        ClaimOutcome::Duplicate(_) | ClaimOutcome::PreviouslyFailed(_) => Settled::Done,
+        ClaimOutcome::Duplicate(item) => Settled::Done(Pending::of_item(&item)),
+        ClaimOutcome::PreviouslyFailed(_) => Settled::Done(None),
         ClaimOutcome::InProgress(_) => Settled::InProgress,
         ClaimOutcome::PayloadMismatch(_) | ClaimOutcome::OtherScope(_) => Settled::Refused,
     }
 }
 
-/// Where a settled claim leaves its record.
+/// Where a settled claim leaves its record (done: with the messages still
+/// to send of the item found, if any).
 enum Settled {
     Held(Lease),
-    Done,
+    Done(Option<Pending>),
     InProgress,
     Refused,
 }

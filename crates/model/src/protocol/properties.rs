@@ -1,9 +1,10 @@
 //! What must hold in every state the protocol reaches, and the companions
 //! that show each is not kept vacuously.
 
+use exactly_once_core::outbox::message_id;
 use exactly_once_core::store::Status;
 
-use super::{Action, Path, Phase, Protocol, Scope, Slot, State};
+use super::{Action, Delivery, Keyed, Path, Phase, Protocol, Scope, Slot, State};
 use crate::checker::{Expect, Model, On, Property};
 
 /// What a step did (bits of [`State::flags`]): the first group breaks a
@@ -22,6 +23,8 @@ pub enum Flag {
     OtherScopeSkipped,
     /// A record was answered done while its key was not finished.
     DoneNotFinished,
+    /// A record was answered done while its messages were not accepted.
+    DoneUnsent,
     /// A lease was taken over before it ran out.
     LiveLeaseTaken,
     /// An item was replaced before its TTL.
@@ -50,6 +53,14 @@ pub enum Flag {
     GaveBack,
     /// A batch delivered again ended with nothing reported.
     RedeliveredFinished,
+    /// A crash fell between a commit made and its messages sent.
+    CrashBeforeSend,
+    /// A crash fell between messages accepted and their outbox cleared.
+    CrashBeforeClear,
+    /// A claim found its key completed with messages left to send.
+    LeftOverFound,
+    /// The destination accepted a copy of a message it had.
+    MessageCopy,
 }
 
 impl Flag {
@@ -118,6 +129,24 @@ pub const PROPERTIES: &[Property<Protocol>] = &[
         on: On::Step,
         expect: Expect::Always,
         holds: |_, s| !seen(s, Flag::DoneNotFinished),
+    },
+    Property {
+        name: "a message sent only for an effect applied",
+        on: On::State,
+        expect: Expect::Always,
+        holds: |m, s| m.no_phantom(s),
+    },
+    Property {
+        name: "a record answered done only once its messages were accepted",
+        on: On::Step,
+        expect: Expect::Always,
+        holds: |_, s| !seen(s, Flag::DoneUnsent),
+    },
+    Property {
+        name: "every copy of a record's message carries the same id",
+        on: On::State,
+        expect: Expect::Always,
+        holds: |m, s| m.stable_ids(s),
     },
     Property {
         name: "no circular wait between live workers",
@@ -198,6 +227,30 @@ pub const PROPERTIES: &[Property<Protocol>] = &[
         holds: |_, s| seen(s, Flag::OutsideEffectAgain),
     },
     Property {
+        name: "sometimes: a crash between commit and send",
+        on: On::Step,
+        expect: Expect::Sometimes,
+        holds: |_, s| seen(s, Flag::CrashBeforeSend),
+    },
+    Property {
+        name: "sometimes: a crash between send and clear",
+        on: On::Step,
+        expect: Expect::Sometimes,
+        holds: |_, s| seen(s, Flag::CrashBeforeClear),
+    },
+    Property {
+        name: "sometimes: a duplicate finds messages left to send",
+        on: On::Step,
+        expect: Expect::Sometimes,
+        holds: |_, s| seen(s, Flag::LeftOverFound),
+    },
+    Property {
+        name: "sometimes: a message sent again under its id",
+        on: On::Step,
+        expect: Expect::Sometimes,
+        holds: |_, s| seen(s, Flag::MessageCopy),
+    },
+    Property {
         name: "sometimes: a store effect applied",
         on: On::State,
         expect: Expect::Sometimes,
@@ -226,7 +279,33 @@ fn one_holder_per_claim(state: &State) -> bool {
     owners.len() == held
 }
 
+/// Whether `keyed`'s effect applied: its item COMPLETED, with its effect
+/// (in the store, or run outside).
+fn applied(keyed: &Keyed) -> bool {
+    keyed.item.status == Status::Completed && keyed.store_effects + keyed.outside_effects > 0
+}
+
 impl Protocol {
+    /// Whether every message the destination accepted is one of a record
+    /// whose effect applied (judged on its key's item: a scope that emits
+    /// keeps its items past its horizon).
+    fn no_phantom(&self, state: &State) -> bool {
+        state.destination.iter().all(|delivered| {
+            self.message_of(&delivered.body)
+                .and_then(|(key, _)| state.items[key as usize].as_ref())
+                .is_some_and(applied)
+        })
+    }
+
+    /// Whether every message the destination accepted carries the id of
+    /// its key and place ([`message_id`]), whichever attempt sent it.
+    fn stable_ids(&self, state: &State) -> bool {
+        state.destination.iter().all(|delivered| {
+            self.message_of(&delivered.body)
+                .is_some_and(|(key, place)| delivered.id == message_id(&Self::pk(key), place))
+        })
+    }
+
     /// Whether some live workers wait in a circle: each one's head waits on
     /// a key that another live worker holds (ahead of its own head, renewing
     /// it), so that only a deadline ends the wait.
@@ -269,13 +348,15 @@ impl Protocol {
 
     /// Whether, from `state`, with no more faults or crashes and time going
     /// on, every record ends answered done (the event source mapping
-    /// delivering what was reported again), but another scope's.
+    /// delivering what was reported again), but another scope's, and every
+    /// effect applied has its messages accepted.
     pub fn finishes_calmly(&self, state: &State) -> bool {
         let calm = Protocol::new(Scope {
             horizon: u8::MAX,
             invocations: self.scope.invocations + 6,
             crashes: 0,
             faults: 0,
+            destination_faults: 0,
             ..self.scope.clone()
         });
         let mut state = state.clone();
@@ -299,9 +380,13 @@ impl Protocol {
 
     /// Whether every worker answered each of its records done, but those
     /// whose key another scope holds (never this function's to run: they
-    /// are reported until an operator tells the functions' keys apart).
+    /// are reported until an operator tells the functions' keys apart), and
+    /// the destination accepted the messages of every effect applied.
     fn all_done(&self, state: &State) -> bool {
-        state.workers.iter().enumerate().all(|(w, worker)| {
+        let sent = state.items.iter().enumerate().all(|(key, keyed)| {
+            keyed.as_ref().is_none_or(|k| !applied(k)) || self.delivered(state, key as u8)
+        });
+        sent && state.workers.iter().enumerate().all(|(w, worker)| {
             self.scope.workers[w]
                 .keys
                 .iter()
@@ -321,10 +406,14 @@ impl Protocol {
 fn calm_rank(action: &Action) -> u8 {
     match action {
         Action::Apply { answer: true, .. } => 0,
-        Action::Flush(_) => 1,
+        Action::Flush(_) | Action::Send(_, Delivery::Accepted) | Action::Clear(_) => 1,
         Action::Start(_) | Action::Reclaim(_) | Action::Resend(..) => 2,
         Action::Renew(..) => 3,
         Action::Tick => 4,
-        Action::Apply { .. } | Action::Lose(_) | Action::Delay(_) | Action::Crash(_) => 5,
+        Action::Apply { .. }
+        | Action::Lose(_)
+        | Action::Delay(_)
+        | Action::Crash(_)
+        | Action::Send(..) => 5,
     }
 }

@@ -4,8 +4,10 @@
 //! Beside each, the checks of what the write did ([`Flag`]).
 
 use exactly_once_core::clock::ms_to_s;
-use exactly_once_core::store::transition::{self, fence_holds, may_create, may_take_over};
-use exactly_once_core::store::{ClaimRequest, Commit, Lease, NewItem, Status};
+use exactly_once_core::store::transition::{
+    self, fence_holds, may_clear_outbox, may_create, may_take_over,
+};
+use exactly_once_core::store::{ClaimRequest, Commit, Effects, Lease, NewItem, Status};
 
 use super::{Flag, Keyed, Op, Protocol, Reply, Request, State, Write};
 
@@ -92,7 +94,8 @@ impl Protocol {
                 state.flags.0 |= Self::accepted(keyed, &lease, config);
                 match write {
                     Write::Complete => {
-                        transition::complete(&mut keyed.item, None, None, config, now);
+                        let outbox = self.outbox(key);
+                        transition::complete(&mut keyed.item, None, outbox, config, now);
                     }
                     Write::Release => transition::extend(&mut keyed.item, 0, now),
                     Write::Extend { until_ms } => {
@@ -127,7 +130,10 @@ impl Protocol {
                         origin: None,
                         owner: owner.clone(),
                         result: None,
-                        effects: Default::default(),
+                        effects: Effects {
+                            outbox: self.outbox(key),
+                            ..Effects::default()
+                        },
                         held: None,
                     };
                     let item = NewItem::completed(&pk, &commit, config, now).item();
@@ -158,8 +164,20 @@ impl Protocol {
                         continue;
                     };
                     state.flags.0 |= Self::accepted(keyed, &lease, config);
-                    transition::complete(&mut keyed.item, None, None, config, now);
+                    let outbox = self.outbox(key);
+                    transition::complete(&mut keyed.item, None, outbox, config, now);
                     keyed.store_effects += 1;
+                }
+                Reply::Made
+            }
+            Op::ClearOutbox { owner } => {
+                let key = self.key_of(request);
+                let slot = &mut state.items[key as usize];
+                if !may_clear_outbox(slot.as_ref().map(|k| &k.item), owner) {
+                    return Reply::LockLost;
+                }
+                if let Some(keyed) = slot.as_mut() {
+                    keyed.item.outbox = None;
                 }
                 Reply::Made
             }

@@ -1,6 +1,7 @@
 //! The worker's side: an invocation's steps in the engine's order. The
 //! pre-check and the caches, the claims (`claims.rs`), the lane's head run
-//! in turn and its completion (`completion.rs`), the answer to Lambda.
+//! in turn and its completion (`completion.rs`), the messages sent
+//! (`outbox.rs`), the answer to Lambda.
 
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{Lease, Status};
@@ -57,20 +58,25 @@ impl Protocol {
         {
             actions.push(Action::Reclaim(id));
         }
+        self.delivery_actions(state, w, actions);
     }
 
     /// The steps a worker takes at once, with no choice of when: a lane
     /// runs its head as soon as it is held, waits as soon as its head is
     /// found in progress elsewhere, and the invocation answers once every
-    /// record is settled or its deadline came. Taken after every step (so
-    /// the checker never interleaves them, which changes nothing: each
-    /// touches the worker alone, but for the requests it sends).
+    /// record is settled (its messages sent and their outbox cleared) or
+    /// its deadline came. Taken after every step (so the checker never
+    /// interleaves them, which changes nothing: each touches the worker
+    /// alone, but for the requests it sends).
     pub(super) fn eager(&self, state: &mut State) {
         for w in 0..state.workers.len() {
             while let Phase::Running { deadline } = state.workers[w].phase {
                 let worker = &state.workers[w];
                 let settled = |slot: &Slot| matches!(slot, Slot::Done | Slot::Unfinished);
                 if worker.slots.iter().all(settled) || state.now >= deadline {
+                    // At the deadline, a record whose messages were not
+                    // accepted is reported; one whose were is finished, its
+                    // outbox left.
                     self.answer(state, w);
                     break;
                 }
@@ -90,6 +96,8 @@ impl Protocol {
                 slot,
                 Slot::Done
                     | Slot::Unfinished
+                    | Slot::Unsent { .. }
+                    | Slot::Sent { .. }
                     | Slot::Ran(_)
                     | Slot::Completing { .. }
                     | Slot::Computed { .. }
@@ -191,6 +199,7 @@ impl Protocol {
                 }
                 _ if self.scope.path == Path::LockFree => {
                     let owner = Self::new_owner(state, w);
+                    self.handler_returned(state, key as u8, &owner);
                     state.workers[w].slots[index] = Slot::Computed { owner };
                 }
                 _ => self.claim(state, w, index),
@@ -278,13 +287,16 @@ impl Protocol {
         for index in 0..state.workers[w].slots.len() {
             let key = self.scope.workers[w].keys[index] as usize;
             match state.workers[w].slots[index].clone() {
-                Slot::Done => {
+                Slot::Done | Slot::Sent { .. } => {
                     let finished = state.items[key].as_ref().is_some_and(|k| {
                         matches!(k.item.status, Status::Completed | Status::Failed)
                             && self.configs[w].owns(k.item.scope.as_deref())
                     });
                     if !finished {
                         state.flags.note(Flag::DoneNotFinished);
+                    }
+                    if !self.delivered(state, key as u8) {
+                        state.flags.note(Flag::DoneUnsent);
                     }
                     state.workers[w].done |= 1 << index;
                 }
@@ -312,8 +324,16 @@ impl Protocol {
     }
 
     /// Notes what a crash of worker `w` cut: a commit made whose answer it
-    /// never heard.
+    /// never heard; messages committed and not sent, or sent and their
+    /// outbox not cleared.
     pub(super) fn note_crash(&self, state: &mut State, w: usize) {
+        for slot in &state.workers[w].slots {
+            match slot {
+                Slot::Unsent { .. } => state.flags.note(Flag::CrashBeforeSend),
+                Slot::Sent { .. } => state.flags.note(Flag::CrashBeforeClear),
+                _ => {}
+            }
+        }
         let cut = state.workers[w].slots.iter().any(|slot| match slot {
             Slot::Completing { lease, .. } => {
                 let key = Self::key_of_pk(&lease.pk) as usize;
