@@ -22,6 +22,9 @@
 #   BENCH_ONLY=sources infra/bench.sh  # per source (MSK, SQS standard and FIFO, Kinesis,
 #                                  # DynamoDB Streams) against Powertools' BatchProcessor
 #                                  # (writes powertools-sources.csv, sources.csv)
+#   BENCH_ONLY=announce infra/bench.sh # every payment announced to SQS (exactly once out)
+#                                  # against Powertools + send_message, on moto's SQS
+#                                  # (writes powertools-announce.csv; prints the table)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,6 +51,18 @@ if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sources* ]]; then
   "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
   "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
+fi
+
+# Announcing every payment (exactly once out): Powertools with a
+# `send_message` in the idempotent function, on the same DynamoDB Local and
+# the local SQS (moto's server, started by local_stack above); the
+# throughput bench's `announce` rows read its CSV.
+if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *announce* ]]; then
+  step "AWS Powertools (Python) + sqs.send_message on the same batches (benches/powertools/bench.py)"
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  mkdir -p bench
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 \
+    --scenarios announce-1000x4p --out bench/powertools-announce.csv
 fi
 
 # The other stores first: PostgreSQL and Redis (the servers local_stack

@@ -149,3 +149,22 @@ pub fn client_with(
         base.config().to_builder().http_client(delayed).build(),
     ))
 }
+
+/// `base`, an SQS client, with `rtt` added to every request as to
+/// DynamoDB's (the same wrapper), its requests counted by `served`.
+pub fn sqs_client_with(
+    base: &aws_sdk_sqs::Client,
+    rtt_ms: u64,
+    served: &ServiceTime,
+) -> aws_sdk_sqs::Client {
+    let inner = base
+        .config()
+        .http_client()
+        .expect("sdk_config() sets an HTTP client");
+    let delayed = DelayedHttpClient {
+        inner,
+        delay: Duration::from_millis(rtt_ms),
+        served: served.clone(),
+    };
+    aws_sdk_sqs::Client::from_conf(base.config().to_builder().http_client(delayed).build())
+}

@@ -26,9 +26,12 @@
 //! `<scenario>/<mode>/<rtt>ms` (e.g. `new-1000x4p/key/5ms`), runs only the
 //! measurements that match one (after the warm-up) and writes no files but
 //! those of `sizing` (`sizing/<scenario>/<mode>/<rtt>ms`) and `sources`
-//! (`sources/<scenario>/<path>/<rtt>ms`);
+//! (`sources/<scenario>/<path>/<rtt>ms`); `announce` runs only the rows
+//! announcing every payment to SQS (`announce/new-1000x4p/<mode>/5ms`,
+//! which needs AWS_ENDPOINT_URL_SQS);
 //! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
+mod announce;
 mod batches;
 // Shared with tests/throughput.rs; the benchmark uses part of it.
 #[allow(dead_code)]
@@ -151,6 +154,10 @@ async fn run() {
     };
     eprintln!("(11) per source, against Powertools' BatchProcessor:");
     let sourced = sources::run(&env).await;
+    eprintln!(
+        "(12) announcing every payment (exactly once out), against Powertools + send_message:"
+    );
+    let announced = announce::run(&env).await;
 
     println!();
     println!(
@@ -202,6 +209,13 @@ async fn run() {
         let path = out_dir.join("sources.csv");
         std::fs::write(&path, sources::csv(&sourced, &by_source)).expect("write sources.csv");
         println!("wrote {}", path.display());
+    }
+    if !announced.is_empty() {
+        print!(
+            "{}",
+            announce::table(&announced, announce::powertools(&out_dir))
+        );
+        println!();
     }
     // The chart draws the whole sizing run: `sizing/` is selected only when
     // all of it is.

@@ -2,11 +2,13 @@
 //! sequential baseline.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{Deadline, Engine, EngineConfig, Outcome, Work};
 use exactly_once::lambda::{BatchFunction, Record, Settings};
+use exactly_once::outbox::Sender;
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 
@@ -101,6 +103,20 @@ pub enum Processor {
 impl Processor {
     /// `group`: `MAX_RECORDS_PER_TRANSACTION` (None: the environment's).
     pub fn new(env: &Env, client: &Client, mode: Mode, prefix: &str, group: Option<usize>) -> Self {
+        Self::announcing(env, client, mode, prefix, group, None)
+    }
+
+    /// [`Processor::new`], the ledger announcing every applied payment to
+    /// the queue `events.0` through the sender `events.1` (None: nowhere).
+    pub fn announcing(
+        env: &Env,
+        client: &Client,
+        mode: Mode,
+        prefix: &str,
+        group: Option<usize>,
+        events: Option<(String, Arc<dyn Sender>)>,
+    ) -> Self {
+        let (url, sender) = events.unzip();
         let vars: BTreeMap<&str, String> = BTreeMap::from([
             ("IDEMPOTENCY_TABLE", env.idempotency_table.clone()),
             ("IDEMPOTENCY_KEY_PREFIX", prefix.to_owned()),
@@ -120,22 +136,28 @@ impl Processor {
         // scenario's debits meet).
         let handler =
             LedgerHandler::new(client.clone(), env.ledger_table.clone(), mode.ledger_mode())
-                .with_floor(Some(0));
+                .with_floor(Some(0))
+                .with_events(url);
         match mode {
             Mode::Baseline => {
                 let config = EngineConfig {
                     completed_cache: 0,
                     ..Default::default()
                 };
-                Self::Baseline(Box::new(Engine::new(store, handler, config)))
+                let engine = Engine::new(store, handler, config);
+                Self::Baseline(Box::new(match sender {
+                    Some(sender) => engine.with_sender(sender),
+                    None => engine,
+                }))
             }
-            _ => Self::Function(
-                BatchFunction::new(
-                    Engine::new(store, handler, settings.engine),
-                    settings.function,
-                )
-                .without_metrics(),
-            ),
+            _ => {
+                let engine = Engine::new(store, handler, settings.engine);
+                let engine = match sender {
+                    Some(sender) => engine.with_sender(sender),
+                    None => engine,
+                };
+                Self::Function(BatchFunction::new(engine, settings.function).without_metrics())
+            }
         }
     }
 
