@@ -168,6 +168,15 @@ fn announcement(store: &DynamoDbStore, id: &str, account: &str, amount: i64) -> 
     }
 }
 
+/// The announcements of [`payments`]' payments the floor lets through
+/// (+100, -30, +5), in emitting order.
+fn announced(store: &DynamoDbStore, a: &str, prefix: &str) -> Vec<Received> {
+    [(1, 100), (2, -30), (4, 5)]
+        .into_iter()
+        .map(|(n, amount)| announcement(store, &format!("{prefix}-{n}"), a, amount))
+        .collect()
+}
+
 /// The modes the ledger runs in.
 const MODES: [LedgerMode; 3] = [
     LedgerMode::LockFree,
@@ -200,11 +209,7 @@ async fn every_applied_payment_is_announced_once_under_its_stable_id_on_every_pa
             Vec::<String>::new()
         );
         let store = function.engine().store();
-        let mut expected = vec![
-            announcement(store, &format!("{prefix}-1"), &a, 100),
-            announcement(store, &format!("{prefix}-2"), &a, -30),
-            announcement(store, &format!("{prefix}-4"), &a, 5),
-        ];
+        let mut expected = announced(store, &a, &prefix);
         let mut total = 75;
         if mode == LedgerMode::Direct {
             // No floor: the debit applies, and is announced.
@@ -420,11 +425,7 @@ async fn a_fifo_queue_gets_the_account_as_group_and_the_id_as_deduplication_id()
     );
     let messages = drain(&url).await;
     let store = function.engine().store();
-    let expected = [
-        announcement(store, &format!("{prefix}-1"), &a, 100),
-        announcement(store, &format!("{prefix}-2"), &a, -30),
-        announcement(store, &format!("{prefix}-4"), &a, 5),
-    ];
+    let expected = announced(store, &a, &prefix);
     // In order (one group), each with its group and deduplication id.
     assert_eq!(messages.len(), 3);
     for (message, expected) in messages.iter().zip(&expected) {
@@ -442,14 +443,30 @@ async fn a_fifo_queue_gets_the_account_as_group_and_the_id_as_deduplication_id()
     }
 }
 
-#[tokio::test]
-async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left() {
+/// [`payments`] through the ledger in `mode` while the destination refuses
+/// every message: applied, reported, their messages left on the items. The
+/// queue, the sender (still refusing), the function, the account and the
+/// payments' prefix.
+async fn left_unsent(
+    mode: LedgerMode,
+) -> (
+    String,
+    Arc<Faulty>,
+    BatchFunction<LedgerHandler, DynamoDbStore>,
+    (String, String),
+) {
     let (_, url) = support::sqs::queue().await;
     let sender = Faulty::new().await;
-    let function = announcing(LedgerMode::LockFree, &url, sender.clone()).await;
+    let function = announcing(mode, &url, sender.clone()).await;
     let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
     sender.set(Fault::Refuse);
     assert!(!reported(&invoke(&function, &payments(&a, &prefix)).await).is_empty());
+    (url, sender, function, (a, prefix))
+}
+
+#[tokio::test]
+async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left() {
+    let (url, sender, function, (a, prefix)) = left_unsent(LedgerMode::LockFree).await;
     // The batch never comes back (past its retries). A quarter of an hour
     // later the schedule's sweep finds its messages, the destination still
     // refusing: what is left, and how old, is in the metrics.
@@ -502,11 +519,7 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
         ),
         (&json!(3.0), &json!(3.0), &json!(0.0))
     );
-    let mut expected = vec![
-        announcement(&store, &format!("{prefix}-1"), &a, 100),
-        announcement(&store, &format!("{prefix}-2"), &a, -30),
-        announcement(&store, &format!("{prefix}-4"), &a, 5),
-    ];
+    let mut expected = announced(&store, &a, &prefix);
     expected.sort();
     assert_eq!(received(&drain(&url).await), expected);
     // Nothing left: the next sweep sends nothing, a redelivery neither.
@@ -527,12 +540,7 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
 
 #[tokio::test]
 async fn the_operator_lists_what_is_left_unsent_and_sends_it() {
-    let (_, url) = support::sqs::queue().await;
-    let sender = Faulty::new().await;
-    let function = announcing(LedgerMode::Transactional, &url, sender.clone()).await;
-    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
-    sender.set(Fault::Refuse);
-    assert!(!reported(&invoke(&function, &payments(&a, &prefix)).await).is_empty());
+    let (url, _, function, (a, prefix)) = left_unsent(LedgerMode::Transactional).await;
     let store = function.engine().store();
     let config = store.config();
     let listed = support::ops::ops("dynamodb", config, &["unsent", "--older-than", "0s"]);
@@ -567,11 +575,7 @@ async fn the_operator_lists_what_is_left_unsent_and_sends_it() {
         sent.has("sent the messages of 3 of 3 record(s) left unsent; none left"),
         "{sent:?}"
     );
-    let mut expected = vec![
-        announcement(store, &format!("{prefix}-1"), &a, 100),
-        announcement(store, &format!("{prefix}-2"), &a, -30),
-        announcement(store, &format!("{prefix}-4"), &a, 5),
-    ];
+    let mut expected = announced(store, &a, &prefix);
     expected.sort();
     assert_eq!(received(&drain(&url).await), expected);
     let after = support::ops::ops("dynamodb", config, &["unsent", "--older-than", "0s"]);

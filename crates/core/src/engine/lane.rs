@@ -166,10 +166,7 @@ where
                 }
             };
             let step = if let Some(result) = self.known_duplicate(&work, batch) {
-                Step::Done(Outcome::Duplicate {
-                    result,
-                    unsent: None,
-                })
+                Step::Done(Outcome::known_duplicate(result))
             } else {
                 match batch.in_flight.turn(&work.key) {
                     Turn::Later(first) => Step::Waiting(first),
@@ -252,10 +249,7 @@ where
                 let outcome = match coalesce::wait_for_first(first, &work.payload_hash, &deadline)
                     .await
                 {
-                    Waited::Duplicate(result) => Outcome::Duplicate {
-                        result,
-                        unsent: None,
-                    },
+                    Waited::Duplicate(result) => Outcome::known_duplicate(result),
                     Waited::OnItsOwn => self.claim_and_run(&work, deadline, &batch.leases).await,
                     Waited::Cut => Outcome::NotStarted(super::StopReason::DeadlineNear),
                 };

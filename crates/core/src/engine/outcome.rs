@@ -166,6 +166,15 @@ impl Parking {
 }
 
 impl Outcome {
+    /// A verified duplicate known before its claim (the pre-check, the
+    /// caches, a copy in flight): its item had nothing left to send.
+    pub(super) fn known_duplicate(result: Option<Arc<str>>) -> Self {
+        Self::Duplicate {
+            result,
+            unsent: None,
+        }
+    }
+
     /// Processed or a verified duplicate: the key is COMPLETED.
     pub fn is_finished(&self) -> bool {
         matches!(self, Self::Processed { .. } | Self::Duplicate { .. })

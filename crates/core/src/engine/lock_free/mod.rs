@@ -104,14 +104,7 @@ where
                     continue;
                 }
                 (None, Next::Known(work, result)) => {
-                    self.replayed(
-                        &work,
-                        Outcome::Duplicate {
-                            result,
-                            unsent: None,
-                        },
-                    )
-                    .await
+                    self.replayed(&work, Outcome::known_duplicate(result)).await
                 }
                 (None, Next::Unplanned(work, why, first_copy)) => {
                     let outcome = self.refused(&work, why, &batch).await;
@@ -122,14 +115,7 @@ where
                     let deadline = batch.guard.deadline();
                     match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
                         Waited::Duplicate(result) => {
-                            self.replayed(
-                                &work,
-                                Outcome::Duplicate {
-                                    result,
-                                    unsent: None,
-                                },
-                            )
-                            .await
+                            self.replayed(&work, Outcome::known_duplicate(result)).await
                         }
                         Waited::OnItsOwn => self.plan_and_commit(work, &batch, ticket).await,
                         Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
