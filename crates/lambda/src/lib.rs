@@ -45,7 +45,7 @@ pub use sources::{
     Batch, Coordinates, Decoded, EventError, FromRecord, KinesisRecord, MessageAttribute, Record,
     Source, SqsMessage, StreamRecord, decode_event,
 };
-pub use stuck_check::StartedKeys;
+pub use stuck_check::{SWEEP_AFTER, StartedKeys};
 use telemetry::TracingExport;
 
 /// Why an invocation failed as a whole (Lambda then retries the batch).
@@ -487,7 +487,7 @@ where
     }
 
     /// The sweeper: sends the messages of this function's keys COMPLETED
-    /// more than [`stuck_check::SWEEP_AFTER`] ago and still unsent, and
+    /// more than [`SWEEP_AFTER`] ago and still unsent, and
     /// writes its EMF document (`UnsentRecords`, `SweptRecords`,
     /// `OldestUnsentAgeSeconds`).
     pub async fn sweep_unsent(&self, function_name: &str) -> Result<Swept, InvocationError> {
