@@ -645,3 +645,33 @@ async fn announcing_adds_at_most_a_tenth_of_a_store_request_per_message_on_the_l
         ]
     );
 }
+
+/// A record run alone (`Engine::run_once`, outside a batch) sends its
+/// messages as a batch's records do, and is finished only then.
+#[tokio::test]
+async fn a_record_run_alone_sends_its_messages_too() {
+    let (_, url) = support::sqs::queue().await;
+    let sender = Faulty::new().await;
+    let function = announcing(LedgerMode::LockFree, &url, sender.clone()).await;
+    let (a, key) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    let body = support::msk::payment_json(&key, &a, 100).into_bytes();
+    let work = exactly_once::engine::Work {
+        key: key.clone(),
+        payload_hash: exactly_once::store::payload_hash(&body),
+        origin: "payments-0@0".into(),
+        record: exactly_once::lambda::Record::Kafka(support::msk::kafka_record(body)),
+        span: tracing::Span::none(),
+        holder: None,
+    };
+    let engine = function.engine();
+    let deadline = exactly_once::engine::Deadline::NONE;
+    sender.set(Fault::Refuse);
+    let refused = engine.run_once(&work, deadline).await;
+    assert_eq!(refused.name(), "unsent", "{refused:?}");
+    sender.set(Fault::None);
+    let again = engine.run_once(&work, deadline).await;
+    assert_eq!(again.name(), "duplicate", "{again:?}");
+    let expected = vec![announcement(engine.store(), &key, &a, 100)];
+    assert_eq!(received(&drain(&url).await), expected);
+    assert_eq!(balance(&a).await, 100);
+}

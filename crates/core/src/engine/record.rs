@@ -71,15 +71,21 @@ where
     }
 
     /// One message on its own: claim, run, record, one after the other (a
-    /// duplicate handed to the handler's `on_duplicate`). `deadline` bounds
-    /// the lease and cuts the work.
+    /// duplicate handed to the handler's `on_duplicate`), then its messages
+    /// sent, as a batch's are. `deadline` bounds the lease and cuts the
+    /// work.
     pub async fn run_once(&self, work: &Work<H::Record>, deadline: Deadline) -> Outcome {
         let leases = Leases::default();
         let outcome = tokio::select! {
             outcome = self.claim_and_run(work, deadline, &leases) => outcome,
             () = leases.beat(&self.store, &self.batch_sizer, deadline) => unreachable!("the heartbeat never ends"),
         };
-        self.replayed(work, outcome).await
+        let outcome = self.replayed(work, outcome).await;
+        let elapsed = std::time::Duration::ZERO;
+        let mut alone = [((), super::RecordOutcome { outcome, elapsed })];
+        super::deliver::deliver(&self.store, self.sender(), &mut alone, deadline).await;
+        let [(_, recorded)] = alone;
+        recorded.outcome
     }
 
     /// Claim, run, record; a duplicate comes back as [`Outcome::Duplicate`]
