@@ -559,6 +559,14 @@ async fn the_operator_lists_what_is_left_unsent_and_sends_it() {
         "{listed:?}"
     );
     assert!(listed.has("of the index of unsent messages"), "{listed:?}");
+    let key = format!("{prefix}-1");
+    let inspected = support::ops::ops("dynamodb", config, &["inspect", &key]);
+    assert!(
+        inspected.has(&format!(
+            "outbox           1 message(s) not yet sent, to {url}:"
+        )),
+        "{inspected:?}"
+    );
     let young = support::ops::ops("dynamodb", config, &["unsent"]);
     assert!(
         young.has("0 COMPLETED key(s)"),

@@ -11,10 +11,12 @@ use exactly_once::clock::ms_to_s;
 use exactly_once::store::{Status, StoredItem, attr};
 
 /// The attributes [`StoredItem`] holds; [`others`] returns the rest.
-/// Attributes shown by name (or, `started_shard`, kept for the index of
-/// STARTED items only), not among the others.
-const KNOWN: [&str; 15] = [
+/// Attributes shown by name (or, `started_shard` and `outbox_shard`, kept
+/// for the sparse indexes only), not among the others.
+const KNOWN: [&str; 17] = [
     attr::STARTED_SHARD,
+    "outbox_shard",
+    attr::OUTBOX,
     attr::PK,
     attr::STATUS,
     attr::VERSION,
@@ -72,6 +74,9 @@ pub fn render(
     );
     row(attr::ORIGIN, item.origin.as_deref().unwrap_or("-"));
     row(attr::RESULT, &optional_text(item.result.as_deref()));
+    if let Some(outbox) = &item.outbox {
+        row(attr::OUTBOX, &outbox_text(outbox));
+    }
     row(attr::ERROR, &optional_text(item.error.as_deref()));
     for (name, value) in others {
         row(name, value);
@@ -80,6 +85,25 @@ pub fn render(
         row("next delivery", &line);
     }
     out
+}
+
+/// An outbox as the messages it holds: how many, and where to (never their
+/// bodies, which may hold payload content).
+fn outbox_text(outbox: &str) -> String {
+    match exactly_once::outbox::decode(outbox) {
+        Ok(messages) => {
+            let mut destinations: Vec<&str> =
+                messages.iter().map(|m| m.destination.as_str()).collect();
+            destinations.dedup();
+            format!(
+                "{} message(s) not yet sent, to {}: the next delivery of the key or the \
+                 scheduled sweep sends them (exactly-once-ops unsent --send)",
+                messages.len(),
+                destinations.join(", ")
+            )
+        }
+        Err(err) => format!("unreadable ({err})"),
+    }
 }
 
 /// The invocation an owner token names (`<request id>/<function
