@@ -285,6 +285,13 @@ async fn work<S: Operator>(
     println!("WORKER FINISHED");
 }
 
+/// How many streams of a storm announce their payments, and the most kills
+/// made while one runs: every kill resends what its worker had not
+/// cleared, and the local SQS (moto's server) slows with every message a
+/// queue holds.
+const ANNOUNCING_STREAMS: usize = 1;
+const ANNOUNCING_KILLS: usize = 20;
+
 /// SQS, through which a worker dies (exits at once, like a SIGKILL) at the
 /// points of the send that matter, and which fails as a destination does:
 /// of the sends, a tenth each dies after the commit but before anything
@@ -577,6 +584,8 @@ struct Storm {
     groups: Vec<usize>,
     /// The locking path's batched requests the workers sent.
     batched: u64,
+    /// Streams whose payments were announced.
+    announced_streams: usize,
     /// Announcements received (copies included).
     announcements: usize,
     /// Applied payments with no announcement at all.
@@ -615,6 +624,7 @@ impl Storm {
         accounts: &[String],
         key_prefix: &str,
     ) {
+        self.announced_streams += 1;
         let client = support::sqs::client().await;
         let mut ids: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
             Default::default();
@@ -668,6 +678,8 @@ impl Storm {
                 Some(_) => {}
             }
         }
+        // The queue goes: moto's server keeps every queue and message.
+        let _ = client.delete_queue().queue_url(url).send().await;
     }
 }
 
@@ -687,7 +699,14 @@ async fn storm(
         let accounts: Vec<String> = (0..4).map(|_| account()).collect();
         let stream = format!("s-{}", uuid::Uuid::new_v4());
         let batches = support::sources::payment_stream(encoding, &stream, &accounts, 8);
-        let (_, url) = support::sqs::queue().await;
+        // The first stream announces every payment (its workers dying
+        // around the sends as well, at most ANNOUNCING_KILLS kills); the
+        // rest do not, which keeps the local SQS off the storm's time.
+        let announcing = storm.announced_streams < ANNOUNCING_STREAMS;
+        let url = match announcing {
+            true => Some(support::sqs::queue().await.1),
+            false => None,
+        };
         let key_prefix = format!("storm-{}#", uuid::Uuid::new_v4());
         let config = WorkerConfig {
             key_prefix: key_prefix.clone(),
@@ -699,15 +718,21 @@ async fn storm(
             charge_api: None,
             invocations,
             encoding,
-            announce_to: Some(url.clone()),
+            announce_to: url.clone(),
         };
-        let (mut groups, batched) = container_life(config, seed, rng.fork(), &made, kills).await;
+        let limit = match announcing {
+            true => kills.min(made.load(Ordering::SeqCst) + ANNOUNCING_KILLS),
+            false => kills,
+        };
+        let (mut groups, batched) = container_life(config, seed, rng.fork(), &made, limit).await;
         storm.groups.append(&mut groups);
         storm.batched += batched;
         storm.settle(&accounts).await;
-        storm
-            .settle_announcements(&url, &stream, &accounts, &key_prefix)
-            .await;
+        if let Some(url) = url {
+            storm
+                .settle_announcements(&url, &stream, &accounts, &key_prefix)
+                .await;
+        }
     }
     storm.kills = made.load(Ordering::SeqCst);
     storm
@@ -853,7 +878,11 @@ async fn exactly_once_storm(mode: &str, kills: usize, invocations: usize, encodi
         (0, 0, 0),
         "seed {seed}: {storm:?}"
     );
-    assert!(storm.announcements as i64 >= storm.payments, "{storm:?}");
+    assert!(storm.announced_streams >= 1, "{storm:?}");
+    assert!(
+        storm.announcements >= 80 * storm.announced_streams,
+        "{storm:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
