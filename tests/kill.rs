@@ -628,46 +628,28 @@ impl Storm {
         let client = support::sqs::client().await;
         let mut ids: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
             Default::default();
-        loop {
-            let received = client
-                .receive_message()
-                .queue_url(url)
-                .max_number_of_messages(10)
-                .message_attribute_names("All")
-                .send()
-                .await
-                .expect("receive");
-            if received.messages().is_empty() {
-                break;
+        for message in support::sqs::receive_all(&client, url).await {
+            self.announcements += 1;
+            let body: Value = serde_json::from_str(message.body().unwrap_or("null")).expect("JSON");
+            let id = support::sqs::id_of(&message);
+            let payment = body["payment_id"].as_str().unwrap_or_default();
+            let n = payment
+                .strip_prefix(&format!("{stream}-"))
+                .and_then(|n| n.parse::<usize>().ok());
+            let expected = n.filter(|n| *n < 80).map(|n| {
+                serde_json::json!({
+                    "payment_id": payment,
+                    "account_id": accounts[n % accounts.len()],
+                    "amount_cents": n + 1,
+                })
+            });
+            if expected.as_ref() != Some(&body) {
+                self.phantom_announcements += 1;
+                continue;
             }
-            for message in received.messages() {
-                self.announcements += 1;
-                let body: Value =
-                    serde_json::from_str(message.body().unwrap_or("null")).expect("JSON");
-                let id = message
-                    .message_attributes()
-                    .and_then(|a| a.get("idempotency-key"))
-                    .and_then(|a| a.string_value())
-                    .unwrap_or_default();
-                let payment = body["payment_id"].as_str().unwrap_or_default();
-                let n = payment
-                    .strip_prefix(&format!("{stream}-"))
-                    .and_then(|n| n.parse::<usize>().ok());
-                let expected = n.filter(|n| *n < 80).map(|n| {
-                    serde_json::json!({
-                        "payment_id": payment,
-                        "account_id": accounts[n % accounts.len()],
-                        "amount_cents": n + 1,
-                    })
-                });
-                if expected.as_ref() != Some(&body) {
-                    self.phantom_announcements += 1;
-                    continue;
-                }
-                ids.entry(payment.to_owned())
-                    .or_default()
-                    .insert(id.to_owned());
-            }
+            ids.entry(payment.to_owned())
+                .or_default()
+                .insert(id.to_owned());
         }
         for n in 0..80 {
             let key = format!("{stream}-{n}");

@@ -121,35 +121,17 @@ struct Received {
 /// Everything the queue holds (received, so no longer visible), as SQS
 /// messages: what the next hop's event is made of.
 async fn drain(url: &str) -> Vec<aws_sdk_sqs::types::Message> {
-    let client = support::sqs::client().await;
-    let mut messages = Vec::new();
-    loop {
-        let received = client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .message_attribute_names("All")
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        if received.messages().is_empty() {
-            return messages;
-        }
-        messages.extend(received.messages().iter().cloned());
-    }
+    support::sqs::receive_all(&support::sqs::client().await, url).await
 }
 
 fn received(messages: &[aws_sdk_sqs::types::Message]) -> Vec<Received> {
     let mut received: Vec<Received> = messages
         .iter()
         .map(|m| Received {
-            id: m
-                .message_attributes()
-                .and_then(|a| a.get("idempotency-key"))
-                .and_then(|a| a.string_value())
-                .expect("every message carries its id")
-                .to_owned(),
+            id: match support::sqs::id_of(m) {
+                "" => panic!("a message without its id: {m:?}"),
+                id => id.to_owned(),
+            },
             body: serde_json::from_str::<Value>(m.body().unwrap_or("null"))
                 .expect("a JSON body")
                 .to_string(),
@@ -336,11 +318,7 @@ fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let id = m
-                .message_attributes()
-                .and_then(|a| a.get("idempotency-key"))
-                .and_then(|a| a.string_value())
-                .unwrap_or_default();
+            let id = support::sqs::id_of(m);
             json!({
                 "messageId": format!("00000000-0000-0000-0000-{i:012}"),
                 "receiptHandle": format!("AQEB-{i}"),
@@ -488,16 +466,15 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
         });
     let scheduled: Value =
         serde_json::from_str(include_str!("../events/scheduled.json")).expect("JSON");
-    let check = || {
+    // A scheduled check, and the sweep's metrics document it wrote.
+    let swept = || async {
         let context = lambda_runtime::Context::default();
-        sweeper.handle(lambda_runtime::LambdaEvent::new(scheduled.clone(), context))
+        let event = lambda_runtime::LambdaEvent::new(scheduled.clone(), context);
+        sweeper.handle(event).await.expect("swept");
+        let mut lines = lines.lock().expect("lines");
+        lines.pop().expect("the sweep's document")
     };
-    check().await.expect("swept");
-    let sweep = lines
-        .lock()
-        .expect("lines")
-        .pop()
-        .expect("the sweep's document");
+    let sweep = swept().await;
     assert_eq!(sweep["UnsentRecords"], 3.0);
     assert_eq!(sweep["SweptRecords"], 0.0);
     let age = sweep["OldestUnsentAgeSeconds"].as_f64().expect("seconds");
@@ -505,12 +482,7 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
     assert_eq!(drain(&url).await.len(), 0);
 
     sender.set(Fault::None);
-    check().await.expect("swept");
-    let sweep = lines
-        .lock()
-        .expect("lines")
-        .pop()
-        .expect("the sweep's document");
+    let sweep = swept().await;
     assert_eq!(
         (
             &sweep["UnsentRecords"],
@@ -523,12 +495,7 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
     expected.sort();
     assert_eq!(received(&drain(&url).await), expected);
     // Nothing left: the next sweep sends nothing, a redelivery neither.
-    check().await.expect("swept");
-    let sweep = lines
-        .lock()
-        .expect("lines")
-        .pop()
-        .expect("the sweep's document");
+    let sweep = swept().await;
     assert_eq!(sweep["UnsentRecords"], 0.0);
     assert_eq!(
         reported(&invoke(&function, &payments(&a, &prefix)).await),

@@ -30,23 +30,43 @@ pub async fn queue() -> (aws_sdk_sqs::Client, String) {
 
 /// Every message the queue holds, as JSON (received, so no longer visible).
 pub async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> Vec<Value> {
+    receive_all(client, url)
+        .await
+        .iter()
+        .map(|m| serde_json::from_str(m.body().unwrap_or("null")).expect("a JSON body"))
+        .collect()
+}
+
+/// Every message the queue holds, whole (its attributes and system
+/// attributes too), received, so no longer visible.
+pub async fn receive_all(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Vec<aws_sdk_sqs::types::Message> {
     let mut messages = Vec::new();
     loop {
         let received = client
             .receive_message()
             .queue_url(url)
             .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
             .send()
             .await
             .expect("receive");
         if received.messages().is_empty() {
             return messages;
         }
-        messages.extend(
-            received
-                .messages()
-                .iter()
-                .map(|m| serde_json::from_str(m.body().unwrap_or("null")).expect("a JSON body")),
-        );
+        messages.extend(received.messages().iter().cloned());
     }
+}
+
+/// A message's `idempotency-key` attribute: the id an emitted message
+/// travels under ("" without one).
+pub fn id_of(message: &aws_sdk_sqs::types::Message) -> &str {
+    message
+        .message_attributes()
+        .and_then(|a| a.get("idempotency-key"))
+        .and_then(|a| a.string_value())
+        .unwrap_or_default()
 }
