@@ -1,6 +1,7 @@
 //! The composition root: the function as the environment configures it,
 //! served until the Lambda runtime stops.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -172,7 +173,12 @@ where
             None => tracing::Span::none(),
         };
         async move {
-            let answer = function.handle(event).instrument(span).await;
+            // Boxed: the batch's future is deep (lanes, group commits, the
+            // outbox's delivery), and a `main` awaiting it inline would
+            // need a `recursion_limit` to lay it out.
+            let batch: Pin<Box<dyn Future<Output = _> + Send>> =
+                Box::pin(function.handle(event).instrument(span));
+            let answer = batch.await;
             if let Some(traces) = traces {
                 flush(traces).await;
             }
