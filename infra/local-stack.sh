@@ -26,10 +26,13 @@ local_stack() {
   source "$root/infra/local-env.sh"
   export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH"
 
-  step "DynamoDB Local (and its streams); moto's server: SQS (the dead-letter queue, a source) and Kinesis"
+  step "DynamoDB Local (and its streams); moto's server: SQS (the dead-letter queue, a source), Kinesis, SNS and EventBridge"
   eval "$("$root/infra/dynamodb-local.sh" start)"
   eval "$("$root/infra/sqs-local.sh" start)"
+  # The same moto server is every other AWS service the tests send to: the
+  # Kinesis source, and the SNS, EventBridge and Kinesis destinations.
   export AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
+  export AWS_ENDPOINT_URL_SNS="$AWS_ENDPOINT_URL_SQS" AWS_ENDPOINT_URL_EVENTBRIDGE="$AWS_ENDPOINT_URL_SQS"
   export AWS_ENDPOINT_URL_DYNAMODB_STREAMS="$AWS_ENDPOINT_URL_DYNAMODB"
   # A slower machine on demand (docs/testing.md, "On a slower machine"):
   # SLOW_DYNAMODB_MS=200-600 puts DynamoDB Local behind a proxy that answers

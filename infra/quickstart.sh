@@ -36,7 +36,7 @@ binary="$root/target/debug/payments"
 
 echo "quickstart: what it compiles"
 tree="$(cd "$work/payments" && cargo tree -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
-for name in tokio-postgres redis opentelemetry apache-avro prost aws-sdk-s3 aws-sdk-sqs \
+for name in tokio-postgres redis opentelemetry apache-avro prost aws-sdk-s3 aws-sdk-sqs aws-sdk-sns aws-sdk-eventbridge aws-sdk-kinesis \
   aws-sdk-lambda aws-sdk-secretsmanager clap; do
   if grep -E "^${name}([ -]|_)" <<<"$tree" >/dev/null; then
     echo "quickstart: the default build compiles $name" >&2

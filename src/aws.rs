@@ -1,5 +1,6 @@
 //! The AWS configuration the function's clients share: DynamoDB, the SQS
-//! dead-letter queue, and PostgreSQL's Secrets Manager secret or IAM token.
+//! dead-letter queue, the destinations of emitted messages, and
+//! PostgreSQL's Secrets Manager secret or IAM token.
 
 use std::time::Duration;
 
@@ -52,4 +53,40 @@ pub async fn dynamodb_client_with(
             .timeout_config(settings.timeout_config())
             .build();
     exactly_once_dynamodb::Client::from_conf(config)
+}
+
+/// A sender of each destination kind this build has (features `sqs`,
+/// `sns`, `eventbridge`, `kinesis`), its clients of [`sdk_config`].
+#[cfg(any(
+    feature = "sqs",
+    feature = "sns",
+    feature = "eventbridge",
+    feature = "kinesis"
+))]
+pub async fn destinations() -> exactly_once_lambda::destinations::Destinations {
+    #[allow(unused_imports)]
+    use exactly_once_lambda::destinations::{self as to, Kind};
+    let config = sdk_config().await;
+    let destinations = to::Destinations::new();
+    #[cfg(feature = "sqs")]
+    let destinations = destinations.with(
+        Kind::SqsQueue,
+        to::SqsSender::new(aws_sdk_sqs::Client::new(&config)),
+    );
+    #[cfg(feature = "sns")]
+    let destinations = destinations.with(
+        Kind::SnsTopic,
+        to::SnsSender::new(aws_sdk_sns::Client::new(&config)),
+    );
+    #[cfg(feature = "eventbridge")]
+    let destinations = destinations.with(
+        Kind::EventBus,
+        to::EventBridgeSender::new(aws_sdk_eventbridge::Client::new(&config)),
+    );
+    #[cfg(feature = "kinesis")]
+    let destinations = destinations.with(
+        Kind::KinesisStream,
+        to::KinesisSender::new(aws_sdk_kinesis::Client::new(&config)),
+    );
+    destinations
 }

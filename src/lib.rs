@@ -121,7 +121,14 @@
 
 #![deny(missing_docs)]
 
-#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "sqs"))]
+#[cfg(any(
+    feature = "dynamodb",
+    feature = "postgres",
+    feature = "sqs",
+    feature = "sns",
+    feature = "eventbridge",
+    feature = "kinesis"
+))]
 pub mod aws;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod backend;

@@ -136,8 +136,8 @@ struct Parts {
     settings: Settings,
     shared_cache: Option<Arc<dyn SharedCache>>,
     dead_letters: Option<Arc<dyn DeadLetters>>,
-    /// Sends the messages handlers emit (feature `sqs`).
-    sender: Option<Arc<dyn Sender>>,
+    /// Sends the messages handlers emit.
+    sender: Arc<dyn Sender>,
     traces: Option<Traces>,
 }
 
@@ -156,9 +156,7 @@ where
     if let Some(cache) = parts.shared_cache {
         engine = engine.with_shared_cache(cache);
     }
-    if let Some(sender) = parts.sender {
-        engine = engine.with_sender(sender);
-    }
+    engine = engine.with_sender(parts.sender);
     let mut function = BatchFunction::new(engine, parts.settings.function);
     if let Some(queue) = parts.dead_letters {
         function = function.with_dead_letter_queue(queue);
@@ -262,19 +260,25 @@ fn shared_cache(
     Ok(cache)
 }
 
-/// What sends the messages handlers emit: SQS queues (feature `sqs`);
-/// without it, a handler that emits has its records reported, the log
-/// naming the feature.
-async fn sender() -> Option<Arc<dyn Sender>> {
-    #[cfg(feature = "sqs")]
-    {
-        let client = aws_sdk_sqs::Client::new(&crate::aws::sdk_config().await);
-        Some(Arc::new(exactly_once_lambda::destinations::SqsSender::new(
-            client,
-        )))
-    }
-    #[cfg(not(feature = "sqs"))]
-    None
+/// What sends the messages handlers emit: a sender of each destination
+/// kind this build has; a message to another kind has its record reported,
+/// the log naming the feature.
+async fn sender() -> Arc<dyn Sender> {
+    #[cfg(any(
+        feature = "sqs",
+        feature = "sns",
+        feature = "eventbridge",
+        feature = "kinesis"
+    ))]
+    let destinations = crate::aws::destinations().await;
+    #[cfg(not(any(
+        feature = "sqs",
+        feature = "sns",
+        feature = "eventbridge",
+        feature = "kinesis"
+    )))]
+    let destinations = exactly_once_lambda::destinations::Destinations::new();
+    Arc::new(destinations)
 }
 
 /// The SQS queue parked records go to (`DEAD_LETTER_QUEUE_URL`).

@@ -650,3 +650,250 @@ async fn a_record_run_alone_sends_its_messages_too() {
     assert_eq!(received(&drain(&url).await), expected);
     assert_eq!(balance(&a).await, 100);
 }
+
+/// The function's own sender: a sender of each destination kind, as
+/// `exactly_once::run` builds it.
+async fn destinations() -> Arc<dyn Sender> {
+    for endpoint in [
+        "AWS_ENDPOINT_URL_SNS",
+        "AWS_ENDPOINT_URL_EVENTBRIDGE",
+        "AWS_ENDPOINT_URL_KINESIS",
+    ] {
+        support::env(endpoint);
+    }
+    Arc::new(exactly_once::aws::destinations().await)
+}
+
+/// A queue's ARN (what SNS and EventBridge deliver to).
+async fn queue_arn(url: &str) -> String {
+    use aws_sdk_sqs::types::QueueAttributeName::QueueArn;
+    let attributes = support::sqs::client()
+        .await
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueArn)
+        .send()
+        .await
+        .expect("the queue's attributes");
+    attributes.attributes().expect("attributes")[&QueueArn].clone()
+}
+
+#[tokio::test]
+async fn an_sns_topic_gets_each_announcement_with_its_id_as_message_attribute() {
+    let sns = aws_sdk_sns::Client::new(&exactly_once::aws::sdk_config().await);
+    let topic = sns
+        .create_topic()
+        .name(format!("announcements-{}", uuid::Uuid::new_v4().simple()))
+        .send()
+        .await
+        .expect("a topic")
+        .topic_arn()
+        .expect("its ARN")
+        .to_owned();
+    // The next hop: a queue subscribed with raw message delivery, whose
+    // messages carry the notification's attributes as their own.
+    let (_, url) = support::sqs::queue().await;
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(queue_arn(&url).await)
+        .attributes("RawMessageDelivery", "true")
+        .send()
+        .await
+        .expect("a subscription");
+    let function = announcing(LedgerMode::LockFree, &topic, destinations().await).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    let batch = payments(&a, &prefix);
+    for _ in 0..2 {
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+    }
+    // Once each (the second delivery was duplicates), under the ids a
+    // consumer on this crate reads by default.
+    let store = function.engine().store();
+    let mut expected = announced(store, &a, &prefix);
+    expected.sort();
+    assert_eq!(received(&drain(&url).await), expected);
+    assert_eq!(balance(&a).await, 75);
+}
+
+#[tokio::test]
+async fn a_kinesis_stream_gets_each_announcement_keyed_by_its_id_on_its_accounts_shard() {
+    let kinesis = aws_sdk_kinesis::Client::new(&exactly_once::aws::sdk_config().await);
+    let name = format!("announcements-{}", uuid::Uuid::new_v4().simple());
+    kinesis
+        .create_stream()
+        .stream_name(&name)
+        .shard_count(4)
+        .send()
+        .await
+        .expect("a stream");
+    let stream = kinesis
+        .describe_stream_summary()
+        .stream_name(&name)
+        .send()
+        .await
+        .expect("the stream")
+        .stream_description_summary()
+        .expect("its summary")
+        .stream_arn()
+        .to_owned();
+    let function = announcing(LedgerMode::LockFree, &stream, destinations().await).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    let batch = payments(&a, &prefix);
+    for _ in 0..2 {
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+    }
+    // Every shard's records: the account's announcements all on one
+    // shard, in the order applied, each keyed by its id.
+    let shards = kinesis
+        .list_shards()
+        .stream_arn(&stream)
+        .send()
+        .await
+        .expect("the shards");
+    let mut on_shards = Vec::new();
+    for shard in shards.shards() {
+        let iterator = kinesis
+            .get_shard_iterator()
+            .stream_arn(&stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .expect("an iterator");
+        let records = kinesis
+            .get_records()
+            .stream_arn(&stream)
+            .set_shard_iterator(iterator.shard_iterator().map(str::to_owned))
+            .send()
+            .await
+            .expect("the shard's records");
+        let received: Vec<Received> = records
+            .records()
+            .iter()
+            .map(|record| Received {
+                id: record.partition_key().to_owned(),
+                body: serde_json::from_slice::<Value>(record.data().as_ref())
+                    .expect("a JSON body")
+                    .to_string(),
+            })
+            .collect();
+        if !received.is_empty() {
+            on_shards.push(received);
+        }
+    }
+    let store = function.engine().store();
+    assert_eq!(on_shards, [announced(store, &a, &prefix)]);
+}
+
+/// Emits each payment to an EventBridge bus as the event
+/// `PaymentApplied` of source `payments`, its detail the payment.
+struct PublishingPayments {
+    bus: String,
+}
+
+impl<E: Send + Sync + 'static> RecordHandler<E> for PublishingPayments {
+    type Record = KafkaRecord;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::LockFree
+    }
+
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &KafkaRecord,
+    ) -> Result<Completion<E>, HandlerError> {
+        let payment: Value = serde_json::from_slice(&record.value)
+            .map_err(|e| HandlerError::Permanent(format!("not a payment: {}", json_error(&e))))?;
+        let event =
+            json!({"source": "payments", "detail-type": "PaymentApplied", "detail": payment});
+        Ok(Completion::done("published").emit(&self.bus, event.to_string()))
+    }
+}
+
+#[tokio::test]
+async fn an_eventbridge_bus_gets_each_event_with_its_id_in_the_detail() {
+    let events = aws_sdk_eventbridge::Client::new(&exactly_once::aws::sdk_config().await);
+    let name = format!("announcements-{}", uuid::Uuid::new_v4().simple());
+    let bus = events
+        .create_event_bus()
+        .name(&name)
+        .send()
+        .await
+        .expect("a bus")
+        .event_bus_arn()
+        .expect("its ARN")
+        .to_owned();
+    // The next hop: a queue behind a rule taking the bus's payments.
+    let (_, url) = support::sqs::queue().await;
+    events
+        .put_rule()
+        .name("payments")
+        .event_bus_name(&name)
+        .event_pattern(json!({"source": ["payments"]}).to_string())
+        .send()
+        .await
+        .expect("a rule");
+    events
+        .put_targets()
+        .rule("payments")
+        .event_bus_name(&name)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(queue_arn(&url).await)
+                .build()
+                .expect("a target"),
+        )
+        .send()
+        .await
+        .expect("the queue as target");
+    let store = support::store(std::time::Duration::from_secs(30)).await;
+    let engine = Engine::new(store, PublishingPayments { bus }, EngineConfig::default())
+        .with_sender(destinations().await);
+    let function = BatchFunction::new(engine, settings(header_keys())).without_metrics();
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    let batch = payments(&a, &prefix);
+    for _ in 0..2 {
+        assert_eq!(
+            reported(&invoke(&function, &batch).await),
+            Vec::<String>::new()
+        );
+    }
+    // Each payment's event once, its id in the detail beside the payment.
+    let store = function.engine().store();
+    let mut published: Vec<(String, Value)> = drain(&url)
+        .await
+        .iter()
+        .map(|m| {
+            let event: Value = serde_json::from_str(m.body().unwrap_or("null")).expect("an event");
+            assert_eq!(event["detail-type"], "PaymentApplied");
+            let mut detail = event["detail"].clone();
+            let id = detail
+                .as_object_mut()
+                .and_then(|d| d.remove("idempotency-key"))
+                .and_then(|id| id.as_str().map(str::to_owned))
+                .expect("the id in the detail");
+            (id, detail)
+        })
+        .collect();
+    published.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut expected: Vec<(String, Value)> = [(1, 100), (2, -30), (3, -500), (4, 5)]
+        .into_iter()
+        .map(|(n, amount)| {
+            let id = format!("{prefix}-{n}");
+            let payment: Value =
+                serde_json::from_str(&support::msk::payment_json(&id, &a, amount)).expect("JSON");
+            (outbox::message_id(&store.pk(&id).expect("pk"), 0), payment)
+        })
+        .collect();
+    expected.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(published, expected);
+}

@@ -6,7 +6,6 @@
 #![deny(missing_docs)]
 
 pub mod dead_letter;
-#[cfg(feature = "sqs")]
 pub mod destinations;
 mod encode;
 mod fingerprint;

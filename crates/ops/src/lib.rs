@@ -545,8 +545,7 @@ async fn list<S: Operator>(
 
 /// Sends what is left unsent, as the scheduled check does.
 async fn send_unsent<S: Operator>(store: &S, older_than: Duration) -> Result<ExitCode, StoreError> {
-    let client = aws_sdk_sqs::Client::new(&exactly_once::aws::sdk_config().await);
-    let sender = exactly_once::lambda::destinations::SqsSender::new(client);
+    let sender = exactly_once::aws::destinations().await;
     let swept = exactly_once::engine::send_unsent(store, Some(&sender), older_than).await?;
     emit(&format!(
         "sent the messages of {} of {} record(s) left unsent; {}\n",

@@ -1,17 +1,15 @@
-//! SQS queues, standard and FIFO: `SendMessageBatch`, 10 messages a
-//! request, each with its stable id as the message attribute
-//! `idempotency-key` (where a consumer on this crate reads its key by
-//! default) and, on a FIFO queue, as its `MessageDeduplicationId` (SQS
-//! drops a copy sent within 5 minutes; the consumer's key drops the rest),
-//! its group as `MessageGroupId`.
+//! SQS queues, standard and FIFO, named by URL: `SendMessageBatch`, 10
+//! messages a request, each with its stable id as the message attribute
+//! [`ID_ATTRIBUTE`] and, on a FIFO queue, as its `MessageDeduplicationId`
+//! (SQS drops a copy sent within 5 minutes; the consumer's key drops the
+//! rest), its group as `MessageGroupId`.
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 
-/// The message attribute a message's stable id travels in.
-pub const ID_ATTRIBUTE: &str = "idempotency-key";
+use super::{ID_ATTRIBUTE, answers_by_index, every};
 
 /// SQS's most messages per `SendMessageBatch`.
 const MAX_BATCH: usize = 10;
@@ -37,7 +35,7 @@ impl SqsSender {
             .collect();
         let entries = match entries {
             Ok(entries) => entries,
-            Err(err) => return messages.iter().map(|_| Err(err.clone())).collect(),
+            Err(err) => return every(messages, err),
         };
         let sent = self
             .client
@@ -46,57 +44,26 @@ impl SqsSender {
             .set_entries(Some(entries))
             .send()
             .await;
-        let output = match sent {
-            Ok(output) => output,
-            Err(err) => {
-                let err = SendError::NoAnswer(format!("{}", DisplayErrorContext(&err)));
-                return messages.iter().map(|_| Err(err.clone())).collect();
-            }
-        };
-        let mut answers: Vec<Result<(), SendError>> = messages
-            .iter()
-            .map(|_| {
-                Err(SendError::NoAnswer(
-                    "SQS answered neither success nor failure for it".into(),
-                ))
-            })
-            .collect();
-        for ok in output.successful() {
-            if let Some(answer) = ok
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| answers.get_mut(i))
-            {
-                *answer = Ok(());
-            }
+        match sent {
+            Ok(output) => answers_by_index(
+                messages.len(),
+                output.successful().iter().map(|ok| ok.id()),
+                output
+                    .failed()
+                    .iter()
+                    .map(|failed| (failed.id(), failed.code(), failed.message())),
+            ),
+            Err(err) => every(
+                messages,
+                SendError::NoAnswer(format!("{}", DisplayErrorContext(&err))),
+            ),
         }
-        for failed in output.failed() {
-            if let Some(answer) = failed
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| answers.get_mut(i))
-            {
-                *answer = Err(SendError::Refused {
-                    code: failed.code().to_owned(),
-                    message: failed.message().unwrap_or_default().to_owned(),
-                });
-            }
-        }
-        answers
     }
 }
 
 impl Sender for SqsSender {
     fn check(&self, message: &Message) -> Result<(), SendError> {
         let url = message.destination.as_str();
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(SendError::Unsupported(format!(
-                "{url:?} is not an SQS queue URL (SNS topics, EventBridge buses and Kinesis \
-                 streams are not destinations yet)"
-            )));
-        }
         if is_fifo(url) && message.group.is_none() {
             return Err(SendError::Unsupported(format!(
                 "{url:?} is a FIFO queue: emit with a group (Message::in_group)"
