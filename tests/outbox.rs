@@ -22,6 +22,7 @@ use exactly_once::store::{Status, Store};
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
 use support::msk::{account, balance, event, header_keys, invoke, payment, reported, settings};
+use support::proxy::{Chaos, Proxy};
 
 /// What the sender in front of SQS does to the next sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,18 +368,77 @@ async fn answers_lost_after_the_send_resend_under_the_same_ids_and_the_next_hop_
 
         // The next hop, on this crate with its default key source: each
         // announcement applied once, however often it came.
-        let store = support::store(std::time::Duration::from_secs(30)).await;
-        let engine = Engine::new(store, Mirror, EngineConfig::default());
-        let next = BatchFunction::new(engine, settings(header_keys())).without_metrics();
-        let announced = sqs_event(&messages);
-        for _ in 0..2 {
-            assert_eq!(
-                reported(&invoke(&next, &announced).await),
-                Vec::<String>::new()
-            );
-            assert_eq!(balance(&format!("{a}-mirror")).await, -total, "{mode:?}");
-        }
+        next_hop_applies_each_once(&messages, &a, total).await;
     }
+}
+
+/// The next hop, on this crate with its default key source, given every
+/// copy in `messages` twice: `a`'s mirror ends at minus `total`.
+async fn next_hop_applies_each_once(messages: &[aws_sdk_sqs::types::Message], a: &str, total: i64) {
+    let store = support::store(std::time::Duration::from_secs(30)).await;
+    let engine = Engine::new(store, Mirror, EngineConfig::default());
+    let next = BatchFunction::new(engine, settings(header_keys())).without_metrics();
+    let announced = sqs_event(messages);
+    for _ in 0..2 {
+        assert_eq!(
+            reported(&invoke(&next, &announced).await),
+            Vec::<String>::new()
+        );
+        assert_eq!(balance(&format!("{a}-mirror")).await, -total);
+    }
+}
+
+/// SQS behind a partition that heals late: every request held 4 s by a
+/// proxy, past the client's 3 s attempt timeout (each of its 3 attempts
+/// given up), then delivered after all. The records are reported; the held
+/// requests land once the function has given up on them; the redelivery
+/// sends again. Every copy carries its message's id, and the next hop
+/// applies each once.
+#[tokio::test]
+async fn a_partition_that_heals_late_lands_late_copies_under_the_same_ids_and_the_next_hop_applies_each_once()
+ {
+    let (_, url) = support::sqs::queue().await;
+    let moto = support::env("AWS_ENDPOINT_URL_SQS");
+    let proxy = Proxy::start_with(
+        moto.trim_start_matches("http://").to_owned(),
+        Chaos::slow(4_000, 4_000),
+    )
+    .await;
+    let config = aws_sdk_sqs::config::Builder::from(&exactly_once::aws::sdk_config().await)
+        .endpoint_url(proxy.endpoint())
+        .build();
+    let partitioned = SqsSender::new(aws_sdk_sqs::Client::from_conf(config));
+    let function = announcing(LedgerMode::LockFree, &url, Arc::new(partitioned)).await;
+    let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
+    let batch = payments(&a, &prefix);
+    assert_eq!(
+        reported(&invoke(&function, &batch).await).len(),
+        3,
+        "the applied payments, their messages unanswered"
+    );
+    // The partition heals: the held requests land, late.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let late = drain(&url).await;
+    assert!(!late.is_empty(), "no held request landed");
+    // Redelivered to a container that reaches SQS: sent again.
+    let store = function.engine().store().clone();
+    let healed = announcing_on(store, LedgerMode::LockFree, &url, Faulty::new().await).await;
+    assert_eq!(
+        reported(&invoke(&healed, &batch).await),
+        Vec::<String>::new()
+    );
+    let again = drain(&url).await;
+    let store = healed.engine().store();
+    let mut expected = announced(store, &a, &prefix);
+    expected.sort();
+    for copies in [&late, &again] {
+        let mut ids = received(copies);
+        ids.dedup();
+        assert_eq!(ids, expected, "each copy under its message's id");
+    }
+    assert_eq!(balance(&a).await, 75);
+    let every: Vec<_> = late.into_iter().chain(again).collect();
+    next_hop_applies_each_once(&every, &a, 75).await;
 }
 
 #[tokio::test]
