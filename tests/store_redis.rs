@@ -407,3 +407,77 @@ async fn the_set_of_started_items_loses_only_members_whose_item_left_started() {
         keys.len()
     );
 }
+
+/// The score of `pk`'s item in the table's set of unsent items.
+async fn unsent_score(store: &RedisStore, pk: &str) -> Option<f64> {
+    let table = &store.config().table_name;
+    store
+        .connection()
+        .zscore(format!("{table};unsent"), format!("{table}:{pk}"))
+        .await
+        .expect("ZSCORE")
+}
+
+#[tokio::test]
+async fn the_unsent_listing_reads_only_the_items_with_messages_left_and_prunes_the_rest() {
+    use exactly_once::outbox::{self, Message};
+    use exactly_once::store::{Commit, Listing};
+    // A table of its own: its set holds this test's keys only.
+    let config = StoreConfig {
+        table_name: format!("unsent-{}", uuid::Uuid::new_v4().simple()),
+        ..support::store_config(LONG_LOCK)
+    };
+    let store = redis::store_with(&support::env("REDIS_URL"), config);
+    let commit = |key: String, emits: bool| Commit::<RedisEffect> {
+        payload_hash: "h1".into(),
+        origin: Some(format!("payments-0@{key}")),
+        owner: uuid::Uuid::new_v4().to_string(),
+        result: Some("applied".into()),
+        effects: Effects {
+            outbox: emits
+                .then(|| outbox::encode(&[Message::new("https://sqs/1/q", "{}")]))
+                .flatten(),
+            ..Effects::default()
+        },
+        held: None,
+        key,
+    };
+    // 40 completions, 2 of them with messages.
+    let commits: Vec<_> = (0..40)
+        .map(|i| commit(format!("k-{i}"), i % 20 == 0))
+        .collect();
+    let emitting: Vec<(String, String)> = commits
+        .iter()
+        .filter(|c| c.effects.outbox.is_some())
+        .map(|c| (store.pk(&c.key).expect("pk"), c.owner.clone()))
+        .collect();
+    store.commit(commits).await.expect("commit");
+    for (pk, _) in &emitting {
+        let updated_at = hash(&store, pk).await["updated_at"].parse().expect("ms");
+        assert_eq!(unsent_score(&store, pk).await, Some(updated_at));
+    }
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let unsent = Listing::Unsent {
+        older_than: Duration::ZERO,
+    };
+    let listed = store.list(unsent).await.expect("list");
+    assert_eq!(listed.items.len(), 2);
+    assert_eq!(
+        listed.cost.read, 2,
+        "only the set's members were read, not the table's 40 keys"
+    );
+    // Cleared: out of the set. Gone past its TTL: pruned by the listing.
+    let (cleared, cleared_owner) = emitting[0].clone();
+    let sent = outbox::Pending {
+        pk: cleared.clone(),
+        owner: cleared_owner,
+        messages: Vec::new(),
+    };
+    store.outbox_sent(&[sent]).await.expect("clear");
+    assert_eq!(unsent_score(&store, &cleared).await, None);
+    let gone = &emitting[1].0;
+    let key = format!("{}:{gone}", store.config().table_name);
+    let _: () = store.connection().del(&key).await.expect("DEL");
+    assert!(store.list(unsent).await.expect("list").items.is_empty());
+    assert_eq!(unsent_score(&store, gone).await, None, "pruned");
+}

@@ -71,6 +71,7 @@ struct Scripts {
     commit: Script,
     operator: Script,
     prune: Script,
+    prune_unsent: Script,
 }
 
 /// The idempotency items in Redis, seen through the transitions of their
@@ -119,6 +120,7 @@ impl RedisStore {
                 commit: Script::new(lock_free::COMMIT),
                 operator: Script::new(operator::OPERATOR),
                 prune: Script::new(operator::PRUNE),
+                prune_unsent: Script::new(operator::PRUNE_UNSENT),
             }),
             timeout: settings.timeout,
             wait_replicas: settings.wait_replicas,
@@ -172,6 +174,14 @@ impl RedisStore {
     /// item's key (`NAME:pk`) can be, in the same cluster slot as they.
     fn started_set(&self) -> String {
         self.config.table_name.clone()
+    }
+
+    /// The sorted set of the table's items with messages left to send
+    /// (members: their Redis keys; scores: their `updated_at`), which the
+    /// sweeper lists: `NAME;unsent`, which no item's key (`NAME:pk`) can
+    /// be, in the same cluster slot as they.
+    fn unsent_set(&self) -> String {
+        format!("{};unsent", self.config.table_name)
     }
 
     /// Runs a transition's script within the store's timeout; a write

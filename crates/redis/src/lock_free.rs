@@ -9,7 +9,7 @@ use serde_json::json;
 use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
 use super::locking::index;
-use super::lua::{effects_lua, holds_lua, live_lua};
+use super::lua::{effects_lua, holds_lua, live_lua, unsent_lua};
 use super::{Answer, RedisEffect, RedisStore, fields, found_item, text};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
@@ -18,7 +18,7 @@ use exactly_once_core::store::{
 };
 
 /// Commit: `KEYS[1..n]` the items, then the effects' keys, then the set of
-/// STARTED items; `ARGV[1]` now (s), `ARGV[2]` when Redis deletes the items
+/// STARTED items and the set of unsent items; `ARGV[1]` now (s), `ARGV[2]` when Redis deletes the items
 /// (ms), `ARGV[3]` JSON: each item's fields and fence (a held key's version
 /// and owner; none for a new key), and the effects. Answers 1,
 /// `{'taken', i, item}`, or the effect refused.
@@ -26,10 +26,11 @@ pub(super) const COMMIT: &str = concat!(
     live_lua!(),
     holds_lua!(),
     effects_lua!(),
+    unsent_lua!(),
     r#"
 local commit = cjson.decode(ARGV[3])
 local n = #commit.items
-local started = KEYS[#KEYS]
+local started, unsent = KEYS[#KEYS - 1], KEYS[#KEYS]
 for i = 1, n do
   local fence = commit.fences[i]
   if #fence > 0 then
@@ -57,6 +58,7 @@ for i, item in ipairs(commit.items) do
     redis.call('HSET', KEYS[i], unpack(item))
   end
   redis.call('PEXPIREAT', KEYS[i], ARGV[2])
+  index_unsent(KEYS[i], unsent)
 end
 return 1
 "#
@@ -152,6 +154,7 @@ impl RedisStore {
         invocation
             .key(change.keys)
             .key(self.started_set())
+            .key(self.unsent_set())
             .arg(ms_to_s(now_ms))
             .arg(deleted_at_ms(expires_at_s))
             .arg(lua.to_string());

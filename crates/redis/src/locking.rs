@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::codec::{deleted_at_ms, new_fields};
 use super::effect::Change;
-use super::lua::{create_lua, effects_lua, holds_lua, live_lua};
+use super::lua::{create_lua, effects_lua, holds_lua, live_lua, unsent_lua};
 use super::{Answer, RedisEffect, RedisStore, found_item, text};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::outbox::Pending;
@@ -45,15 +45,22 @@ return answers
 );
 
 /// Clears the outboxes of completions whose messages were sent: `KEYS[i]`
-/// an item, `ARGV[i]` the owner it was completed under.
+/// an item, `ARGV[i]` the owner it was completed under, `KEYS[#KEYS]` the
+/// set of unsent items.
 pub(super) const CLEAR_OUTBOX: &str = r#"
-for i, key in ipairs(KEYS) do
+local unsent = KEYS[#KEYS]
+for i = 1, #KEYS - 1 do
+  local key = KEYS[i]
   local found = redis.call('HMGET', key, 'status', 'owner')
   -- Invariant: only the messages of the completion that was sent are
   -- cleared (COMPLETED under its owner); an item that changed since (past
   -- its TTL, claimed again) keeps its own.
   if found[1] == 'COMPLETED' and found[2] == ARGV[i] then
     redis.call('HDEL', key, 'outbox')
+  end
+  -- Nothing left to send: out of the set of unsent items.
+  if redis.call('HEXISTS', key, 'outbox') == 0 then
+    redis.call('ZREM', unsent, key)
   end
 end
 return {}
@@ -111,15 +118,21 @@ end
 }
 
 /// A write of the lease holder (complete, fail, release, extend): `KEYS[2]`
-/// the set of STARTED items, `ARGV[1]` version, `ARGV[2]` owner, `ARGV[3]`
-/// the new deletion time ('' keeps it), `ARGV[4]` the change as JSON:
-/// fields to set and to delete, and the work's effects (keys at
-/// `KEYS[3..]`). Answers 1, `{'lock_lost', item}`, or the effect refused.
+/// the set of STARTED items, `KEYS[3]` the set of unsent items, `ARGV[1]`
+/// version, `ARGV[2]` owner, `ARGV[3]` the new deletion time ('' keeps
+/// it), `ARGV[4]` the change as JSON: fields to set and to delete (a
+/// completion's outbox among them), and the work's effects (keys at
+/// `KEYS[4..]`). Answers 1, `{'lock_lost', item}`, or the effect refused.
 pub(super) const FENCED: &str = concat!(
     holds_lua!(),
     effects_lua!(),
     fenced_lua!(),
-    "return fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4]), 2)"
+    unsent_lua!(),
+    r#"
+local answer = fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4]), 3)
+if answer == 1 then index_unsent(KEYS[1], KEYS[3]) end
+return answer
+"#
 );
 
 /// Writes of several leases' holders, none with an effect: `KEYS[1..n]`
@@ -366,6 +379,7 @@ impl RedisStore {
             invocation.key(self.item_key(&pending.pk));
             invocation.arg(&pending.owner);
         }
+        invocation.key(self.unsent_set());
         self.run_many("clear outbox", &invocation, |_| Vec::new())
             .await
             .map(|_| ())
@@ -444,6 +458,7 @@ impl RedisStore {
         let mut invocation = self.scripts.fenced.key(self.item_key(&lease.pk));
         invocation
             .key(self.started_set())
+            .key(self.unsent_set())
             .key(change.keys)
             .arg(lease.version)
             .arg(&lease.owner)

@@ -130,4 +130,21 @@ end
     };
 }
 
-pub(super) use {create_lua, effects_lua, holds_lua, live_lua};
+/// `index_unsent(key, unsent)`: the item at `key` in the set of items with
+/// messages left to send (`unsent`, scored by its `updated_at`) when it
+/// holds an outbox. Called by every script that writes one.
+macro_rules! unsent_lua {
+    () => {
+        r#"
+local function index_unsent(key, unsent)
+  -- Invariant: the set of unsent items holds every item with an outbox;
+  -- every write of an outbox adds it, atomically (the sweeper's listing).
+  if redis.call('HEXISTS', key, 'outbox') == 1 then
+    redis.call('ZADD', unsent, redis.call('HGET', key, 'updated_at') or '0', key)
+  end
+end
+"#
+    };
+}
+
+pub(super) use {create_lua, effects_lua, holds_lua, live_lua, unsent_lua};

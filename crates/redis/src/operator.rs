@@ -1,10 +1,12 @@
 //! What operators and the engine read, and the operators' writes: an item,
 //! many items (one pipelined round trip), a listing (stuck keys through the
-//! sorted set of STARTED items, FAILED keys by a `SCAN` of the table's
-//! keys), and release / retry fenced on the status and version the
-//! operator saw.
+//! sorted set of STARTED items, unsent messages through the sorted set of
+//! unsent items, FAILED keys by a `SCAN` of the table's keys), and release
+//! / retry fenced on the status and version the operator saw.
 
 use std::collections::HashMap;
+
+use redis::Script;
 
 use super::codec::item_of;
 use super::{Answer, RedisStore, found_item};
@@ -41,6 +43,20 @@ for i = 2, #KEYS do
   -- Invariant: only a member whose item is not STARTED leaves the set;
   -- every write that makes an item STARTED adds it, atomically.
   if redis.call('HGET', KEYS[i], 'status') ~= 'STARTED' then
+    redis.call('ZREM', KEYS[1], KEYS[i])
+  end
+end
+return 1
+"#;
+
+/// Prune the set of unsent items (`KEYS[1]`) of the members `KEYS[2..]`
+/// whose item has nothing left to send (cleared, gone past its TTL, or
+/// replaced). Answers 1.
+pub(super) const PRUNE_UNSENT: &str = r#"
+for i = 2, #KEYS do
+  -- Invariant: only a member whose item holds no outbox leaves the set;
+  -- every write of an outbox adds it, atomically.
+  if redis.call('HEXISTS', KEYS[i], 'outbox') == 0 then
     redis.call('ZREM', KEYS[1], KEYS[i])
   end
 end
@@ -129,24 +145,43 @@ impl RedisStore {
     }
 
     /// The live items under the key prefix that `listing` names: stuck
-    /// keys through the set of STARTED items, FAILED keys and unsent
-    /// messages by a `SCAN`.
+    /// keys through the set of STARTED items, unsent messages through the
+    /// set of unsent items, FAILED keys by a `SCAN`.
     pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
         match listing {
-            Listing::Stuck { .. } => self.list_started(listing).await,
-            Listing::Failed | Listing::Unsent { .. } => self.scan_items(listing).await,
+            Listing::Stuck { .. } => {
+                let set = (self.started_set(), &self.scripts.prune);
+                let started = |item: &StoredItem| item.status == Status::Started;
+                self.list_indexed(listing, set, started, "+inf").await
+            }
+            Listing::Unsent { older_than } => {
+                // Scored by `updated_at`: only those last written before.
+                let before_ms = self.now_ms().saturating_sub(older_than.as_millis() as u64);
+                let set = (self.unsent_set(), &self.scripts.prune_unsent);
+                let unsent = |item: &StoredItem| item.outbox.is_some();
+                self.list_indexed(listing, set, unsent, &format!("({before_ms}"))
+                    .await
+            }
+            Listing::Failed => self.scan_items(listing).await,
         }
     }
 
-    /// The members of the set of STARTED items (oldest first), each page's
-    /// items read in one round trip: the cost follows the number of STARTED
-    /// items, not the table's size. Members whose item is no longer STARTED
-    /// are pruned on the way.
-    async fn list_started(&self, listing: Listing) -> Result<Listed, StoreError> {
+    /// The members of an index of the table's items (the set of STARTED
+    /// items, or of unsent items: `set` and the script that prunes it)
+    /// scored up to `max` (oldest first), each page's items read in one
+    /// round trip: the cost follows the size of the index, not the table's.
+    /// Members whose item is no longer `indexed` are pruned on the way.
+    async fn list_indexed(
+        &self,
+        listing: Listing,
+        (set, prune): (String, &Script),
+        indexed: fn(&StoredItem) -> bool,
+        max: &str,
+    ) -> Result<Listed, StoreError> {
         let now = self.now_ms();
         let mut listed = Listed::default();
         let mut ranged = redis::pipe();
-        ranged.zrange(self.started_set(), 0, -1);
+        ranged.zrangebyscore(&set, "-inf", max);
         let (members,): (Vec<String>,) = self.query("list", &ranged).await?;
         listed.cost.requests += 1;
         let under_prefix = self.item_key(&self.config.key_prefix);
@@ -161,7 +196,7 @@ impl RedisStore {
             let mut gone = Vec::new();
             for (member, fields) in page.iter().zip(found) {
                 match item_of(fields).ok().flatten() {
-                    Some(item) if item.status == Status::Started => {
+                    Some(item) if indexed(&item) => {
                         let live = member.starts_with(&under_prefix) && !item.is_expired(now);
                         if live && listing.matches(&item, now) {
                             listed.items.push(item);
@@ -171,9 +206,9 @@ impl RedisStore {
                 }
             }
             if !gone.is_empty() {
-                let mut prune = self.scripts.prune.key(self.started_set());
-                prune.key(gone);
-                self.run("prune", &prune).await?;
+                let mut pruning = prune.key(&set);
+                pruning.key(gone);
+                self.run("prune", &pruning).await?;
                 listed.cost.requests += 1;
             }
         }

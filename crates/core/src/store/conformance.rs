@@ -2073,11 +2073,30 @@ where
     B::S: Operator,
 {
     let store = backend.store(LONG_LOCK).await;
+    // Every write that keeps messages: a new key's commit, a held key's in
+    // a group, a held key's completion alone.
     let mut emitting = new_commit("emitting", "h1", Vec::new());
     emitting.effects.outbox = Some(outbox_of("emitting"));
-    let owner = emitting.owner.clone();
+    let mut held = new_commit("held", "h1", Vec::new());
+    held.effects.outbox = Some(outbox_of("held"));
+    let lease = acquire(&store, "held", "h1").await;
+    held.owner = lease.owner.clone();
+    held.held = Some(lease);
     let silent = new_commit("silent", "h1", Vec::new());
-    store.commit(vec![emitting, silent]).await.expect("commit");
+    let owners = [emitting.owner.clone(), held.owner.clone()];
+    store
+        .commit(vec![emitting, held, silent])
+        .await
+        .expect("commit");
+    let alone = acquire(&store, "alone", "h1").await;
+    let effects = Effects {
+        outbox: Some(outbox_of("alone")),
+        ..Effects::default()
+    };
+    store
+        .complete(&alone, Some("r"), effects)
+        .await
+        .expect("complete");
     let unsent = |older_than| {
         let store = store.clone();
         async move {
@@ -2094,19 +2113,34 @@ where
             keys
         }
     };
-    let pk = store.pk("emitting").expect("pk");
+    let pk = |key: &str| store.pk(key).expect("pk");
     // Completed strictly before the cutoff.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(
-        unsent(Duration::ZERO).await,
-        vec![(pk.clone(), Some(outbox_of("emitting")))]
-    );
+    let mut expected: Vec<(String, Option<String>)> = ["emitting", "held", "alone"]
+        .into_iter()
+        .map(|key| (pk(key), Some(outbox_of(key))))
+        .collect();
+    expected.sort();
+    assert_eq!(unsent(Duration::ZERO).await, expected);
     assert_eq!(unsent(Duration::from_secs(3600)).await, vec![], "too young");
-    let sent = crate::outbox::Pending {
-        pk,
+    let [emitting_owner, held_owner] = owners;
+    let sent: Vec<crate::outbox::Pending> = [
+        ("emitting", emitting_owner),
+        ("held", held_owner),
+        ("alone", alone.owner.clone()),
+    ]
+    .into_iter()
+    .map(|(key, owner)| crate::outbox::Pending {
+        pk: pk(key),
         owner,
         messages: Vec::new(),
-    };
-    store.outbox_sent(&[sent]).await.expect("clear");
+    })
+    .collect();
+    store.outbox_sent(&sent[..2]).await.expect("clear");
+    assert_eq!(
+        unsent(Duration::ZERO).await,
+        vec![(pk("alone"), Some(outbox_of("alone")))]
+    );
+    store.outbox_sent(&sent[2..]).await.expect("clear");
     assert_eq!(unsent(Duration::ZERO).await, vec![]);
 }
