@@ -25,6 +25,9 @@
 #   BENCH_ONLY=announce infra/bench.sh # every payment announced to SQS (exactly once out)
 #                                  # against Powertools + send_message, on moto's SQS
 #                                  # (writes powertools-announce.csv; prints the table)
+#   BENCH_ONLY=announce ANNOUNCE_SQS=constant infra/bench.sh
+#                                  # the same against benches/sqs_constant.py, an SQS
+#                                  # whose service time does not grow with its queues
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +38,21 @@ cd "$root"
 # shellcheck source=infra/local-stack.sh
 source infra/local-stack.sh
 local_stack idempotency-bench ledger-bench
+
+# ANNOUNCE_SQS=constant: both sides of the announce rows send to an SQS
+# answering every request in constant time (SQS in AWS costs a round trip
+# and a few ms whatever its queue holds; moto's server grows with it).
+if [[ "${ANNOUNCE_SQS:-moto}" == constant ]]; then
+  if [[ "${BENCH_ONLY:-}" != announce ]]; then
+    echo "bench: ANNOUNCE_SQS=constant runs with BENCH_ONLY=announce" >&2
+    exit 2
+  fi
+  # It stops when this script does (local_stack's trap stops the rest).
+  coproc SQS_CONSTANT { exec python3 benches/sqs_constant.py --port 0 --exit-with-parent; }
+  read -r sqs_port <&"${SQS_CONSTANT[0]}"
+  export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$sqs_port"
+  step "SQS answering in constant time (benches/sqs_constant.py, port $sqs_port)"
+fi
 
 # The side-by-side: Powertools on the same DynamoDB Local, at 5 ms.
 if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sizing* ]]; then

@@ -6,7 +6,7 @@
 //! writes `bench/powertools-announce.csv`).
 //!
 //! The default configuration; each batch a new container whose messages go
-//! to a new queue on the local SQS (moto's server, AWS_ENDPOINT_URL_SQS)
+//! to a new queue on the local SQS (moto's server, or benches/sqs_constant.py: AWS_ENDPOINT_URL_SQS)
 //! through the function's `SqsSender`, whose client adds the same simulated
 //! round trip to every SQS request as the bench adds to DynamoDB's. Counts
 //! DynamoDB requests by operation (`RequestCounter`) and SQS requests
@@ -46,7 +46,7 @@ pub struct AnnounceRow {
     pub dynamodb: BTreeMap<String, u64>,
     /// SQS requests of the measured batches.
     pub sqs: u64,
-    /// Time the SQS requests spent in moto's server (without the
+    /// Time the SQS requests spent in the SQS server (without the
     /// simulated round trip), summed over the batches, ms.
     pub sqs_served_ms: f64,
     /// Messages the queues held after their batch, and those expected (one
@@ -157,7 +157,7 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
         let _ = plain_sqs.delete_queue().queue_url(&url).send().await;
     }
     eprintln!(
-        "  {SCENARIO:<16} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} SQS req/record  SQS (moto) busy {:.0} ms a batch  queues held {} of {} messages{}",
+        "  {SCENARIO:<16} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} SQS req/record  SQS server busy {:.0} ms a batch  queues held {} of {} messages{}",
         mode.name(),
         row.p50(),
         row.p99(),
