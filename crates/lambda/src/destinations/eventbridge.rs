@@ -12,7 +12,7 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 use serde_json::{Map, Value};
 
-use super::{answers_in_order, every};
+use super::{answers_in_order, send_batch};
 
 /// The detail field an event's stable id travels in.
 pub const ID_FIELD: &str = "idempotency-key";
@@ -33,31 +33,25 @@ impl EventBridgeSender {
     }
 
     async fn put_events(&self, bus: &str, messages: &[Outgoing]) -> Vec<Result<(), SendError>> {
-        let entries: Result<Vec<_>, _> =
-            messages.iter().map(|message| entry(bus, message)).collect();
-        let entries = match entries {
-            Ok(entries) => entries,
-            Err(err) => return every(messages, err),
-        };
-        let put = self
-            .client
-            .put_events()
-            .set_entries(Some(entries))
-            .send()
-            .await;
-        match put {
-            Ok(output) => answers_in_order(
-                messages.len(),
-                output
-                    .entries()
-                    .iter()
-                    .map(|entry| (entry.error_code(), entry.error_message())),
-            ),
-            Err(err) => every(
-                messages,
-                SendError::NoAnswer(format!("{}", DisplayErrorContext(&err))),
-            ),
-        }
+        let request = self.client.put_events();
+        send_batch(
+            messages,
+            |(_, message)| entry(bus, message),
+            async |entries| {
+                let put = request.set_entries(Some(entries)).send().await;
+                put.map_err(|err| DisplayErrorContext(err).to_string())
+            },
+            |count, output| {
+                answers_in_order(
+                    count,
+                    output
+                        .entries()
+                        .iter()
+                        .map(|entry| (entry.error_code(), entry.error_message())),
+                )
+            },
+        )
+        .await
     }
 }
 

@@ -13,7 +13,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 use exactly_once_core::store::payload_hash;
 
-use super::{answers_in_order, every};
+use super::{answers_in_order, send_batch};
 
 /// Records per `PutRecords`.
 const MAX_BATCH: usize = 16;
@@ -31,31 +31,25 @@ impl KinesisSender {
     }
 
     async fn put_records(&self, stream: &str, messages: &[Outgoing]) -> Vec<Result<(), SendError>> {
-        let entries: Result<Vec<_>, _> = messages.iter().map(entry).collect();
-        let entries = match entries {
-            Ok(entries) => entries,
-            Err(err) => return every(messages, err),
-        };
-        let put = self
-            .client
-            .put_records()
-            .stream_arn(stream)
-            .set_records(Some(entries))
-            .send()
-            .await;
-        match put {
-            Ok(output) => answers_in_order(
-                messages.len(),
-                output
-                    .records()
-                    .iter()
-                    .map(|record| (record.error_code(), record.error_message())),
-            ),
-            Err(err) => every(
-                messages,
-                SendError::NoAnswer(format!("{}", DisplayErrorContext(&err))),
-            ),
-        }
+        let request = self.client.put_records().stream_arn(stream);
+        send_batch(
+            messages,
+            |(_, message)| entry(message),
+            async |entries| {
+                let put = request.set_records(Some(entries)).send().await;
+                put.map_err(|err| DisplayErrorContext(err).to_string())
+            },
+            |count, output| {
+                answers_in_order(
+                    count,
+                    output
+                        .records()
+                        .iter()
+                        .map(|record| (record.error_code(), record.error_message())),
+                )
+            },
+        )
+        .await
     }
 }
 

@@ -154,6 +154,32 @@ fn every(messages: &[Outgoing], err: SendError) -> Vec<Result<(), SendError>> {
     messages.iter().map(|_| Err(err.clone())).collect()
 }
 
+/// One batch request of `messages`, as every sender makes it: each message
+/// made an `entry` (one that cannot be refuses the whole batch), the
+/// entries sent (`send`: the request's output, or why it has none), each
+/// message's answer read from the output (`answered`, given how many).
+#[cfg(any(
+    feature = "sqs",
+    feature = "sns",
+    feature = "eventbridge",
+    feature = "kinesis"
+))]
+async fn send_batch<T, O, E: std::fmt::Display>(
+    messages: &[Outgoing],
+    entry: impl FnMut((usize, &Outgoing)) -> Result<T, SendError>,
+    send: impl AsyncFnOnce(Vec<T>) -> Result<O, E>,
+    answered: impl FnOnce(usize, O) -> Vec<Result<(), SendError>>,
+) -> Vec<Result<(), SendError>> {
+    let entries = match messages.iter().enumerate().map(entry).collect() {
+        Ok(entries) => entries,
+        Err(err) => return every(messages, err),
+    };
+    match send(entries).await {
+        Ok(output) => answered(messages.len(), output),
+        Err(err) => every(messages, SendError::NoAnswer(err.to_string())),
+    }
+}
+
 /// The answers of a batch whose entries are named by their index (SQS's
 /// and SNS's `Id`): each successful id accepted, each failed one refused
 /// with its code, and an entry named in neither left unanswered.

@@ -10,7 +10,7 @@ use aws_sdk_sns::error::DisplayErrorContext;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 
-use super::{ID_ATTRIBUTE, answers_by_index, every};
+use super::{ID_ATTRIBUTE, answers_by_index, send_batch};
 
 /// SNS's most messages per `PublishBatch`.
 const MAX_BATCH: usize = 10;
@@ -33,36 +33,29 @@ impl SnsSender {
         messages: &[Outgoing],
     ) -> Vec<Result<(), SendError>> {
         let fifo = is_fifo(topic);
-        let entries: Result<Vec<_>, _> = messages
-            .iter()
-            .enumerate()
-            .map(|(index, message)| entry(index, message, fifo))
-            .collect();
-        let entries = match entries {
-            Ok(entries) => entries,
-            Err(err) => return every(messages, err),
-        };
-        let published = self
-            .client
-            .publish_batch()
-            .topic_arn(topic)
-            .set_publish_batch_request_entries(Some(entries))
-            .send()
-            .await;
-        match published {
-            Ok(output) => answers_by_index(
-                messages.len(),
-                output.successful().iter().filter_map(|ok| ok.id()),
-                output
-                    .failed()
-                    .iter()
-                    .map(|failed| (failed.id(), failed.code(), failed.message())),
-            ),
-            Err(err) => every(
-                messages,
-                SendError::NoAnswer(format!("{}", DisplayErrorContext(&err))),
-            ),
-        }
+        let request = self.client.publish_batch().topic_arn(topic);
+        send_batch(
+            messages,
+            |(index, message)| entry(index, message, fifo),
+            async |entries| {
+                let published = request
+                    .set_publish_batch_request_entries(Some(entries))
+                    .send()
+                    .await;
+                published.map_err(|err| DisplayErrorContext(err).to_string())
+            },
+            |count, output| {
+                answers_by_index(
+                    count,
+                    output.successful().iter().filter_map(|ok| ok.id()),
+                    output
+                        .failed()
+                        .iter()
+                        .map(|failed| (failed.id(), failed.code(), failed.message())),
+                )
+            },
+        )
+        .await
     }
 }
 

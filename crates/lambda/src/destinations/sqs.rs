@@ -9,7 +9,7 @@ use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 
-use super::{ID_ATTRIBUTE, answers_by_index, every};
+use super::{ID_ATTRIBUTE, answers_by_index, send_batch};
 
 /// SQS's most messages per `SendMessageBatch`.
 const MAX_BATCH: usize = 10;
@@ -28,36 +28,26 @@ impl SqsSender {
 
     async fn send_batch(&self, url: &str, messages: &[Outgoing]) -> Vec<Result<(), SendError>> {
         let fifo = is_fifo(url);
-        let entries: Result<Vec<_>, _> = messages
-            .iter()
-            .enumerate()
-            .map(|(index, message)| entry(index, message, fifo))
-            .collect();
-        let entries = match entries {
-            Ok(entries) => entries,
-            Err(err) => return every(messages, err),
-        };
-        let sent = self
-            .client
-            .send_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await;
-        match sent {
-            Ok(output) => answers_by_index(
-                messages.len(),
-                output.successful().iter().map(|ok| ok.id()),
-                output
-                    .failed()
-                    .iter()
-                    .map(|failed| (failed.id(), failed.code(), failed.message())),
-            ),
-            Err(err) => every(
-                messages,
-                SendError::NoAnswer(format!("{}", DisplayErrorContext(&err))),
-            ),
-        }
+        let request = self.client.send_message_batch().queue_url(url);
+        send_batch(
+            messages,
+            |(index, message)| entry(index, message, fifo),
+            async |entries| {
+                let sent = request.set_entries(Some(entries)).send().await;
+                sent.map_err(|err| DisplayErrorContext(err).to_string())
+            },
+            |count, output| {
+                answers_by_index(
+                    count,
+                    output.successful().iter().map(|ok| ok.id()),
+                    output
+                        .failed()
+                        .iter()
+                        .map(|failed| (failed.id(), failed.code(), failed.message())),
+                )
+            },
+        )
+        .await
     }
 }
 
