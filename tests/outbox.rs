@@ -711,6 +711,21 @@ async fn a_record_run_alone_sends_its_messages_too() {
     assert_eq!(balance(&a).await, 100);
 }
 
+/// `batch` delivered twice to `function` (the second time, duplicates):
+/// nothing reported either time.
+async fn delivered_twice<S, H>(function: &BatchFunction<H, S>, batch: &Value)
+where
+    S: exactly_once::store::Operator,
+    H: RecordHandler<S::Effect, Record: exactly_once::lambda::FromRecord>,
+{
+    for _ in 0..2 {
+        assert_eq!(
+            reported(&invoke(function, batch).await),
+            Vec::<String>::new()
+        );
+    }
+}
+
 /// The function's own sender: a sender of each destination kind, as
 /// `exactly_once::run` builds it.
 async fn destinations() -> Arc<dyn Sender> {
@@ -764,12 +779,7 @@ async fn an_sns_topic_gets_each_announcement_with_its_id_as_message_attribute() 
     let function = announcing(LedgerMode::LockFree, &topic, destinations().await).await;
     let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
     let batch = payments(&a, &prefix);
-    for _ in 0..2 {
-        assert_eq!(
-            reported(&invoke(&function, &batch).await),
-            Vec::<String>::new()
-        );
-    }
+    delivered_twice(&function, &batch).await;
     // Once each (the second delivery was duplicates), under the ids a
     // consumer on this crate reads by default.
     let store = function.engine().store();
@@ -803,12 +813,7 @@ async fn a_kinesis_stream_gets_each_announcement_keyed_by_its_id_on_its_accounts
     let function = announcing(LedgerMode::LockFree, &stream, destinations().await).await;
     let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
     let batch = payments(&a, &prefix);
-    for _ in 0..2 {
-        assert_eq!(
-            reported(&invoke(&function, &batch).await),
-            Vec::<String>::new()
-        );
-    }
+    delivered_twice(&function, &batch).await;
     // Every shard's records: the account's announcements all on one
     // shard, in the order applied, each keyed by its id.
     let shards = kinesis
@@ -921,12 +926,7 @@ async fn an_eventbridge_bus_gets_each_event_with_its_id_in_the_detail() {
     let function = BatchFunction::new(engine, settings(header_keys())).without_metrics();
     let (a, prefix) = (account(), format!("p-{}", uuid::Uuid::new_v4().simple()));
     let batch = payments(&a, &prefix);
-    for _ in 0..2 {
-        assert_eq!(
-            reported(&invoke(&function, &batch).await),
-            Vec::<String>::new()
-        );
-    }
+    delivered_twice(&function, &batch).await;
     // Each payment's event once, its id in the detail beside the payment.
     let store = function.engine().store();
     let mut published: Vec<(String, Value)> = drain(&url)
