@@ -8,6 +8,8 @@
 
 use std::collections::HashSet;
 
+use futures_util::{StreamExt as _, TryStreamExt as _, stream};
+
 use aws_sdk_dynamodb::types::{
     AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest, BatchStatementResponse,
     ReturnValuesOnConditionCheckFailure,
@@ -23,6 +25,9 @@ use exactly_once_core::store::{
 
 /// DynamoDB's most statements per `BatchExecuteStatement`.
 pub(super) const MAX_STATEMENTS: usize = 25;
+
+/// `BatchExecuteStatement`s of one round in flight at once.
+const IN_FLIGHT: usize = 8;
 
 /// A statement and its parameters.
 type Statement = (String, Vec<AttributeValue>);
@@ -233,7 +238,8 @@ impl DynamoDbStore {
 
     /// Runs `statements` (of the items `pks`, in order), as many
     /// `BatchExecuteStatement`s as needed: at most 25 statements each, no
-    /// item twice in one (DynamoDB refuses the whole request otherwise).
+    /// item twice in one (DynamoDB refuses the whole request otherwise), up
+    /// to [`IN_FLIGHT`] at once (a round's requests touch distinct items).
     /// Each statement's answer, in order.
     async fn execute(
         &self,
@@ -247,49 +253,71 @@ impl DynamoDbStore {
             let mut seen = HashSet::new();
             let (round, later): (Vec<usize>, Vec<usize>) =
                 pending.iter().partition(|&&i| seen.insert(pks[i]));
-            for chunk in round.chunks(MAX_STATEMENTS) {
-                let requests = chunk
-                    .iter()
-                    .map(|&i| {
-                        let (statement, parameters) = &statements[i];
-                        BatchStatementRequest::builder()
-                            .statement(statement)
-                            .set_parameters(Some(parameters.clone()))
-                            .return_values_on_condition_check_failure(
-                                ReturnValuesOnConditionCheckFailure::AllOld,
-                            )
-                            .build()
-                            .map_err(|err| StoreError::Rejected {
-                                operation,
-                                message: err.to_string(),
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let output = self
-                    .client
-                    .batch_execute_statement()
-                    .set_statements(Some(requests))
-                    .send()
-                    .await
-                    .map_err(|err| sdk_error(operation, err))?;
-                let responses = output.responses();
-                if responses.len() != chunk.len() {
-                    return Err(StoreError::Unavailable {
-                        operation,
-                        message: format!(
-                            "{} answers to {} statements",
-                            responses.len(),
-                            chunk.len()
-                        ),
-                    });
-                }
+            let chunks: Vec<&[usize]> = round.chunks(MAX_STATEMENTS).collect();
+            // Collected first: a stream over the iterator's closure is not
+            // `Send` enough for the store's futures.
+            let requests: Vec<_> = chunks
+                .iter()
+                .map(|chunk| self.execute_chunk(operation, chunk, &statements))
+                .collect();
+            let outputs: Vec<Vec<BatchStatementResponse>> = stream::iter(requests)
+                .buffered(IN_FLIGHT)
+                .try_collect()
+                .await?;
+            for (chunk, responses) in chunks.iter().zip(outputs) {
                 for (&i, response) in chunk.iter().zip(responses) {
-                    answers[i] = Some(response.clone());
+                    answers[i] = Some(response);
                 }
             }
             pending = later;
         }
         Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// One `BatchExecuteStatement` of the `statements` at `chunk`: their
+    /// answers, in order.
+    async fn execute_chunk(
+        &self,
+        operation: &'static str,
+        chunk: &[usize],
+        statements: &[Statement],
+    ) -> Result<Vec<BatchStatementResponse>, StoreError> {
+        let requests = chunk
+            .iter()
+            .map(|&i| {
+                let (statement, parameters) = &statements[i];
+                BatchStatementRequest::builder()
+                    .statement(statement)
+                    .set_parameters(Some(parameters.clone()))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .build()
+                    .map_err(|err| StoreError::Rejected {
+                        operation,
+                        message: err.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = self
+            .client
+            .batch_execute_statement()
+            .set_statements(Some(requests))
+            .send()
+            .await
+            .map_err(|err| sdk_error(operation, err))?;
+        let responses = output.responses();
+        if responses.len() != chunk.len() {
+            return Err(StoreError::Unavailable {
+                operation,
+                message: format!(
+                    "{} answers to {} statements",
+                    responses.len(),
+                    chunk.len()
+                ),
+            });
+        }
+        Ok(responses.to_vec())
     }
 }
 
