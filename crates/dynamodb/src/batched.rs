@@ -310,11 +310,7 @@ impl DynamoDbStore {
         if responses.len() != chunk.len() {
             return Err(StoreError::Unavailable {
                 operation,
-                message: format!(
-                    "{} answers to {} statements",
-                    responses.len(),
-                    chunk.len()
-                ),
+                message: format!("{} answers to {} statements", responses.len(), chunk.len()),
             });
         }
         Ok(responses.to_vec())
