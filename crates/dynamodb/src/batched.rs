@@ -26,8 +26,10 @@ use exactly_once_core::store::{
 /// DynamoDB's most statements per `BatchExecuteStatement`.
 pub(super) const MAX_STATEMENTS: usize = 25;
 
-/// `BatchExecuteStatement`s of one round in flight at once.
-const IN_FLIGHT: usize = 8;
+/// The outbox clears' `BatchExecuteStatement`s in flight at once (the
+/// claims and fenced writes go one at a time, within the engine's
+/// `MAX_IN_FLIGHT`).
+const CLEARS_IN_FLIGHT: usize = 8;
 
 /// A statement and its parameters.
 type Statement = (String, Vec<AttributeValue>);
@@ -53,7 +55,7 @@ impl DynamoDbStore {
         }
         let pks: Vec<&str> = claims.iter().map(|(pk, _)| pk.as_str()).collect();
         let answers = self
-            .execute("claim (BatchExecuteStatement)", &pks, statements)
+            .execute("claim (BatchExecuteStatement)", &pks, statements, 1)
             .await?;
         Ok(leases
             .into_iter()
@@ -139,7 +141,7 @@ impl DynamoDbStore {
             answers.push(answer);
         }
         let pks: Vec<&str> = writes.iter().map(|(lease, _)| lease.pk.as_str()).collect();
-        match self.execute(OPERATION, &pks, statements).await {
+        match self.execute(OPERATION, &pks, statements, 1).await {
             Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
             Ok(responses) => responses
                 .iter()
@@ -188,7 +190,10 @@ impl DynamoDbStore {
             })
             .collect();
         let pks: Vec<&str> = sent.iter().map(|pending| pending.pk.as_str()).collect();
-        let responses = self.execute(OPERATION, &pks, statements).await?;
+        // The batch's lanes are done: its clears go out at once.
+        let responses = self
+            .execute(OPERATION, &pks, statements, CLEARS_IN_FLIGHT)
+            .await?;
         let refused = responses.iter().filter_map(BatchStatementResponse::error);
         match refused
             .filter(|error| {
@@ -239,13 +244,14 @@ impl DynamoDbStore {
     /// Runs `statements` (of the items `pks`, in order), as many
     /// `BatchExecuteStatement`s as needed: at most 25 statements each, no
     /// item twice in one (DynamoDB refuses the whole request otherwise), up
-    /// to [`IN_FLIGHT`] at once (a round's requests touch distinct items).
+    /// to `in_flight` at once (a round's requests touch distinct items).
     /// Each statement's answer, in order.
     async fn execute(
         &self,
         operation: &'static str,
         pks: &[&str],
         statements: Vec<Statement>,
+        in_flight: usize,
     ) -> Result<Vec<BatchStatementResponse>, StoreError> {
         let mut answers: Vec<Option<BatchStatementResponse>> = vec![None; statements.len()];
         let mut pending: Vec<usize> = (0..statements.len()).collect();
@@ -261,7 +267,7 @@ impl DynamoDbStore {
                 .map(|chunk| self.execute_chunk(operation, chunk, &statements))
                 .collect();
             let outputs: Vec<Vec<BatchStatementResponse>> = stream::iter(requests)
-                .buffered(IN_FLIGHT)
+                .buffered(in_flight)
                 .try_collect()
                 .await?;
             for (chunk, responses) in chunks.iter().zip(outputs) {
