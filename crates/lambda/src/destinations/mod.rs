@@ -70,10 +70,10 @@ impl Kind {
     /// What it is, in words.
     pub fn name(self) -> &'static str {
         match self {
-            Self::SqsQueue => "SQS queue",
-            Self::SnsTopic => "SNS topic",
-            Self::EventBus => "EventBridge bus",
-            Self::KinesisStream => "Kinesis stream",
+            Self::SqsQueue => "an SQS queue",
+            Self::SnsTopic => "an SNS topic",
+            Self::EventBus => "an EventBridge bus",
+            Self::KinesisStream => "a Kinesis stream",
         }
     }
 
@@ -122,8 +122,8 @@ impl Destinations {
             .map(|(_, sender)| sender.as_ref())
             .ok_or_else(|| {
                 SendError::Unsupported(format!(
-                    "{destination:?} is an {}: this build sends to none (cargo feature `{}` \
-                     of exactly-once)",
+                    "{destination:?} names {}, and this build sends to none (cargo \
+                     feature `{}` of exactly-once)",
                     kind.name(),
                     kind.feature()
                 ))
