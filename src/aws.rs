@@ -64,7 +64,6 @@ pub async fn dynamodb_client_with(
     feature = "kinesis"
 ))]
 pub async fn destinations() -> exactly_once_lambda::destinations::Destinations {
-    #[allow(unused_imports)]
     use exactly_once_lambda::destinations::{self as to, Kind};
     let config = sdk_config().await;
     let destinations = to::Destinations::new();
