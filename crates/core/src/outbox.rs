@@ -29,9 +29,10 @@ pub struct Message {
     pub destination: String,
     /// The message body, as the destination receives it.
     pub body: String,
-    /// The ordering group (an SQS FIFO queue's `MessageGroupId`): the
-    /// messages of one group are sent in order, and none after one that
-    /// failed. Required by a FIFO queue.
+    /// The ordering group (an SQS or SNS FIFO `MessageGroupId`, a Kinesis
+    /// shard): the messages of one group are sent in order, and none after
+    /// one that failed. Required by a FIFO queue or topic; refused by an
+    /// EventBridge bus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
 }
@@ -46,7 +47,8 @@ impl Message {
         }
     }
 
-    /// In ordering group `group` (an SQS FIFO queue's `MessageGroupId`).
+    /// In ordering group `group` (an SQS or SNS FIFO `MessageGroupId`, a
+    /// Kinesis stream's shard).
     pub fn in_group(mut self, group: impl Into<String>) -> Self {
         self.group = Some(group.into());
         self
@@ -179,8 +181,8 @@ pub enum SendError {
 /// The answers of one request, one per message, in order.
 pub type Answers<'a> = Pin<Box<dyn Future<Output = Vec<Result<(), SendError>>> + Send + 'a>>;
 
-/// Sends messages to their destinations: the edge's (SQS on Lambda); the
-/// engine knows none.
+/// Sends messages to their destinations: the edge's (SQS, SNS,
+/// EventBridge, Kinesis on Lambda); the engine knows none.
 pub trait Sender: Send + Sync + 'static {
     /// Whether `message` can be sent from here: checked before its record
     /// commits, so that nothing is committed that could never be sent.
