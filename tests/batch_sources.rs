@@ -15,54 +15,17 @@ use std::time::Duration;
 
 use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::lambda::{
-    BatchFunction, EventError, FunctionSettings, InvocationError, KafkaRecord, Source,
-};
-use exactly_once::store::{ClaimOutcome, ClaimRequest, Status, Store as _};
+use exactly_once::lambda::{EventError, FunctionSettings, InvocationError, KafkaRecord, Source};
+use exactly_once::store::{Status, Store as _};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use support::msk::{account, balance, header_keys, invoke, ledger_function, reported};
 use support::sources::{
-    Payment, inserts_event, kinesis_event, message_id, sequence, sqs_event, stream_record,
+    Payment, hold, inserts_event, kinesis_event, message_id, sequence, sqs_event, stream_record,
 };
 
 fn keys(source: &str) -> KeySpec {
     KeySpec::parse(source, "idempotency-key".into(), MissingKeyPolicy::Reject).expect("keys")
-}
-
-/// Another worker holds `key` under a live lease (30 s) for the record at
-/// `index` of `event` (its real fingerprint): the function reports it in
-/// progress.
-async fn hold<H>(
-    function: &BatchFunction<H, exactly_once::dynamodb::DynamoDbStore>,
-    key: &str,
-    event: &Value,
-    index: i64,
-) where
-    H: RecordHandler<exactly_once::dynamodb::TransactWriteItem>,
-    H::Record: exactly_once::lambda::FromRecord,
-{
-    let batch = exactly_once::lambda::decode_event(event).expect("an event");
-    let (_, record) = batch
-        .records()
-        .find(|(at, _)| at.offset == index)
-        .expect("the record");
-    let body = record.as_ref().expect("readable").body();
-    let payload_hash = exactly_once::store::payload_hash(&body);
-    let request = ClaimRequest {
-        key,
-        payload_hash: &payload_hash,
-        origin: None,
-        lease_cap_ms: None,
-        owner: None,
-    };
-    let claimed = function
-        .engine()
-        .store()
-        .claim(request)
-        .await
-        .expect("claim");
-    assert!(matches!(claimed, ClaimOutcome::Acquired(_)), "{claimed:?}");
 }
 
 #[tokio::test]

@@ -936,6 +936,19 @@ async fn transactional_mode_on_kinesis_never_applies_a_payment_twice_under_sigki
     exactly_once_storm("transactional", kills_wanted() / 4, 1, Encoding::Kinesis).await;
 }
 
+/// The storms on RabbitMQ events (one queue, keys from an AMQP header):
+/// no partial batch response, so every unfinished batch fails whole and
+/// comes again, its finished messages as duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_free_mode_on_rabbitmq_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("lock-free", kills_wanted() / 4, 1, Encoding::RabbitMq).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_on_rabbitmq_never_applies_a_payment_twice_under_sigkill() {
+    exactly_once_storm("transactional", kills_wanted() / 4, 1, Encoding::RabbitMq).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_mode_shows_the_window_between_effect_and_completion() {
     let seed = seed();

@@ -18,12 +18,12 @@ use crate::support::msk::header_keys;
 use crate::support::sources::Encoding;
 
 /// Where the records' idempotency key is: the `idempotency-key` header (a
-/// Kafka header, an SQS message attribute), or a Kinesis record's
+/// Kafka header, an SQS message attribute, a RabbitMQ header), or a Kinesis record's
 /// partition key (which the mapping sets to it).
 fn keys(encoding: Encoding) -> exactly_once::lambda::keys::KeySpec {
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     match encoding {
-        Encoding::Kafka | Encoding::SqsFifo => header_keys(),
+        Encoding::Kafka | Encoding::SqsFifo | Encoding::RabbitMq => header_keys(),
         Encoding::Kinesis => KeySpec::parse(
             "record-key",
             "idempotency-key".into(),

@@ -387,6 +387,18 @@ impl Mapping {
             }
         };
         match joined {
+            // Amazon MQ: no partial batch response, the batch fails whole
+            // while a message is unfinished.
+            Ok(Ok(invocation)) if self.schedule.encoding == Encoding::RabbitMq => {
+                self.note_causes(&invocation.records, batch);
+                match invocation.into_answer() {
+                    Ok(_) => Answer::Reported(BTreeSet::new()),
+                    Err(_) => {
+                        self.counts.invocation_errors += 1;
+                        Answer::Failed
+                    }
+                }
+            }
             Ok(Ok(invocation)) => {
                 self.note_causes(&invocation.records, batch);
                 let mut reported = BTreeSet::new();
@@ -449,7 +461,38 @@ impl Mapping {
         match self.schedule.encoding {
             Encoding::Kafka => self.kafka_event(batch),
             Encoding::SqsFifo | Encoding::Kinesis => self.records_event(batch),
+            Encoding::RabbitMq => self.rabbitmq_event(batch),
         }
+    }
+
+    /// A RabbitMQ event: a queue per partition, the key as the
+    /// `idempotency-key` header (an AMQP string), the message id naming
+    /// the record as [`at_of`] reads it.
+    fn rabbitmq_event(&self, batch: &[At]) -> Value {
+        let mut queues = serde_json::Map::new();
+        for &(partition, offset) in batch {
+            let produced = &self.schedule.partitions[partition][offset];
+            let headers = match &produced.key {
+                Some(key) => json!({"idempotency-key": {"bytes": key.as_bytes()}}),
+                None => json!({}),
+            };
+            let queue = format!("{}::/", Schedule::partition_name(partition));
+            let messages = queues.entry(queue).or_insert_with(|| json!([]));
+            if let Some(messages) = messages.as_array_mut() {
+                messages.push(json!({
+                    "basicProperties": {"headers": headers, "deliveryMode": 2,
+                                        "messageId": format!("m-{partition}-{offset}"),
+                                        "bodySize": produced.value.len()},
+                    "redelivered": false,
+                    "data": STANDARD.encode(&produced.value)
+                }));
+            }
+        }
+        json!({
+            "eventSource": "aws:rmq",
+            "eventSourceArn": "arn:aws:mq:us-east-1:123456789012:broker:payments:b-1",
+            "rmqMessagesByQueue": queues
+        })
     }
 
     /// An SQS FIFO event (a message group per partition, the key as the

@@ -198,7 +198,8 @@ impl Schedule {
                 Encoding::Kafka,
                 Encoding::SqsFifo,
                 Encoding::Kinesis,
-            ][fastrand::Rng::with_seed(seed ^ 0x5ce5_0f1e_5eed).usize(..4)],
+                Encoding::RabbitMq,
+            ][fastrand::Rng::with_seed(seed ^ 0x5ce5_0f1e_5eed).usize(..5)],
         }
     }
 

@@ -1,10 +1,13 @@
 //! Events of the other batch sources as Lambda delivers them (SQS standard
-//! and FIFO, Kinesis, DynamoDB Streams), carrying the demo's payments: for
+//! and FIFO, Kinesis, DynamoDB Streams, Amazon MQ), carrying the demo's payments: for
 //! the tests, the kill storms and the simulation, which run the same
 //! payments through every source.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use exactly_once::engine::RecordHandler;
+use exactly_once::lambda::BatchFunction;
+use exactly_once::store::{ClaimOutcome, ClaimRequest, Lease, Store as _};
 use serde_json::{Value, json};
 
 use super::msk::payment_json;
@@ -178,6 +181,84 @@ pub fn inserts_event(first: u64, payments: &[Payment]) -> Value {
     json!({ "Records": records })
 }
 
+/// The broker ARN Amazon MQ events name.
+const BROKER_ARN: &str =
+    "arn:aws:mq:us-east-1:123456789012:broker:payments:b-9bcfa592-423a-4942-879d-eb284b418fc8";
+
+/// A RabbitMQ message of a payment, as Lambda delivers it: the key as the
+/// AMQP string header `idempotency-key` (`{"bytes":[…]}`), the payment's
+/// account as its `JMSXGroupID` header, a number header beside them, and
+/// the key's [`message_id`] as its `messageId` property (none when
+/// `with_id` is false).
+pub fn rabbitmq_message(payment: &Payment, with_id: bool) -> Value {
+    let body = payment.body();
+    json!({
+        "basicProperties": {
+            "contentType": "application/json",
+            "contentEncoding": null,
+            "headers": {
+                "idempotency-key": {"bytes": payment.key.as_bytes()},
+                "JMSXGroupID": {"bytes": payment.account.as_bytes()},
+                "attempt": 1
+            },
+            "deliveryMode": 2,
+            "priority": 34,
+            "correlationId": null,
+            "replyTo": null,
+            "expiration": "60000",
+            "messageId": with_id.then(|| message_id(&payment.key)),
+            "timestamp": "Nov 25, 2026, 12:00:00 AM",
+            "type": null,
+            "userId": "AIDACKCEVSQ6C2EXAMPLE",
+            "appId": null,
+            "clusterId": null,
+            "bodySize": body.len()
+        },
+        "redelivered": false,
+        "data": STANDARD.encode(body)
+    })
+}
+
+/// A RabbitMQ event of `payments` in the queue `payments` of the virtual
+/// host `/`, each message with its id.
+pub fn rabbitmq_event(payments: &[Payment]) -> Value {
+    let messages: Vec<Value> = payments.iter().map(|p| rabbitmq_message(p, true)).collect();
+    json!({
+        "eventSource": "aws:rmq",
+        "eventSourceArn": BROKER_ARN,
+        "rmqMessagesByQueue": {"payments::/": messages}
+    })
+}
+
+/// An ActiveMQ event of `payments` on the queue `payments`: the key as the
+/// property `idempotency-key`, the account as `JMSXGroupID`, the message id
+/// derived from the key.
+pub fn activemq_event(payments: &[Payment]) -> Value {
+    let messages: Vec<Value> = payments
+        .iter()
+        .map(|payment| {
+            json!({
+                "messageID": format!("ID:b-payments-1.mq.us-east-1.amazonaws.com-{}", message_id(&payment.key)),
+                "messageType": "jms/text-message",
+                "deliveryMode": 1,
+                "replyTo": null,
+                "type": null,
+                "expiration": "60000",
+                "priority": 1,
+                "correlationId": "myJMSCoID",
+                "redelivered": false,
+                "destination": {"physicalName": "payments"},
+                "data": STANDARD.encode(payment.body()),
+                "timestamp": 1764028800000_i64,
+                "brokerInTime": 1764028800000_i64,
+                "brokerOutTime": 1764028800001_i64,
+                "properties": {"idempotency-key": payment.key, "JMSXGroupID": payment.account}
+            })
+        })
+        .collect();
+    json!({"eventSource": "aws:mq", "eventSourceArn": BROKER_ARN, "messages": messages})
+}
+
 /// Which source's events a payment stream is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Encoding {
@@ -187,6 +268,8 @@ pub enum Encoding {
     SqsFifo,
     /// Kinesis events of one shard.
     Kinesis,
+    /// RabbitMQ events of one queue (whole-batch retries).
+    RabbitMq,
 }
 
 impl Encoding {
@@ -196,7 +279,7 @@ impl Encoding {
     pub fn keys(self) -> exactly_once::lambda::keys::KeySpec {
         use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
         let source = match self {
-            Encoding::Kafka | Encoding::SqsFifo => "header",
+            Encoding::Kafka | Encoding::SqsFifo | Encoding::RabbitMq => "header",
             Encoding::Kinesis => "json:/payment_id",
         };
         KeySpec::parse(source, "idempotency-key".into(), MissingKeyPolicy::Reject)
@@ -227,8 +310,49 @@ pub fn payment_stream(
                 .collect();
             match encoding {
                 Encoding::SqsFifo => sqs_event("payments.fifo", &payments),
+                Encoding::RabbitMq => rabbitmq_event(&payments),
                 _ => kinesis_event("shardId-000000000000", (b * 10) as u128, &payments),
             }
         })
         .collect()
+}
+
+/// Another worker holds `key` under a live lease (the store's lock
+/// timeout) for the record at `index` of `event` (its real fingerprint;
+/// Amazon MQ: the index in its queue): the function finds it in progress.
+/// The lease, to release.
+pub async fn hold<H>(
+    function: &BatchFunction<H, exactly_once::dynamodb::DynamoDbStore>,
+    key: &str,
+    event: &Value,
+    index: i64,
+) -> Lease
+where
+    H: RecordHandler<exactly_once::dynamodb::TransactWriteItem>,
+    H::Record: exactly_once::lambda::FromRecord,
+{
+    let batch = exactly_once::lambda::decode_event(event).expect("an event");
+    let (_, record) = batch
+        .records()
+        .find(|(at, _)| at.offset == index)
+        .expect("the record");
+    let body = record.as_ref().expect("readable").body();
+    let payload_hash = exactly_once::store::payload_hash(&body);
+    let request = ClaimRequest {
+        key,
+        payload_hash: &payload_hash,
+        origin: None,
+        lease_cap_ms: None,
+        owner: None,
+    };
+    let claimed = function
+        .engine()
+        .store()
+        .claim(request)
+        .await
+        .expect("claim");
+    match claimed {
+        ClaimOutcome::Acquired(lease) => lease,
+        other => panic!("not acquired: {other:?}"),
+    }
 }

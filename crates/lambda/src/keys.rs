@@ -13,14 +13,16 @@ pub type ParsedValue = Option<Result<Value, serde_json::Error>>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyPart {
     /// The attribute `IDEMPOTENCY_KEY_HEADER` names: a Kafka header, an SQS
-    /// message attribute (a String's text).
+    /// message attribute (a String's text), a RabbitMQ header or an ActiveMQ
+    /// property (an AMQP string's bytes, a string, a number's text).
     Header,
     /// A string or number in the JSON payload, by JSON pointer
-    /// (`/payment_id`): Kafka's value, SQS's body, Kinesis's data,
+    /// (`/payment_id`): Kafka's value, SQS's body, Kinesis's and Amazon MQ's data,
     /// DynamoDB Streams' new image.
     JsonPointer(String),
     /// The record's key: Kafka's record key, Kinesis's partition key,
-    /// DynamoDB Streams' item keys (as JSON).
+    /// DynamoDB Streams' item keys (as JSON), an Amazon MQ message's JMS
+    /// message group (`JMSXGroupID`).
     RecordKey,
     /// An SQS FIFO message's deduplication id.
     DeduplicationId,
@@ -32,6 +34,10 @@ pub enum MissingKeyPolicy {
     /// A permanent failure of that record (the default).
     Reject,
     /// Key on the record's coordinates: dedupes Lambda's redeliveries only.
+    /// An Amazon MQ message is keyed by its message id (ActiveMQ's
+    /// `messageID`, RabbitMQ's `messageId` property); one without (a
+    /// RabbitMQ producer that set none) fails permanently, since its place
+    /// in a batch changes between deliveries.
     RecordCoordinates,
     /// Key on the payload's SHA-256: equal payloads count as one.
     PayloadHash,
@@ -135,7 +141,7 @@ impl KeySpec {
             }
         }
         if let Some(part) = missing {
-            return self.when_missing(part, at, payload_hash);
+            return self.when_missing(part, record, at, payload_hash);
         }
         Ok(match values.as_slice() {
             [single] => single.clone(),
@@ -200,19 +206,34 @@ impl KeySpec {
     fn when_missing(
         &self,
         part: &KeyPart,
+        record: &Record,
         at: &Coordinates,
         payload_hash: &str,
     ) -> Result<String, String> {
+        let missing = match part {
+            KeyPart::Header => format!("header {:?}", self.header),
+            KeyPart::RecordKey => "the record key".into(),
+            KeyPart::DeduplicationId => "the SQS FIFO deduplication id".into(),
+            KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
+        };
+        let source = record.source();
         match self.missing {
             MissingKeyPolicy::Reject => Err(format!(
-                "no idempotency key: {} is missing or empty (MISSING_KEY_POLICY=reject)",
-                match part {
-                    KeyPart::Header => format!("header {:?}", self.header),
-                    KeyPart::RecordKey => "the record key".into(),
-                    KeyPart::DeduplicationId => "the SQS FIFO deduplication id".into(),
-                    KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
-                }
+                "no idempotency key: {missing} is missing or empty (MISSING_KEY_POLICY=reject)"
             )),
+            // A batch without a partial response is placed by index, which
+            // changes between deliveries: only a message id is stable.
+            MissingKeyPolicy::RecordCoordinates
+                if !source.has_partial_batch_response() && at.id.is_none() =>
+            {
+                Err(format!(
+                    "no idempotency key: {missing} is missing or empty, and this {} message has \
+                     no message id for MISSING_KEY_POLICY=record-coordinates (its place in a \
+                     batch changes between deliveries); have the producer set one, or key on a \
+                     header or the body",
+                    source.title()
+                ))
+            }
             MissingKeyPolicy::RecordCoordinates => Ok(format!("record:{at}")),
             MissingKeyPolicy::PayloadHash => Ok(format!("sha256:{payload_hash}")),
         }

@@ -1,7 +1,9 @@
 //! The Lambda edge for the batch sources Lambda delivers at least once:
-//! Amazon MSK and self-managed Kafka, SQS (standard and FIFO), Kinesis and
-//! DynamoDB Streams. Decode the event (the source recognised from it), derive
-//! keys, run the engine, answer with the source's partial batch response.
+//! Amazon MSK and self-managed Kafka, SQS (standard and FIFO), Kinesis,
+//! DynamoDB Streams and Amazon MQ (RabbitMQ, ActiveMQ). Decode the event (the
+//! source recognised from it), derive keys, run the engine, answer with the
+//! source's partial batch response (Amazon MQ, which has none: an invocation
+//! error while a message is unfinished, so the batch comes again whole).
 
 #![deny(missing_docs)]
 
@@ -41,8 +43,9 @@ pub use report::{KeyLogging, METRICS_NAMESPACE, key_hash, metric_names};
 pub use response::{BatchItemFailure, BatchResponse, ItemIdentifier};
 pub use settings::{DEFAULT_SAFETY_MARGIN, ENV_VARS, FunctionSettings, Settings, StoreKind};
 pub use sources::{
-    Batch, Coordinates, Decoded, EventError, FromRecord, KinesisRecord, MessageAttribute, Record,
-    Source, SqsMessage, StreamRecord, decode_event,
+    ActiveMqMessage, BasicProperties, Batch, Coordinates, Decoded, EventError, FromRecord,
+    KinesisRecord, MessageAttribute, PropertyValue, RabbitMqMessage, Record, Source, SqsMessage,
+    StreamRecord, decode_event,
 };
 pub use stuck_check::{SWEEP_AFTER, StartedKeys};
 use telemetry::TracingExport;
@@ -67,6 +70,25 @@ pub enum InvocationError {
     /// The scheduled sweeper could not list or clear the unsent messages.
     #[error("the sweeper of unsent messages failed: {0}")]
     Sweep(StoreError),
+    /// Messages of a source without a partial batch response (Amazon MQ)
+    /// were left unfinished: the batch fails whole, and Lambda delivers it
+    /// again (the broker's redelivery limit and dead-letter queue apply).
+    #[error(
+        "{left} of {records} {source} messages not finished ({why}); {source} has no partial \
+         batch response, so the batch fails whole: Lambda delivers it again, and the finished \
+         messages come as duplicates, skipped",
+        source = .event_source.title()
+    )]
+    BatchNotFinished {
+        /// The batch's source.
+        event_source: Source,
+        /// Messages left unfinished.
+        left: usize,
+        /// Messages of the batch.
+        records: usize,
+        /// The outcomes of the ones left, counted (`2 in-progress, 1 failed`).
+        why: String,
+    },
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -78,6 +100,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             InvocationError::StoreUnavailable { .. } => "StoreUnavailable",
             InvocationError::StuckKeyCheck(_) => "StuckKeyCheckFailed",
             InvocationError::Sweep(_) => "SweepFailed",
+            InvocationError::BatchNotFinished { .. } => "BatchNotFinished",
         };
         Self {
             error_type: error_type.into(),
@@ -117,10 +140,43 @@ impl OrderingMode {
 /// One invocation's answer, and what became of each record.
 #[derive(Debug)]
 pub struct Invocation {
-    /// What Lambda is answered.
+    /// The event's source (`None` for an event without records).
+    pub source: Option<Source>,
+    /// The records to deliver again, as the partial batch response names
+    /// them.
     pub response: BatchResponse,
     /// Every record of the event, in the lanes' order.
     pub records: Vec<RecordReport>,
+}
+
+impl Invocation {
+    /// What Lambda is answered: the partial batch response, or, for a
+    /// source without one (Amazon MQ) with a message left unfinished,
+    /// [`InvocationError::BatchNotFinished`], so the batch comes again whole.
+    pub fn into_answer(self) -> Result<BatchResponse, InvocationError> {
+        let source = match self.source {
+            Some(source) if !source.has_partial_batch_response() => source,
+            _ => return Ok(self.response),
+        };
+        let mut left = std::collections::BTreeMap::<&str, usize>::new();
+        for record in self.records.iter().filter(|record| record.reported) {
+            *left.entry(record.outcome).or_default() += 1;
+        }
+        if left.is_empty() {
+            return Ok(self.response);
+        }
+        let why = left
+            .iter()
+            .map(|(outcome, count)| format!("{count} {outcome}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(InvocationError::BatchNotFinished {
+            event_source: source,
+            left: left.values().sum(),
+            records: self.records.len(),
+            why,
+        })
+    }
 }
 
 /// What became of one record (what its log line says).
@@ -299,6 +355,7 @@ where
         }
         failures.sort();
         Ok(Invocation {
+            source: batch.source,
             response: BatchResponse {
                 batch_item_failures: failures.into_iter().map(Into::into).collect(),
             },
@@ -467,7 +524,9 @@ where
 {
     /// Handles one invocation. Every record is either finished (processed or
     /// a verified duplicate), parked (FAILED, under `POISON_POLICY=park`) or
-    /// listed in the response's failures. EventBridge's scheduled event runs
+    /// listed in the response's failures; for Amazon MQ, which has no
+    /// partial batch response, a record left unfinished fails the
+    /// invocation ([`InvocationError::BatchNotFinished`]). EventBridge's scheduled event runs
     /// the stuck-key check instead ([`Self::check_started_keys`]), answered
     /// with an empty response.
     pub async fn handle(
@@ -480,9 +539,7 @@ where
             self.sweep_unsent(function_name).await?;
             return Ok(BatchResponse::default());
         }
-        self.invoke(event)
-            .await
-            .map(|invocation| invocation.response)
+        self.invoke(event).await?.into_answer()
     }
 
     /// The sweeper: sends the messages of this function's keys COMPLETED

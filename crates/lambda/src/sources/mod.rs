@@ -11,13 +11,23 @@
 //! | SQS FIFO (`.fifo` queue) | `aws:sqs` | a message group | its `messageId` |
 //! | Kinesis | `aws:kinesis` | a shard | its `kinesis.sequenceNumber` |
 //! | DynamoDB Streams | `aws:dynamodb` | a shard (one per event) | its `dynamodb.SequenceNumber` |
+//! | Amazon MQ for RabbitMQ | `aws:rmq` | a queue | none: the batch fails whole |
+//! | Amazon MQ for ActiveMQ | `aws:mq`, `aws:amq` | a queue | none: the batch fails whole |
+//!
+//! Amazon MQ has no partial batch response: when a message is left
+//! unfinished the invocation fails ([`Source::has_partial_batch_response`]),
+//! and Lambda delivers the batch again whole, its finished messages as
+//! duplicates.
 //!
 //! Records are read field by field, so that an error names the field and
 //! never echoes a value: keys, attributes and payloads stay out of logs.
 
+mod activemq;
 mod dynamodb_streams;
 mod kafka;
 mod kinesis;
+mod properties;
+mod rabbitmq;
 mod sqs;
 
 use std::borrow::Cow;
@@ -25,8 +35,11 @@ use std::fmt;
 
 use serde_json::Value;
 
+pub use activemq::ActiveMqMessage;
 pub use dynamodb_streams::{StreamRecord, unmarshal};
 pub use kinesis::KinesisRecord;
+pub use properties::PropertyValue;
+pub use rabbitmq::{BasicProperties, RabbitMqMessage};
 pub use sqs::{MessageAttribute, SqsMessage};
 
 use crate::record::KafkaRecord;
@@ -42,36 +55,53 @@ pub enum Source {
     Kinesis,
     /// Amazon DynamoDB Streams.
     DynamoDbStreams,
+    /// Amazon MQ for RabbitMQ.
+    RabbitMq,
+    /// Amazon MQ for ActiveMQ.
+    ActiveMq,
 }
 
 impl Source {
     /// Every source, in the order the docs list them.
-    pub const ALL: [Source; 4] = [
+    pub const ALL: [Source; 6] = [
         Source::Kafka,
         Source::Sqs,
         Source::Kinesis,
         Source::DynamoDbStreams,
+        Source::RabbitMq,
+        Source::ActiveMq,
     ];
 
     /// Its name in `EVENT_SOURCES`, logs and messages (`kafka`, `sqs`,
-    /// `kinesis`, `dynamodb-streams`).
+    /// `kinesis`, `dynamodb-streams`, `rabbitmq`, `activemq`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Kafka => "kafka",
             Self::Sqs => "sqs",
             Self::Kinesis => "kinesis",
             Self::DynamoDbStreams => "dynamodb-streams",
+            Self::RabbitMq => "rabbitmq",
+            Self::ActiveMq => "activemq",
         }
     }
 
-    /// Its name in prose: `Kafka`, `SQS`, `Kinesis`, `DynamoDB Streams`.
+    /// Its name in prose: `Kafka`, `SQS`, `Kinesis`, `DynamoDB Streams`,
+    /// `RabbitMQ`, `ActiveMQ`.
     pub fn title(self) -> &'static str {
         match self {
             Self::Kafka => "Kafka",
             Self::Sqs => "SQS",
             Self::Kinesis => "Kinesis",
             Self::DynamoDbStreams => "DynamoDB Streams",
+            Self::RabbitMq => "RabbitMQ",
+            Self::ActiveMq => "ActiveMQ",
         }
+    }
+
+    /// Whether Lambda reads a partial batch response for it: every source
+    /// but Amazon MQ, whose batch fails whole when a message is unfinished.
+    pub fn has_partial_batch_response(self) -> bool {
+        !matches!(self, Self::RabbitMq | Self::ActiveMq)
     }
 
     /// Parses a name of [`Self::name`].
@@ -80,18 +110,25 @@ impl Source {
             .into_iter()
             .find(|source| source.name() == text)
             .ok_or_else(|| {
-                format!("unknown event source {text:?}; expected kafka, sqs, kinesis or dynamodb-streams")
+                format!(
+                    "unknown event source {text:?}; expected kafka, sqs, kinesis, \
+                     dynamodb-streams, rabbitmq or activemq"
+                )
             })
     }
 
-    /// The source of `event`, from its `eventSource` (Kafka's at the top,
-    /// the others' on every record); `None` for an event without records.
+    /// The source of `event`, from its `eventSource` (Kafka's and Amazon
+    /// MQ's at the top, the others' on every record); `None` for an event
+    /// without records.
     pub fn of(event: &Value) -> Result<Option<Self>, EventError> {
         let top = event.get("eventSource");
-        if let Some(text) = top.and_then(Value::as_str)
-            && kafka::EVENT_SOURCES.contains(&text)
-        {
-            return Ok(Some(Self::Kafka));
+        match top.and_then(Value::as_str) {
+            Some(text) if kafka::EVENT_SOURCES.contains(&text) => return Ok(Some(Self::Kafka)),
+            Some(rabbitmq::EVENT_SOURCE) => return Ok(Some(Self::RabbitMq)),
+            Some(text) if activemq::EVENT_SOURCES.contains(&text) => {
+                return Ok(Some(Self::ActiveMq));
+            }
+            _ => {}
         }
         // A top-level `eventSource` that is not Kafka's decides only when
         // there are no `Records` to name their own source.
@@ -139,7 +176,7 @@ pub enum EventError {
     /// `eventSource` is missing or names a source this library does not read.
     #[error(
         "not an event of a batch source: eventSource is {0}; expected aws:kafka, \
-         SelfManagedKafka, aws:sqs, aws:kinesis or aws:dynamodb"
+         SelfManagedKafka, aws:sqs, aws:kinesis, aws:dynamodb, aws:rmq or aws:mq"
     )]
     UnknownSource(String),
     /// The source is known, but this function does not serve it (its
@@ -174,14 +211,18 @@ impl EventError {
 pub struct Coordinates {
     /// The ordering unit: Kafka's `<topic>-<partition>`; SQS's queue name
     /// (a FIFO queue's with `/<message group>`); Kinesis's
-    /// `<stream>/<shard>`; DynamoDB Streams' `<table>/<stream label>`.
+    /// `<stream>/<shard>`; DynamoDB Streams' `<table>/<stream label>`;
+    /// RabbitMQ's `<queue>::<virtual host>`; ActiveMQ's queue.
     pub partition: String,
     /// Kafka: the record's offset. The other sources: its place in the
-    /// event (records of one unit run in this order).
+    /// event (RabbitMQ: in its queue's list; records of one unit run in
+    /// this order).
     pub offset: i64,
     /// For the sources whose partial batch response names a record by one
     /// string: SQS's `messageId`, Kinesis's and DynamoDB Streams' sequence
-    /// number. `None` for Kafka (named by partition and offset).
+    /// number. Amazon MQ's message id (ActiveMQ's `messageID`, RabbitMQ's
+    /// `messageId` property), when the message has one. `None` for Kafka
+    /// (named by partition and offset).
     pub id: Option<String>,
 }
 
@@ -218,6 +259,10 @@ pub enum Record {
     Kinesis(KinesisRecord),
     /// A DynamoDB Streams record.
     DynamoDb(StreamRecord),
+    /// An Amazon MQ for RabbitMQ message.
+    RabbitMq(RabbitMqMessage),
+    /// An Amazon MQ for ActiveMQ message.
+    ActiveMq(ActiveMqMessage),
 }
 
 impl Record {
@@ -228,43 +273,85 @@ impl Record {
             Self::Sqs(_) => Source::Sqs,
             Self::Kinesis(_) => Source::Kinesis,
             Self::DynamoDb(_) => Source::DynamoDbStreams,
+            Self::RabbitMq(_) => Source::RabbitMq,
+            Self::ActiveMq(_) => Source::ActiveMq,
         }
     }
 
-    /// The payload: Kafka's value, SQS's body, Kinesis's data, DynamoDB
-    /// Streams' new image as JSON (`{"N":"5"}` is `5`; a `REMOVE`'s old
-    /// image, or the keys on a `KEYS_ONLY` stream).
+    /// The payload: Kafka's value, SQS's body, Kinesis's and Amazon MQ's
+    /// data, DynamoDB Streams' new image as JSON (`{"N":"5"}` is `5`; a
+    /// `REMOVE`'s old image, or the keys on a `KEYS_ONLY` stream).
     pub fn body(&self) -> Cow<'_, [u8]> {
         match self {
             Self::Kafka(record) => Cow::Borrowed(&record.value),
             Self::Sqs(message) => Cow::Borrowed(&message.body),
             Self::Kinesis(record) => Cow::Borrowed(&record.data),
             Self::DynamoDb(record) => Cow::Owned(record.body()),
+            Self::RabbitMq(message) => Cow::Borrowed(&message.data),
+            Self::ActiveMq(message) => Cow::Borrowed(&message.data),
         }
     }
 
     /// The record's key: Kafka's record key, Kinesis's partition key,
-    /// DynamoDB Streams' item keys as JSON; `None` for SQS, and for a Kafka
-    /// record without a key.
+    /// DynamoDB Streams' item keys as JSON, an Amazon MQ message's JMS
+    /// message group ([`MESSAGE_GROUP`]: an ActiveMQ property, a RabbitMQ
+    /// header); `None` for SQS, and for a record without one.
     pub fn key(&self) -> Option<Cow<'_, [u8]>> {
         match self {
             Self::Kafka(record) => record.key.as_deref().map(Cow::Borrowed),
             Self::Sqs(_) => None,
             Self::Kinesis(record) => Some(Cow::Borrowed(record.partition_key.as_bytes())),
             Self::DynamoDb(record) => Some(Cow::Owned(record.keys.to_string().into_bytes())),
+            Self::RabbitMq(_) | Self::ActiveMq(_) => {
+                self.attribute(MESSAGE_GROUP).map(Cow::Borrowed)
+            }
         }
     }
 
     /// A named attribute: Kafka's last header of that name, an SQS message
-    /// attribute's value (a String or Number's text, a Binary's bytes).
+    /// attribute's value (a String or Number's text, a Binary's bytes), a
+    /// RabbitMQ header's or an ActiveMQ property's (an AMQP string's bytes,
+    /// a string's, a number's text).
     pub fn attribute(&self, name: &str) -> Option<&[u8]> {
         match self {
             Self::Kafka(record) => record.header(name),
             Self::Sqs(message) => message.attribute(name).map(|a| a.value.as_slice()),
             Self::Kinesis(_) | Self::DynamoDb(_) => None,
+            Self::RabbitMq(message) => message.header(name)?.as_bytes(),
+            Self::ActiveMq(message) => message.property(name)?.as_bytes(),
+        }
+    }
+
+    /// The names of its attributes ([`Self::attribute`]).
+    pub fn attribute_names(&self) -> Vec<&str> {
+        match self {
+            Self::Kafka(record) => record
+                .headers
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect(),
+            Self::Sqs(message) => message
+                .message_attributes
+                .keys()
+                .map(String::as_str)
+                .collect(),
+            Self::Kinesis(_) | Self::DynamoDb(_) => Vec::new(),
+            Self::RabbitMq(message) => message
+                .properties
+                .headers
+                .keys()
+                .map(String::as_str)
+                .collect(),
+            Self::ActiveMq(message) => message.properties.keys().map(String::as_str).collect(),
         }
     }
 }
+
+/// The JMS message group an Amazon MQ message belongs to, its record key
+/// ([`Record::key`], read by `ORDERING_MODE=key` and
+/// `IDEMPOTENCY_KEY_SOURCE=record-key`): an ActiveMQ property, and the
+/// header of that name RabbitMQ's JMS client sends it as.
+pub const MESSAGE_GROUP: &str = "JMSXGroupID";
 
 /// A record type a handler may declare as its `Record`: the source-neutral
 /// [`Record`] (every source), or one source's own ([`KafkaRecord`],
@@ -311,6 +398,8 @@ one_source!(KafkaRecord, Kafka, Kafka);
 one_source!(SqsMessage, Sqs, Sqs);
 one_source!(KinesisRecord, Kinesis, Kinesis);
 one_source!(StreamRecord, DynamoDb, DynamoDbStreams);
+one_source!(RabbitMqMessage, RabbitMq, RabbitMq);
+one_source!(ActiveMqMessage, ActiveMq, ActiveMq);
 
 /// A record as decoded: its coordinates and the record, or why it could not
 /// be read (an error of that record only).
@@ -345,15 +434,21 @@ pub fn decode_event(event: &Value) -> Result<Batch, EventError> {
         Some(Source::Sqs) => sqs::decode(records(event))?,
         Some(Source::Kinesis) => kinesis::decode(records(event))?,
         Some(Source::DynamoDbStreams) => dynamodb_streams::decode(records(event))?,
+        Some(Source::RabbitMq) => rabbitmq::decode(event)?,
+        Some(Source::ActiveMq) => activemq::decode(event)?,
     };
     Ok(Batch { source, units })
 }
 
 /// The record at `at` as `event` holds it (for a dead-letter message).
 pub fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
-    match &at.id {
-        None => kafka::raw_record(event, at),
-        Some(_) => records(event).get(usize::try_from(at.offset).ok()?),
+    match Source::of(event).ok()?? {
+        Source::Kafka => kafka::raw_record(event, at),
+        Source::RabbitMq => rabbitmq::raw_record(event, at),
+        Source::ActiveMq => activemq::raw_record(event, at),
+        Source::Sqs | Source::Kinesis | Source::DynamoDbStreams => {
+            records(event).get(usize::try_from(at.offset).ok()?)
+        }
     }
 }
 
@@ -375,6 +470,28 @@ fn text<'a>(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),
         Some(_) => Err(format!("field `{name}` is not a string")),
+    }
+}
+
+/// An integer field of a record's JSON object, given as a number or as its
+/// text (Amazon MQ's events spell some both ways): `None` when absent or
+/// null.
+fn integer(fields: &serde_json::Map<String, Value>, name: &str) -> Result<Option<i64>, String> {
+    let not_a_number = || format!("field `{name}` is not an integer");
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(number)) => number.as_i64().map(Some).ok_or_else(not_a_number),
+        Some(Value::String(text)) => text.trim().parse().map(Some).map_err(|_| not_a_number()),
+        Some(_) => Err(not_a_number()),
+    }
+}
+
+/// A boolean field of a record's JSON object: `false` when absent or null.
+fn flag(fields: &serde_json::Map<String, Value>, name: &str) -> Result<bool, String> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(flag)) => Ok(*flag),
+        Some(_) => Err(format!("field `{name}` is not a boolean")),
     }
 }
 

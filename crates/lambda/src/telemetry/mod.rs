@@ -72,7 +72,8 @@ pub fn init(export: TracingExport) -> Result<Option<Traces>, String> {
 
 /// The span a record's work runs in: its coordinates and key hash, child of
 /// the producer's span when the record carries a `traceparent` (a Kafka
-/// header, an SQS message attribute), else of the batch's. Its attributes
+/// header, an SQS message attribute, a RabbitMQ header, an ActiveMQ
+/// property), else of the batch's. Its attributes
 /// are OpenTelemetry's messaging conventions for the record's source.
 pub fn record_span(at: &Coordinates, record: &Record) -> Span {
     let (system, destination) = match record {
@@ -80,6 +81,8 @@ pub fn record_span(at: &Coordinates, record: &Record) -> Span {
         Record::Sqs(message) => ("aws_sqs", message.queue_name()),
         Record::Kinesis(record) => ("aws_kinesis", record.stream_name()),
         Record::DynamoDb(record) => ("aws_dynamodb_streams", record.table_name()),
+        Record::RabbitMq(message) => ("rabbitmq", message.queue.as_str()),
+        Record::ActiveMq(message) => ("activemq", message.destination.as_str()),
     };
     let span = tracing::info_span!(
         "messaging.record",

@@ -85,18 +85,6 @@ impl Extractor for Attributes<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        match self.0 {
-            Record::Kafka(record) => record
-                .headers
-                .iter()
-                .map(|(name, _)| name.as_str())
-                .collect(),
-            Record::Sqs(message) => message
-                .message_attributes
-                .keys()
-                .map(String::as_str)
-                .collect(),
-            Record::Kinesis(_) | Record::DynamoDb(_) => Vec::new(),
-        }
+        self.0.attribute_names()
     }
 }
