@@ -4,7 +4,8 @@
 //! durability section says; a restart mid-batch and a slow script failing
 //! closed; `REDIS_WAIT_REPLICAS` with a real replica and without one; and a
 //! storm of those faults (connection resets, slow scripts, a restart) under
-//! three containers delivering one stream.
+//! three containers delivering one stream (Kafka events, and RabbitMQ
+//! events, whose batches are retried whole).
 //! (Connection resets mid-batch: `tests/ledger_stores.rs`.)
 
 mod support;
@@ -25,6 +26,7 @@ use ledger::{LedgerHandler, LedgerMode};
 use serde_json::Value;
 use support::msk::{account, event, header_keys, invoke_until_done, payment, reported};
 use support::redis::LocalRedis;
+use support::sources::Encoding;
 
 /// Work whose effect is outside Redis (a notification sent), on the
 /// locking path: Redis holds only its keys.
@@ -454,18 +456,18 @@ struct Storm {
 /// Batches of 10 payments in a storm's stream.
 const BATCHES: i64 = 30;
 
-/// Three containers deliver one stream of 30 batches at once through a
-/// proxy, while the proxy resets every connection, another client's script
+/// Three containers deliver one stream of 30 batches (events of
+/// `encoding`'s source) at once through a proxy, while the proxy resets every connection, another client's script
 /// blocks Redis past the calls' timeout, and the server (AOF, `appendfsync
 /// always`) is killed and restarted, at random (`seed`).
-async fn storm(mode: LedgerMode, seed: u64) -> Storm {
+async fn storm(mode: LedgerMode, seed: u64, encoding: Encoding) -> Storm {
     let mut rng = fastrand::Rng::with_seed(seed);
     let server = LocalRedis::start(&["--aof"]);
     let proxy = support::proxy::Proxy::start(server.address()).await;
     let config = support::store_config(Duration::from_millis(300));
     let accounts: Vec<String> = (0..4).map(|_| account()).collect();
     let stream = format!("f-{}", uuid::Uuid::new_v4());
-    let batches = support::msk::payment_stream(&stream, &accounts, BATCHES);
+    let batches = support::sources::payment_stream(encoding, &stream, &accounts, BATCHES);
     let reported = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..3 {
@@ -574,9 +576,16 @@ async fn resets_slow_scripts_and_a_restart_apply_every_payment_once() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..));
-    for mode in [LedgerMode::LockFree, LedgerMode::Transactional] {
-        let storm = storm(mode, seed).await;
-        println!("{mode:?} fault storm on Redis (FAULT_TEST_SEED={seed}): {storm:?}");
+    // Kafka's partial batch responses, and RabbitMQ's batches retried whole.
+    for (mode, encoding) in [
+        (LedgerMode::LockFree, Encoding::Kafka),
+        (LedgerMode::Transactional, Encoding::Kafka),
+        (LedgerMode::LockFree, Encoding::RabbitMq),
+    ] {
+        let storm = storm(mode, seed, encoding).await;
+        println!(
+            "{mode:?} fault storm on Redis, {encoding:?} events (FAULT_TEST_SEED={seed}): {storm:?}"
+        );
         assert_eq!(
             (storm.double_applications, storm.lost, storm.not_completed),
             (0, 0, 0),
