@@ -14,11 +14,15 @@ The events look like what Lambda sends for Amazon MSK: `records` keyed by
 headers as lists of Java's signed bytes (bytes >= 128 become negative).
 sqs.json, sqs-fifo.json, kinesis.json and dynamodb-streams.json are shaped
 as Lambda delivers those sources (`Records`, each with its `eventSource`),
-as in AWS's samples and Powertools' test events.
+as in AWS's samples and Powertools' test events; rabbitmq.json and
+activemq.json as Lambda delivers Amazon MQ's (`rmqMessagesByQueue`,
+`messages`). events/fixtures/ holds other projects' MQ samples, copied, not
+written here.
 """
 
 import argparse
 import base64
+import datetime
 import hashlib
 import json
 import pathlib
@@ -549,12 +553,111 @@ def dynamodb_streams_event():
     return {"Records": records}
 
 
+# Amazon MQ: 5 payments and a producer's retry of one of them (the same
+# payment and key in a message of its own), as sqs.json. acc-rmq-1 (acc-amq-1):
+# 1250 + 250 + 2000 = 3500 (3 payments); acc-rmq-2 (acc-amq-2): 500 + 1000 =
+# 1500 (2).
+RABBITMQ_PAYMENTS = [
+    ("pay-rmq-1", "acc-rmq-1", 1250),
+    ("pay-rmq-2", "acc-rmq-2", 500),
+    ("pay-rmq-3", "acc-rmq-1", 250),
+    ("pay-rmq-2", "acc-rmq-2", 500),
+    ("pay-rmq-4", "acc-rmq-2", 1000),
+    ("pay-rmq-5", "acc-rmq-1", 2000),
+]
+ACTIVEMQ_PAYMENTS = [
+    ("pay-amq-1", "acc-amq-1", 1250),
+    ("pay-amq-2", "acc-amq-2", 500),
+    ("pay-amq-3", "acc-amq-1", 250),
+    ("pay-amq-2", "acc-amq-2", 500),
+    ("pay-amq-4", "acc-amq-2", 1000),
+    ("pay-amq-5", "acc-amq-1", 2000),
+]
+
+
+def broker_arn(name):
+    return f"arn:aws:mq:{REGION}:{ACCOUNT}:broker:{name}:b-{stable_uuid(f'{name}/broker')}"
+
+
+def java_date(seconds):
+    """Epoch seconds as Lambda's RabbitMQ event writes a date (Java's
+    medium format, UTC): "Jan 1, 1970, 12:33:41 AM"."""
+    t = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return f"{t:%b} {t.day}, {t.year}, {t.hour % 12 or 12}:{t:%M:%S} {'AM' if t.hour < 12 else 'PM'}"
+
+
+def rabbitmq_event():
+    """One queue, `payments` of the virtual host `/`: each payment's key an
+    AMQP string header (`{"bytes": [...]}`), the producer's attempt a
+    number header (2 on the retry), a messageId of its own."""
+    messages = []
+    seen = set()
+    for n, (payment_id, account_id, amount) in enumerate(RABBITMQ_PAYMENTS):
+        body = payment(payment_id.replace("pay-", "p-"), account_id, amount)
+        attempt = 2 if payment_id in seen else 1
+        seen.add(payment_id)
+        messages.append({
+            "basicProperties": {
+                "contentType": "application/json",
+                "contentEncoding": None,
+                "headers": {HEADER: {"bytes": list(payment_id.encode("utf-8"))}, "attempt": attempt},
+                "deliveryMode": 2,
+                "priority": None,
+                "correlationId": None,
+                "replyTo": None,
+                "expiration": None,
+                "messageId": stable_uuid(f"rabbitmq/{n}"),
+                "timestamp": java_date(BASE_MS // 1000 + n),
+                "type": None,
+                "userId": "payments",
+                "appId": "payments-api",
+                "clusterId": None,
+                "bodySize": len(body.encode("utf-8")),
+            },
+            "redelivered": False,
+            "data": b64(body),
+        })
+    return {"eventSource": "aws:rmq", "eventSourceArn": broker_arn("payments-rabbitmq"),
+            "rmqMessagesByQueue": {"payments::/": messages}}
+
+
+def activemq_event():
+    """The queue `payments`: each payment's key the message property
+    idempotency-key; `expiration` a number (0: never) but in the 2nd
+    message a string and in the 3rd a time, as AWS's samples show both."""
+    broker = stable_uuid("payments-activemq/broker")
+    messages = []
+    for n, (payment_id, account_id, amount) in enumerate(ACTIVEMQ_PAYMENTS):
+        sent = BASE_MS + 1000 * n
+        expiration = {1: str(sent + 86_400_000), 2: sent + 86_400_000}.get(n, 0)
+        messages.append({
+            "messageID": f"ID:b-{broker}-1.mq.{REGION}.amazonaws.com-37557-{BASE_MS}-4:1:1:1:{n + 1}",
+            "messageType": "jms/text-message",
+            "deliveryMode": 2,
+            "replyTo": None,
+            "type": None,
+            "expiration": expiration,
+            "priority": 4,
+            "correlationId": f"order-{n + 1}",
+            "redelivered": False,
+            "destination": {"physicalName": "payments"},
+            "data": b64(payment(payment_id.replace("pay-", "p-"), account_id, amount)),
+            "timestamp": sent,
+            "brokerInTime": sent + 2,
+            "brokerOutTime": sent + 37,
+            "properties": {HEADER: payment_id},
+        })
+    return {"eventSource": "aws:mq", "eventSourceArn": broker_arn("payments-activemq"), "messages": messages}
+
+
 # The expected balances of each source's sample event, by file.
 SOURCE_BALANCES = {
     "sqs.json": SQS_PAYMENTS,
     "sqs-fifo.json": FIFO_PAYMENTS,
     "kinesis.json": KINESIS_PAYMENTS,
     "dynamodb-streams.json": STREAM_PAYMENTS,
+    "rabbitmq.json": RABBITMQ_PAYMENTS,
+    "activemq.json": ACTIVEMQ_PAYMENTS,
 }
 
 
@@ -628,6 +731,8 @@ def files():
         "sqs-fifo.json": sqs_fifo_event(),
         "kinesis.json": kinesis_event(),
         "dynamodb-streams.json": dynamodb_streams_event(),
+        "rabbitmq.json": rabbitmq_event(),
+        "activemq.json": activemq_event(),
         "not-a-batch-source.json": not_a_batch_source(),
         "scheduled.json": scheduled(),
     }

@@ -20,8 +20,11 @@
 #   BENCH_ONLY=sizing infra/bench.sh   # the default sizing against Powertools
 #                                  # (writes powertools.csv, sizing-stores.csv, group-size.svg)
 #   BENCH_ONLY=sources infra/bench.sh  # per source (MSK, SQS standard and FIFO, Kinesis,
-#                                  # DynamoDB Streams) against Powertools' BatchProcessor
+#                                  # DynamoDB Streams, Amazon MQ) against Powertools' BatchProcessor
 #                                  # (writes powertools-sources.csv, sources.csv)
+#   BENCH_ONLY=sources/rabbitmq,sources/activemq infra/bench.sh
+#                                  # only those scenarios, both sides (their rows of the two
+#                                  # CSVs replaced or added, the others kept)
 #   BENCH_ONLY=announce infra/bench.sh # every payment announced to SQS (exactly once out)
 #                                  # against Powertools + send_message, on moto's SQS
 #                                  # (writes powertools-announce.csv; prints the table)
@@ -64,11 +67,22 @@ fi
 
 # Per batch source: Powertools' BatchProcessor + idempotency on the same
 # records (the `sources` scenarios of the throughput bench read its CSV).
+# BENCH_ONLY=sources/<scenario>[/...] parts run only those scenarios (e.g.
+# `sources/rabbitmq,sources/activemq`); the CSV keeps the other rows.
 if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *sources* ]]; then
   step "AWS Powertools (Python) BatchProcessor per source (benches/powertools/sources.py)"
   "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
-  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
+  only=()
+  IFS=, read -ra parts <<<"${BENCH_ONLY:-}"
+  for part in "${parts[@]}"; do
+    case "$part" in
+      sources/?*) scenario="${part#sources/}"; only+=("${scenario%%/*}") ;;
+      *sources*) only=(); break ;;
+    esac
+  done
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/sources.py --rtt-ms 5 --reps 3 \
+    --only "$(IFS=,; echo "${only[*]}")" --out bench/powertools-sources.csv
 fi
 
 # Announcing every payment (exactly once out): Powertools with a

@@ -8,17 +8,22 @@
 #   infra/demo.sh --store postgres  # IDEMPOTENCY_STORE=postgres
 #   infra/demo.sh --store redis     # IDEMPOTENCY_STORE=redis
 #   infra/demo.sh --source sqs      # the function on a queue, not MSK events:
-#                                   #   sqs, sqs-fifo, kinesis or dynamodb-streams
-#                                   #   (with --store as well)
+#                                   #   sqs, sqs-fifo, kinesis, dynamodb-streams,
+#                                   #   rabbitmq or activemq (with --store as well)
 #
 # With --source, the function's binary (cargo build, debug) is served by
 # infra/poller.py, a local stand-in for Lambda's event source mapping, on a
 # real local server: moto's (infra/sqs-local.sh) for SQS and Kinesis, the
-# stream of a table of DynamoDB Local for DynamoDB Streams. It produces the
-# payments of events/<source>.json, a poison record, and the payments again
-# (a producer retrying them all), polls until drained, and checks the
-# balances against events/README.md's and what the poller saw (every batch
-# answered, nothing left reported, each record delivered once).
+# stream of a table of DynamoDB Local for DynamoDB Streams, a RabbitMQ node
+# (infra/rabbitmq-local.sh) or an ActiveMQ broker (infra/activemq-local.sh)
+# for Amazon MQ. It produces the payments of events/<source>.json, a poison
+# record, and the payments again (a producer retrying them all), polls until
+# drained, and checks the balances against events/README.md's and what the
+# poller saw (every batch answered, nothing left reported, each record
+# delivered once). Amazon MQ has no partial batch response, so it checks
+# more: the poison was parked (POISON_POLICY=park: stored FAILED, its batch
+# answered), nothing went to the broker's dead-letter queue, and the
+# function's metrics count the payments sent again as duplicates.
 #
 # Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
 # own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh, or a
@@ -40,7 +45,8 @@ READY_TIMEOUT=${DEMO_READY_TIMEOUT:-600} # seconds for the first build and start
 store=dynamodb
 source=""
 usage() {
-  echo "usage: $0 [--store dynamodb|postgres|redis] [--source sqs|sqs-fifo|kinesis|dynamodb-streams]" >&2
+  echo "usage: $0 [--store dynamodb|postgres|redis]" \
+    "[--source sqs|sqs-fifo|kinesis|dynamodb-streams|rabbitmq|activemq]" >&2
   exit 2
 }
 while (($# > 0)); do
@@ -53,7 +59,7 @@ while (($# > 0)); do
     --source)
       source="${2:-}"
       [[ "$source" == sqs || "$source" == sqs-fifo || "$source" == kinesis ||
-        "$source" == dynamodb-streams ]] || usage
+        "$source" == dynamodb-streams || "$source" == rabbitmq || "$source" == activemq ]] || usage
       shift 2
       ;;
     *) usage ;;
@@ -78,6 +84,8 @@ started_ddb=false
 started_pg=false
 started_redis=false
 started_moto=false
+started_rabbitmq=false
+started_activemq=false
 cleanup() {
   local status=$?
   if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
@@ -99,6 +107,12 @@ cleanup() {
   fi
   if $started_moto; then
     infra/sqs-local.sh stop || true
+  fi
+  if $started_rabbitmq; then
+    infra/rabbitmq-local.sh stop || true
+  fi
+  if $started_activemq; then
+    infra/activemq-local.sh stop || true
   fi
   exit "$status"
 }
@@ -213,6 +227,16 @@ source_demo() {
       export AWS_ENDPOINT_URL_DYNAMODB
       echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
     fi
+  elif [[ "$source" == rabbitmq ]]; then
+    step "RabbitMQ (infra/rabbitmq-local.sh)"
+    started_rabbitmq=true
+    eval "$(infra/rabbitmq-local.sh start)"
+    echo "RABBITMQ_URL=$RABBITMQ_URL"
+  elif [[ "$source" == activemq ]]; then
+    step "ActiveMQ (infra/activemq-local.sh)"
+    started_activemq=true
+    eval "$(infra/activemq-local.sh start)"
+    echo "ACTIVEMQ_STOMP_URL=$ACTIVEMQ_STOMP_URL"
   else
     step "moto's server (infra/sqs-local.sh): the SQS and Kinesis APIs"
     started_moto=true
@@ -220,18 +244,20 @@ source_demo() {
     export AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
     echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"
   fi
-  # Where each record's key comes from: SQS's message attribute
-  # idempotency-key (the default); Kinesis's partition key (the payment's
-  # key), so that a record that is not JSON still has one; the payment id
-  # in a DynamoDB item's new image. And how many records the poller must
-  # deliver: 6 payments, the poison, the 6 again (SQS drops a FIFO queue's
-  # copies, deduplicated by id; DynamoDB writes no stream record for a put
-  # that changes nothing, so the table gets them once).
+  # Where each record's key comes from: SQS's message attribute, RabbitMQ's
+  # header and ActiveMQ's property idempotency-key (the default); Kinesis's
+  # partition key (the payment's key), so that a record that is not JSON
+  # still has one; the payment id in a DynamoDB item's new image. And how
+  # many records the poller must deliver: 6 payments, the poison, the 6
+  # again (SQS drops a FIFO queue's copies, deduplicated by id; DynamoDB
+  # writes no stream record for a put that changes nothing, so the table
+  # gets them once).
   case "$source" in
     sqs) keys=header records=13 ;;
     sqs-fifo) keys=header records=7 ;;
     kinesis) keys=record-key records=13 ;;
     dynamodb-streams) keys=json:/payment_id records=7 ;;
+    rabbitmq | activemq) keys=header records=13 ;;
   esac
 
   step "the function's binary (cargo build --bin msk-handler)"
@@ -254,6 +280,8 @@ for line in sys.stdin:
     sqs-fifo) echo '[{"body": "{\"payment_id\": \"p-fifo-poison\",", "attributes": {"idempotency-key": "pay-fifo-poison"}, "group": "acc-fifo-2", "deduplication_id": "pay-fifo-poison"}]' ;;
     kinesis) echo '[{"data": "{\"payment_id\": \"p-kin-poison\",", "partition_key": "pay-kin-poison"}]' ;;
     dynamodb-streams) echo '[{"put": {"payment_id": "pay-ddb-poison", "account_id": "acc-ddb-2", "amount_cents": "12.50", "currency": "EUR"}}]' ;;
+    rabbitmq) echo '[{"body": "{\"payment_id\": \"p-rmq-poison\",", "headers": {"idempotency-key": "pay-rmq-poison"}, "message_id": "poison-1", "content_type": "application/json"}]' ;;
+    activemq) echo '[{"body": "{\"payment_id\": \"p-amq-poison\",", "headers": {"idempotency-key": "pay-amq-poison"}}]' ;;
   esac >"$poison"
   python3 infra/poller.py produce "$source" "$name" --from-event "$file" >/dev/null
   python3 infra/poller.py produce "$source" "$name" --messages "$poison" >/dev/null
@@ -265,9 +293,10 @@ for line in sys.stdin:
     --env "IDEMPOTENCY_KEY_SOURCE=$keys")
   local i
   for ((i = 0; i < ${#store_env[@]}; i += 2)); do function_env+=(--env "${store_env[i + 1]}"); done
-  local summary t0
+  local summary t0 log_start
   t0=$(now_ms)
   rm -f "$work/checkpoint.json"
+  log_start="$(stat -c %s "$work/function.log" 2>/dev/null || echo 0)"
   summary="$(python3 infra/poller.py poll "$source" "$name" --bootstrap "$bootstrap" \
     --batch-size 10 --redelivery-delay 1 --timeout 120 --checkpoint "$work/checkpoint.json" \
     --function-log "$work/function.log" "${function_env[@]}")" || true
@@ -275,8 +304,12 @@ for line in sys.stdin:
   show
 
   step "balances and deliveries against what the events imply"
-  local expect=() line
-  while read -r line; do expect+=("${line%% *}"); done < <(python3 events/generate.py --balances "$source.json")
+  local expect=() line count unique=0
+  while read -r line; do
+    expect+=("${line%% *}")
+    count="${line##*(}" # "acc-1=3500 (3 payments)": 3
+    unique=$((unique + ${count%% *}))
+  done < <(python3 events/generate.py --balances "$source.json")
   check_balances "${expect[@]}" || surprises=$((surprises + 1))
   if python3 - "$summary" "$records" <<'PY'
 import json, sys
@@ -294,6 +327,37 @@ print("deliveries:", "; ".join(wrong) if wrong else
 sys.exit(1 if wrong else 0)
 PY
   then :; else surprises=$((surprises + 1)); fi
+  if [[ "$source" == rabbitmq || "$source" == activemq ]]; then
+    # No partial batch response: what each message became is read from the
+    # function's metrics (its EMF documents in the log of this run).
+    step "Amazon MQ: the poison parked, nothing dead-lettered, the payments sent again duplicates"
+    if python3 - "$summary" "$records" "$unique" "$work/function.log" "$log_start" <<'PY'
+import json, sys
+summary, records, unique = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), int(sys.argv[3])
+counts = {}
+with open(sys.argv[4], "rb") as log:
+    log.seek(int(sys.argv[5]))
+    for line in log:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and "_aws" in document and "Processed" in document:
+            for name, value in document.items():
+                if isinstance(value, (int, float)):
+                    counts[name] = counts.get(name, 0) + value
+# Each payment once, the poison FAILED and parked, every other delivery a duplicate.
+expected = {"Processed": unique, "Failed": 1, "Parked": 1, "Duplicate": records - unique - 1, "Reported": 0}
+wrong = [f"{name} {counts.get(name, 0):g}, expected {value}" for name, value in expected.items()
+         if counts.get(name, 0) != value]
+if summary.get("dead_lettered") != 0:
+    wrong.append(f"{summary.get('dead_lettered')} messages dead-lettered, expected 0")
+print("outcomes:", "; ".join(wrong) if wrong else
+      ", ".join(f"{name} {value}" for name, value in expected.items()) + "; dead-lettered 0")
+sys.exit(1 if wrong else 0)
+PY
+    then :; else surprises=$((surprises + 1)); fi
+  fi
   if ((surprises > 0)); then
     step "demo finished with $surprises unexpected result(s); function log: $work/function.log"
     exit 1

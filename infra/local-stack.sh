@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Sourced by infra/test.sh and infra/bench.sh (bash): the project's tools, the
 # dummy AWS environment, a DynamoDB Local of the caller's own with the tables
-# of template.yaml, a PostgreSQL cluster and a redis-server of its own, all
-# stopped when the caller exits.
+# of template.yaml, a PostgreSQL cluster, a redis-server, a RabbitMQ node and
+# an ActiveMQ broker of its own, all stopped when the caller exits.
 #
 #   source infra/local-stack.sh
 #   local_stack IDEMPOTENCY_TABLE_NAME LEDGER_TABLE_NAME
@@ -10,10 +10,13 @@
 # Exports AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, IDEMPOTENCY_TABLE,
 # LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
 # PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
-# puts $EXACTLY_ONCE_TOOLS/venv/bin (cargo-lambda; python3 with boto3 + PyYAML) on PATH.
+# puts $EXACTLY_ONCE_TOOLS/venv/bin (cargo-lambda; python3 with boto3, PyYAML,
+# pika and stomp.py) on PATH.
 # The batch sources of tests/sources.rs (infra/poller.py): Kinesis on the
 # same moto server as SQS (AWS_ENDPOINT_URL_KINESIS), DynamoDB Streams on
-# DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS).
+# DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS), Amazon
+# MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the
+# ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh).
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -59,10 +62,14 @@ local_stack() {
   step "Redis, and a Redis Cluster of 3 primaries (infra/redis-local.sh)"
   eval "$("$root/infra/redis-local.sh" start)"
   eval "$("$root/infra/redis-local.sh" start --cluster)"
+  step "Amazon MQ's brokers: RabbitMQ (infra/rabbitmq-local.sh) and ActiveMQ (infra/activemq-local.sh)"
+  eval "$("$root/infra/rabbitmq-local.sh" start)"
+  eval "$("$root/infra/activemq-local.sh" start)"
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
-  # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR).
+  # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR, RABBITMQ_LOCAL_DIR,
+  # ACTIVEMQ_LOCAL_DIR).
   # shellcheck disable=SC2064 # expand $root now
-  trap "$slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop" EXIT
+  trap "$slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop; '$root/infra/rabbitmq-local.sh' stop; '$root/infra/activemq-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"
@@ -70,6 +77,8 @@ local_stack() {
   echo "DATABASE_URL=$DATABASE_URL"
   echo "REDIS_URL=$REDIS_URL"
   echo "REDIS_CLUSTER_URL=$REDIS_CLUSTER_URL"
+  echo "RABBITMQ_URL=$RABBITMQ_URL"
+  echo "ACTIVEMQ_STOMP_URL=$ACTIVEMQ_STOMP_URL"
 
   step "tables from template.yaml"
   "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"

@@ -1,24 +1,32 @@
 #!/usr/bin/env python3
 """A local stand-in for Lambda's event source mappings of SQS (standard and
-FIFO), Kinesis and DynamoDB Streams: it polls a real local queue or stream
-(moto's server for SQS and Kinesis, DynamoDB Local's own stream), builds the
+FIFO), Kinesis, DynamoDB Streams and Amazon MQ (RabbitMQ, ActiveMQ): it
+polls a real local queue, stream or broker (moto's server for SQS and
+Kinesis, DynamoDB Local's own stream, a RabbitMQ node and an ActiveMQ
+broker of infra/rabbitmq-local.sh and infra/activemq-local.sh), builds the
 event exactly as Lambda does, hands it to the function's real binary through
 a Lambda Runtime API stand-in (infra/runtime_api.py's `Function`, kept warm
-between invocations), and acts on the partial batch response as the mapping
-does. Python 3 with boto3 (infra/tools.sh installs it into $EXACTLY_ONCE_TOOLS/venv).
+between invocations), and acts on the response as the mapping does. Python
+3 with boto3, pika and stomp.py (infra/tools.sh installs them into
+$EXACTLY_ONCE_TOOLS/venv).
 
-    infra/poller.py create  SOURCE NAME [--shards N] [--key ATTRIBUTE]
+    infra/poller.py create  SOURCE NAME [--shards N] [--key ATTRIBUTE] [--max-redeliveries N]
     infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
     infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
-                            [--batch-size N] [--max-batches N] [--redelivery-delay S]
-                            [--timeout S] [--checkpoint FILE] [--transcript FILE]
-                            [--events FILE] [--function-log FILE] [--env NAME=VALUE ...]
+                            [--batch-size N] [--batching-window S] [--max-batches N]
+                            [--redelivery-delay S] [--timeout S] [--checkpoint FILE]
+                            [--transcript FILE] [--events FILE] [--function-log FILE]
+                            [--env NAME=VALUE ...]
 
-SOURCE is sqs, sqs-fifo, kinesis or dynamodb-streams; NAME the queue (a
-FIFO queue's ends in .fifo), the stream, or the table whose stream is read.
-Endpoints come from AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_KINESIS and
-AWS_ENDPOINT_URL_DYNAMODB (AWS_ENDPOINT_URL_DYNAMODB_STREAMS if set); the
-poller refuses to run without one, so it never reaches real AWS.
+SOURCE is sqs, sqs-fifo, kinesis, dynamodb-streams, rabbitmq or activemq;
+NAME the queue (a FIFO queue's ends in .fifo), the stream, or the table
+whose stream is read. Endpoints come from AWS_ENDPOINT_URL_SQS,
+AWS_ENDPOINT_URL_KINESIS and AWS_ENDPOINT_URL_DYNAMODB
+(AWS_ENDPOINT_URL_DYNAMODB_STREAMS if set), RABBITMQ_URL
+(amqp://USER:PASSWORD@127.0.0.1:PORT/VHOST) and ACTIVEMQ_STOMP_URL
+(stomp://127.0.0.1:PORT); the poller refuses to run without one, and the
+brokers' must be loopback addresses, so it never reaches real AWS or a
+real broker.
 
 What `poll` does, per source (as the event source mapping does):
 
@@ -42,14 +50,49 @@ What `poll` does, per source (as the event source mapping does):
   reported sequence number (that record and everything after it come
   again, after --redelivery-delay) or past the batch when none is
   reported; an invocation error retries the batch.
+- Amazon MQ (RabbitMQ, ActiveMQ): one consumer with manual
+  acknowledgement and a prefetch of --batch-size; up to --batch-size
+  messages gathered for --batching-window seconds from the first, Lambda's
+  event of them (see `RabbitMq.message`, `ActiveMq.message`). There is no
+  partial batch response: when the function answers, the whole batch is
+  acknowledged (failures a response lists are ignored, as Lambda ignores
+  them; the summary counts them "reported", as it counts every message of
+  a failed invocation); after an invocation error every message of the
+  batch goes back to the broker, which counts the redelivery and, past its
+  limit, moves the message to its dead-letter queue itself:
+  - RabbitMQ: `create` declares NAME a quorum queue with x-delivery-limit
+    (--max-redeliveries, 6 by default, ActiveMQ's and so Lambda's number)
+    and dead-letters into NAME.dlq (through the default exchange); `poll`
+    waits --redelivery-delay, then basic.nack(requeue) the batch: the queue
+    adds x-delivery-count to the headers, and a message returned more than
+    the limit times (delivered 7 times) is dead-lettered by the broker
+    (x-death reason delivery_limit).
+  - ActiveMQ: a STOMP NACK is ActiveMQ 5's poison acknowledgement; the
+    broker of infra/activemq-local.sh has the redeliveryPlugin, which
+    redelivers it 1 s later (its own delay: --redelivery-delay does not
+    apply) up to 6 times (maximumRedeliveries, the limit Lambda's consumer
+    uses), then moves it to DLQ.NAME. A non-persistent message is dropped
+    there instead (ActiveMQ's default, processNonPersistent false): produce
+    sends persistent messages unless told otherwise. The redelivered copy
+    goes to the back of the queue (Lambda's JMS consumer redelivers a
+    rolled-back batch before anything else). STOMP does not carry the
+    message's broker times: brokerInTime is its timestamp, brokerOutTime
+    the moment the poller received it.
 
 It stops when drained (SQS: no message visible, in flight or delayed;
-streams: every shard read to its end, nothing to retry), after
---max-batches batches, or after --timeout seconds (exit 1). It prints one
-line per batch on stderr and, at the end, a JSON summary on stdout:
-{"source", "batches", "records", "reported", "invocation_errors",
-"invalid_responses", "drained", "seconds", ...}. --transcript writes one
-JSON line per batch: the records delivered (id and payload), the
+streams: every shard read to its end, nothing to retry; RabbitMQ: nothing
+ready in the queue, nothing held; ActiveMQ: nothing in the queue (a
+browser's count), nothing held, every message it sent back seen again or
+in the dead-letter queue), after --max-batches batches, or after --timeout
+seconds (exit 1). It prints one line per batch on stderr and, at the end,
+a JSON summary on stdout: {"source", "batches", "records", "reported",
+"invocation_errors", "error_types" (errorType: count), "invalid_responses",
+"drained", "seconds", ...}; Amazon MQ adds "redelivered" (deliveries
+flagged redelivered), "left" (messages still in the queue) and
+"dead_lettered" (messages in its dead-letter queue, read back from the
+broker). --transcript writes one JSON line per batch: the records
+delivered (id and payload; Amazon MQ: the message id, a RabbitMQ message
+without one named by its delivery tag, and whether it was redelivered), the
 identifiers reported, the error.
 """
 
@@ -57,28 +100,34 @@ import argparse
 import base64
 import datetime
 import decimal
+import ipaddress
 import json
 import os
 import pathlib
+import queue
 import sys
 import time
+import urllib.parse
+import uuid
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 from tools_home import VENV_PYTHON  # noqa: E402
 
 try:
     import boto3
+    import pika
+    import stomp
     from boto3.dynamodb.types import TypeSerializer
 except ImportError:
     # Started by another python3: again with the venv's (infra/tools.sh).
     if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
         os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])
-    sys.exit("poller: boto3 not found; run infra/tools.sh")
+    sys.exit("poller: boto3, pika or stomp.py not found; run infra/tools.sh")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import runtime_api  # noqa: E402  (infra/runtime_api.py, beside this file)
 
-SOURCES = ("sqs", "sqs-fifo", "kinesis", "dynamodb-streams")
+SOURCES = ("sqs", "sqs-fifo", "kinesis", "dynamodb-streams", "rabbitmq", "activemq")
 ACCOUNT = "123456789012"
 INVOKE_IDENTITY = f"arn:aws:iam::{ACCOUNT}:role/lambda-role"
 # How long a received SQS message stays in flight while the function runs
@@ -132,6 +181,164 @@ def seconds_number(value):
     return int(value) if float(value).is_integer() else round(float(value), 3)
 
 
+# ---------------------------------------------------------------- Amazon MQ
+
+# ActiveMQ's redelivery limit: the broker's (infra/activemq-local.sh), the
+# default of ActiveMQ's consumers and so Lambda's. RabbitMQ's queues get the
+# same by default (x-delivery-limit).
+MAX_REDELIVERIES = 6
+
+
+def broker_endpoint(variable):
+    """A local broker's URL from `variable`; refuses to run without one, or
+    with one whose host is not a loopback address."""
+    url = os.environ.get(variable)
+    if not url:
+        sys.exit(f"poller: {variable} is not set (a local broker's URL; infra/local-stack.sh exports it)")
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        sys.exit(f"poller: {variable} names {host or 'no host'}, not a loopback address")
+    return url
+
+
+def broker_arn(kind, url):
+    """An Amazon MQ broker's ARN for the local broker at `url`."""
+    broker_id = uuid.uuid5(uuid.NAMESPACE_URL, url)
+    return f"arn:aws:mq:{region()}:{ACCOUNT}:broker:local-{kind}:b-{broker_id}"
+
+
+def java_date(seconds):
+    """Epoch seconds as Lambda's RabbitMQ event writes a date (Java's
+    medium format, UTC): "Jan 1, 1970, 12:33:41 AM"."""
+    t = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return f"{t:%b} {t.day}, {t.year}, {t.hour % 12 or 12}:{t:%M:%S} {'AM' if t.hour < 12 else 'PM'}"
+
+
+def java_date_seconds(text):
+    """The epoch seconds of a `java_date`."""
+    t = datetime.datetime.strptime(text, "%b %d, %Y, %I:%M:%S %p")
+    return int(t.replace(tzinfo=datetime.timezone.utc).timestamp())
+
+
+def event_header(value):
+    """An AMQP header value as Lambda's RabbitMQ event shows it: a string
+    as {"bytes": [its UTF-8 bytes, 0 to 255]} (pika gives bytes for a
+    string that is not UTF-8 and for a byte array: {"bytes"} too), numbers
+    and booleans as they are, a date as `java_date`, tables and arrays
+    value by value."""
+    if isinstance(value, str):
+        return {"bytes": list(value.encode("utf-8"))}
+    if isinstance(value, bytes):
+        return {"bytes": list(value)}
+    if isinstance(value, datetime.datetime):
+        return java_date(value.timestamp())
+    if isinstance(value, dict):
+        return {name: event_header(v) for name, v in value.items()}
+    if isinstance(value, list):
+        return [event_header(v) for v in value]
+    return jsonable(value)
+
+
+def amqp_header(value):
+    """A header of --messages (or of an event) as pika sends it:
+    {"bytes": [...]} an AMQP string (bytes when not UTF-8; negative bytes
+    read as Java's), a float a decimal (pika sends no floats)."""
+    if isinstance(value, dict) and set(value) == {"bytes"}:
+        data = bytes(b % 256 for b in value["bytes"])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    if isinstance(value, dict):
+        return {name: amqp_header(v) for name, v in value.items()}
+    if isinstance(value, list):
+        return [amqp_header(v) for v in value]
+    if isinstance(value, float):
+        return decimal.Decimal(str(value))
+    return value
+
+
+# A RabbitMQ message's properties: the event's name, --messages' (pika's).
+# Not sent again from an event: userId (the broker refuses a user id other
+# than the connection's), clusterId (reserved in AMQP 0-9-1), bodySize (the
+# body's), timestamp (a date: converted apart).
+RABBITMQ_PROPERTIES = [
+    ("contentType", "content_type"), ("contentEncoding", "content_encoding"),
+    ("deliveryMode", "delivery_mode"), ("priority", "priority"), ("correlationId", "correlation_id"),
+    ("replyTo", "reply_to"), ("expiration", "expiration"), ("messageId", "message_id"),
+    ("type", "type"), ("appId", "app_id"),
+]
+
+# Headers of an ActiveMQ STOMP MESSAGE frame that are not the message's
+# properties: STOMP's own and JMS's, and those the redeliveryPlugin adds to
+# the copy it redelivers (Lambda's consumer redelivers on its side: its
+# events have none of them).
+STOMP_HEADERS = {
+    "destination", "message-id", "subscription", "ack", "content-length", "content-type",
+    "expires", "priority", "timestamp", "redelivered", "persistent", "correlation-id",
+    "reply-to", "type", "JMSXUserID", "original-destination", "originalExpiration",
+    "redeliveryDelay", "scheduledJobId",
+}
+
+
+def body_of(message):
+    """The body of a message of --messages: "body" (text) or "data_base64"."""
+    if "data_base64" in message:
+        return base64.b64decode(message["data_base64"])
+    return message["body"].encode("utf-8")
+
+
+def rabbitmq_connection():
+    return pika.BlockingConnection(pika.URLParameters(broker_endpoint("RABBITMQ_URL")))
+
+
+class Stomp(stomp.ConnectionListener):
+    """A STOMP connection to the local ActiveMQ broker: the frames of each
+    subscription in a queue of their own, with the time they came."""
+
+    def __init__(self):
+        url = broker_endpoint("ACTIVEMQ_STOMP_URL")
+        self.arn = broker_arn("activemq", url)
+        address = urllib.parse.urlsplit(url)
+        self.connection = stomp.Connection([(address.hostname, address.port)], auto_content_length=False,
+                                           auto_decode=False, heartbeats=(0, 0))
+        self.frames = {}
+        self.connection.set_listener("poller", self)
+        self.connection.connect(wait=True)
+
+    def on_message(self, frame):
+        self.frames[frame.headers["subscription"]].put((frame, int(time.time() * 1000)))
+
+    def on_error(self, frame):
+        print(f"poller: ActiveMQ: {frame.headers.get('message')}: {frame.body!r}", file=sys.stderr, flush=True)
+
+    def subscribe(self, name, subscription, ack="auto", **headers):
+        self.frames[subscription] = queue.Queue()
+        self.connection.subscribe(f"/queue/{name}", id=subscription, ack=ack, headers=headers)
+
+    def browse(self, name):
+        """The ids of the messages in queue `name` (a queue browser: nothing
+        is consumed)."""
+        self.subscribe(name, "browser", browser="true")
+        ids = []
+        while True:
+            frame, _ = self.frames["browser"].get(timeout=30)
+            if frame.headers.get("browser") == "end":
+                break
+            ids.append(frame.headers["message-id"])
+        self.connection.unsubscribe("browser")
+        return ids
+
+    def close(self):
+        # DISCONNECT waits for its receipt: the broker has acted on every
+        # frame sent before it.
+        self.connection.disconnect()
+
+
 # ---------------------------------------------------------------- create
 
 
@@ -152,6 +359,30 @@ def create(args):
         kinesis.get_waiter("stream_exists").wait(StreamName=args.name, WaiterConfig={"Delay": 0.2})
         description = kinesis.describe_stream(StreamName=args.name)["StreamDescription"]
         out = {"arn": description["StreamARN"], "shards": [s["ShardId"] for s in description["Shards"]]}
+    elif args.source == "rabbitmq":
+        # The broker counts deliveries and dead-letters (quorum queues):
+        # a message returned more than `limit` times goes to NAME.dlq.
+        limit = MAX_REDELIVERIES if args.max_redeliveries is None else args.max_redeliveries
+        dead_letters = f"{args.name}.dlq"
+        with rabbitmq_connection() as connection:
+            channel = connection.channel()
+            channel.queue_declare(dead_letters, durable=True, arguments={"x-queue-type": "quorum"})
+            channel.queue_declare(args.name, durable=True, arguments={
+                "x-queue-type": "quorum", "x-delivery-limit": limit,
+                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letters})
+        out = {"arn": broker_arn("rabbitmq", os.environ["RABBITMQ_URL"]),
+               "dead_letter_queue": dead_letters, "max_redeliveries": limit}
+    elif args.source == "activemq":
+        if args.max_redeliveries not in (None, MAX_REDELIVERIES):
+            sys.exit(f"poller: ActiveMQ's redelivery limit is the broker's ({MAX_REDELIVERIES}, "
+                     "infra/activemq-local.sh's redeliveryPlugin)")
+        # ActiveMQ makes a queue when it is first used: here a browser,
+        # which consumes nothing.
+        broker = Stomp()
+        messages = len(broker.browse(args.name))
+        broker.close()
+        out = {"arn": broker.arn, "dead_letter_queue": f"DLQ.{args.name}", "max_redeliveries": MAX_REDELIVERIES,
+               "messages": messages}
     else:
         dynamodb = client("dynamodb")
         table = dynamodb.create_table(
@@ -171,6 +402,11 @@ def create(args):
 def messages_of_event(source, event):
     """The messages a Lambda event of `source` holds, in the format of
     --messages, to produce them again into a real queue or stream."""
+    if source == "rabbitmq":
+        return [rabbitmq_message_of_event(m) for messages in event["rmqMessagesByQueue"].values()
+                for m in messages]
+    if source == "activemq":
+        return [activemq_message_of_event(m) for m in event["messages"]]
     messages = []
     for record in event["Records"]:
         if source in ("sqs", "sqs-fifo"):
@@ -193,6 +429,73 @@ def messages_of_event(source, event):
     return messages
 
 
+def rabbitmq_message_of_event(m):
+    properties = m["basicProperties"]
+    message = {"data_base64": m["data"]}
+    for field, name in RABBITMQ_PROPERTIES:
+        if properties.get(field) is not None:
+            message[name] = properties[field]
+    if properties.get("timestamp"):
+        message["timestamp"] = java_date_seconds(properties["timestamp"])
+    if properties.get("headers"):
+        message["headers"] = properties["headers"]
+    return message
+
+
+def activemq_message_of_event(m):
+    """Not sent again: the broker's own fields (messageID, timestamp, its
+    times, redelivered) and expiration (a time, long past in a sample)."""
+    persistent = m["persistent"] if "persistent" in m else m.get("deliveryMode") != 1
+    message = {"data_base64": m["data"], "headers": m.get("properties") or {}, "persistent": persistent,
+               "bytes_message": m.get("messageType") == "jms/bytes-message"}
+    correlation_id = m.get("correlationId", m.get("correlationID"))
+    if correlation_id is not None:
+        message["correlation_id"] = correlation_id
+    for field in ("type", "priority"):
+        if m.get(field) is not None:
+            message[field] = m[field]
+    return message
+
+
+def produce_rabbitmq(name, messages):
+    """Publishes to NAME through the default exchange, with publisher
+    confirms: each message is in the queue when this returns (an absent
+    queue is an error, not a message lost)."""
+    results = []
+    with rabbitmq_connection() as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for m in messages:
+            properties = {"delivery_mode": 2, **{key: m[key] for _, key in RABBITMQ_PROPERTIES if key in m}}
+            if "timestamp" in m:
+                properties["timestamp"] = m["timestamp"]
+            if "headers" in m:
+                properties["headers"] = amqp_header(m["headers"])
+            channel.basic_publish("", name, body_of(m), pika.BasicProperties(**properties), mandatory=True)
+            results.append({"message_id": properties.get("message_id")})
+    return results
+
+
+def produce_activemq(name, messages):
+    """Sends to the queue NAME: a text message (no content-length: ActiveMQ
+    makes a JMS TextMessage of it), or a bytes message with
+    "bytes_message"; persistent unless "persistent" is false. The broker
+    gives each its message id."""
+    broker = Stomp()
+    for m in messages:
+        headers = {name: str(value) for name, value in m.get("headers", {}).items()}
+        headers["persistent"] = "true" if m.get("persistent", True) else "false"
+        for field, header in (("correlation_id", "correlation-id"), ("type", "type"), ("priority", "priority")):
+            if m.get(field) is not None:
+                headers[header] = str(m[field])
+        body = body_of(m)
+        if m.get("bytes_message"):
+            headers["content-length"] = str(len(body))
+        broker.connection.send(f"/queue/{name}", body, headers=headers)
+    broker.close()
+    return [{"destination": f"/queue/{name}"} for _ in messages]
+
+
 def produce(args):
     if args.from_event:
         with open(args.from_event, encoding="utf-8") as f:
@@ -201,7 +504,11 @@ def produce(args):
         with open(args.messages, encoding="utf-8") as f:
             messages = json.load(f)
     results = []
-    if args.source in ("sqs", "sqs-fifo"):
+    if args.source == "rabbitmq":
+        results = produce_rabbitmq(args.name, messages)
+    elif args.source == "activemq":
+        results = produce_activemq(args.name, messages)
+    elif args.source in ("sqs", "sqs-fifo"):
         sqs = client("sqs")
         url = sqs.get_queue_url(QueueName=args.name)["QueueUrl"]
         for m in messages:
@@ -262,7 +569,7 @@ class Stats:
     def __init__(self, source, name):
         self.started = time.monotonic()
         self.summary = {"source": source, "name": name, "batches": 0, "records": 0, "reported": 0,
-                        "invocation_errors": 0, "invalid_responses": 0, "drained": False}
+                        "invocation_errors": 0, "error_types": {}, "invalid_responses": 0, "drained": False}
 
 
 class Invoker:
@@ -327,24 +634,27 @@ class Batches:
         self.transcript = open(args.transcript, "a", encoding="utf-8") if args.transcript else None
         self.events = open(args.events, "a", encoding="utf-8") if args.events else None
 
-    def deliver(self, unit, records, ids, payloads, extra=None):
-        """Invokes the function with `records` (Lambda's records of one
-        event); the reported identifiers (every one after an invocation
-        error or an invalid response) and the error, if any."""
+    def deliver(self, unit, event, ids, payloads, extra=None):
+        """Invokes the function with `event` (Lambda's event of one batch,
+        whose records `ids` name); the reported identifiers (every one after
+        an invocation error or an invalid response) and the error, if any."""
         summary = self.stats.summary
         if self.events:
-            self.events.write(json.dumps({"Records": records}) + "\n")
+            self.events.write(json.dumps(event) + "\n")
             self.events.flush()
         started = time.monotonic()
-        kind, answer = self.invoker.invoke({"Records": records})
+        kind, answer = self.invoker.invoke(event)
         took_ms = round((time.monotonic() - started) * 1000)
         reported, invalid = reported_ids(kind, answer, ids)
         summary["batches"] += 1
-        summary["records"] += len(records)
+        summary["records"] += len(ids)
         summary["reported"] += len(reported)
         summary["invocation_errors"] += kind == "error"
         summary["invalid_responses"] += invalid
         error = answer if kind == "error" else None
+        if error is not None:
+            error_type = error.get("errorType") if isinstance(error, dict) else str(error)
+            summary["error_types"][error_type] = summary["error_types"].get(error_type, 0) + 1
         line = {"batch": summary["batches"], "unit": unit,
                 "records": [{"id": i, "payload": p, **(e or {})}
                             for i, p, e in zip(ids, payloads, extra or [None] * len(ids))],
@@ -354,7 +664,7 @@ class Batches:
             self.transcript.flush()
         what = f"invocation error {error.get('errorType') if isinstance(error, dict) else error}" if error \
             else f"response {json.dumps(answer)}"
-        print(f"poller: batch {summary['batches']} ({unit}): {len(records)} records, {what}, "
+        print(f"poller: batch {summary['batches']} ({unit}): {len(ids)} records, {what}, "
               f"{len(reported)} reported ({took_ms} ms)", file=sys.stderr, flush=True)
         return reported, error
 
@@ -508,7 +818,8 @@ class Sqs:
         ids = [m["MessageId"] for m in messages]
         extra = [{"receive_count": int(m["Attributes"].get("ApproximateReceiveCount", "0")),
                   **({"group": m["Attributes"]["MessageGroupId"]} if self.fifo else {})} for m in messages]
-        reported, _ = self.batches.deliver(self.args.name, records, ids, [m["Body"] for m in messages], extra)
+        reported, _ = self.batches.deliver(self.args.name, {"Records": records}, ids,
+                                           [m["Body"] for m in messages], extra)
         done = [m for m in messages if m["MessageId"] not in reported]
         for i in range(0, len(done), 10):
             self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
@@ -587,8 +898,8 @@ class Shards:
             self.idle.discard(shard)
             self.next_shard = (shards.index(shard) + 1) % len(shards)
             numbers = [self.sequence_number(r) for r in records]
-            reported, _ = self.batches.deliver(shard, [self.record(shard, r) for r in records], numbers,
-                                               [self.payload(r) for r in records])
+            reported, _ = self.batches.deliver(shard, {"Records": [self.record(shard, r) for r in records]},
+                                               numbers, [self.payload(r) for r in records])
             if reported:
                 lowest = min(reported, key=int)
                 self.checkpoints[shard] = {"type": "AT_SEQUENCE_NUMBER", "sequence_number": lowest}
@@ -707,11 +1018,221 @@ class DynamoDbStreams(Shards):
         return record
 
 
+class Broker:
+    """What RabbitMQ and ActiveMQ share: gathering a batch of the messages
+    the broker pushes (up to --batch-size within --batching-window), one
+    invocation for all of them, the batch settled whole."""
+
+    def __init__(self, args, batches):
+        self.args = args
+        self.batches = batches
+        batches.stats.summary["redelivered"] = 0
+
+    def gather(self):
+        """A batch: the window opens with its first message."""
+        messages = []
+        deadline = time.monotonic() + self.args.batching_window
+        while len(messages) < self.args.batch_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            first = not messages
+            if not self.receive(messages, left):
+                break
+            if first:
+                deadline = time.monotonic() + self.args.batching_window
+        return messages
+
+    def step(self):
+        messages = self.gather()
+        if not messages:
+            return None
+        records = [self.message(m) for m in messages]
+        redelivered = [record["redelivered"] for record in records]
+        self.batches.stats.summary["redelivered"] += sum(redelivered)
+        _, error = self.batches.deliver(self.args.name, self.event(records), [self.id(m) for m in messages],
+                                        [base64.b64decode(r["data"]).decode("utf-8", errors="replace")
+                                         for r in records],
+                                        [{"redelivered": r} for r in redelivered])
+        self.settle(messages, error is None)
+        return True
+
+
+class RabbitMq(Broker):
+    """RabbitMQ (AMQP 0-9-1, pika): one consumer of the queue NAME."""
+
+    def __init__(self, args, batches):
+        super().__init__(args, batches)
+        url = broker_endpoint("RABBITMQ_URL")
+        parameters = pika.URLParameters(url)
+        self.arn = broker_arn("rabbitmq", url)
+        self.queue_key = f"{args.name}::{parameters.virtual_host}"
+        self.connection = pika.BlockingConnection(parameters)
+        self.channel = self.connection.channel()
+        self.count(args.name)
+        # Deliveries the broker pushed, not yet in a batch.
+        self.held = []
+        self.channel.basic_qos(prefetch_count=args.batch_size)
+        self.channel.basic_consume(args.name, lambda _, *delivery: self.held.append(delivery))
+
+    def count(self, name):
+        """The messages ready in queue `name` (not those delivered and not
+        yet acknowledged)."""
+        try:
+            return self.channel.queue_declare(name, passive=True).method.message_count
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            sys.exit(f"poller: {closed.reply_text} (infra/poller.py create rabbitmq {self.args.name})")
+
+    def receive(self, messages, seconds):
+        if not self.held:
+            self.connection.process_data_events(time_limit=seconds)
+        taken = self.held[:self.args.batch_size - len(messages)]
+        del self.held[:len(taken)]
+        messages.extend(taken)
+        return bool(taken)
+
+    def drained(self):
+        return not self.held and self.count(self.args.name) == 0
+
+    @staticmethod
+    def id(delivery):
+        method, properties, _ = delivery
+        return properties.message_id or f"delivery-tag-{method.delivery_tag}"
+
+    @staticmethod
+    def message(delivery):
+        """One message of Lambda's RabbitMQ event (AWS's sample's fields,
+        in its order)."""
+        method, p, body = delivery
+        return {
+            "basicProperties": {
+                "contentType": p.content_type,
+                "contentEncoding": p.content_encoding,
+                "headers": event_header(p.headers) if p.headers is not None else None,
+                "deliveryMode": p.delivery_mode,
+                "priority": p.priority,
+                "correlationId": p.correlation_id,
+                "replyTo": p.reply_to,
+                "expiration": p.expiration,
+                "messageId": p.message_id,
+                "timestamp": java_date(p.timestamp) if p.timestamp is not None else None,
+                "type": p.type,
+                "userId": p.user_id,
+                "appId": p.app_id,
+                "clusterId": p.cluster_id,
+                "bodySize": len(body),
+            },
+            "redelivered": method.redelivered,
+            "data": base64.b64encode(body).decode("ascii"),
+        }
+
+    def event(self, records):
+        return {"eventSource": "aws:rmq", "eventSourceArn": self.arn,
+                "rmqMessagesByQueue": {self.queue_key: records}}
+
+    def settle(self, deliveries, done):
+        """Acknowledges the batch; or, after --redelivery-delay, returns it
+        to the queue (the quorum queue counts the return, and
+        dead-letters a message past its x-delivery-limit)."""
+        last = deliveries[-1][0].delivery_tag
+        if done:
+            self.channel.basic_ack(last, multiple=True)
+        else:
+            self.connection.sleep(self.args.redelivery_delay)
+            self.channel.basic_nack(last, multiple=True, requeue=True)
+
+    def finish(self, summary):
+        summary["left"] = self.count(self.args.name)
+        summary["dead_lettered"] = self.count(f"{self.args.name}.dlq")
+        # Closing returns the deliveries still held to the queue.
+        self.connection.close()
+
+
+class ActiveMq(Broker):
+    """ActiveMQ (STOMP, stomp.py): one subscription to the queue NAME,
+    client-individual acknowledgement, activemq.prefetchSize --batch-size."""
+
+    def __init__(self, args, batches):
+        super().__init__(args, batches)
+        self.broker = Stomp()
+        self.arn = self.broker.arn
+        self.broker.subscribe(args.name, "poller", ack="client-individual",
+                              **{"activemq.prefetchSize": str(args.batch_size)})
+        # Ids of messages sent back (NACK) and not seen since: redelivered
+        # later by the broker, or in the dead-letter queue.
+        self.sent_back = set()
+
+    def receive(self, messages, seconds):
+        try:
+            messages.append(self.broker.frames["poller"].get(timeout=seconds))
+        except queue.Empty:
+            return False
+        self.sent_back.discard(self.id(messages[-1]))
+        return True
+
+    def drained(self):
+        if not self.broker.frames["poller"].empty():
+            return False
+        if self.sent_back:
+            self.sent_back -= set(self.broker.browse(f"DLQ.{self.args.name}"))
+        return not self.sent_back and not self.broker.browse(self.args.name)
+
+    @staticmethod
+    def id(message):
+        frame, _ = message
+        return frame.headers["message-id"]
+
+    def message(self, message):
+        """One message of Lambda's ActiveMQ event, from the STOMP frame's
+        headers (the user's are the properties)."""
+        frame, received_ms = message
+        h = frame.headers
+        return {
+            "messageID": h["message-id"],
+            # ActiveMQ gives a bytes message's frame a content-length, a text message's none.
+            "messageType": "jms/bytes-message" if "content-length" in h else "jms/text-message",
+            "deliveryMode": 2 if h.get("persistent") == "true" else 1,
+            "replyTo": h.get("reply-to"),
+            "type": h.get("type"),
+            "expiration": int(h.get("expires", "0")),
+            "priority": int(h.get("priority", "4")),
+            "correlationId": h.get("correlation-id"),
+            "redelivered": h.get("redelivered") == "true",
+            "destination": {"physicalName": h["destination"].removeprefix("/queue/")},
+            "data": base64.b64encode(frame.body).decode("ascii"),
+            "timestamp": int(h["timestamp"]),
+            "brokerInTime": int(h["timestamp"]),
+            "brokerOutTime": received_ms,
+            "properties": {name: value for name, value in h.items() if name not in STOMP_HEADERS},
+        }
+
+    def event(self, records):
+        return {"eventSource": "aws:mq", "eventSourceArn": self.arn, "messages": records}
+
+    def settle(self, messages, done):
+        """Acknowledges every message; or sends every one back (NACK: the
+        broker's redeliveryPlugin redelivers it, or dead-letters it past
+        its limit)."""
+        for message in messages:
+            if done:
+                self.broker.connection.ack(self.id(message), "poller")
+            else:
+                self.broker.connection.nack(self.id(message), "poller")
+                self.sent_back.add(self.id(message))
+
+    def finish(self, summary):
+        summary["left"] = len(self.broker.browse(self.args.name))
+        summary["dead_lettered"] = len(self.broker.browse(f"DLQ.{self.args.name}"))
+        # Disconnecting returns the messages still held to the queue.
+        self.broker.close()
+
+
 def poll(args):
     stats = Stats(args.source, args.name)
     invoker = Invoker(args)
     batches = Batches(args, stats, invoker)
-    kind = {"sqs": Sqs, "sqs-fifo": Sqs, "kinesis": Kinesis, "dynamodb-streams": DynamoDbStreams}[args.source]
+    kind = {"sqs": Sqs, "sqs-fifo": Sqs, "kinesis": Kinesis, "dynamodb-streams": DynamoDbStreams,
+            "rabbitmq": RabbitMq, "activemq": ActiveMq}[args.source]
     if args.source == "sqs-fifo" and not args.name.endswith(".fifo"):
         sys.exit("poller: a FIFO queue's name ends in .fifo")
     source = kind(args, batches)
@@ -756,6 +1277,8 @@ def main():
     c.add_argument("name")
     c.add_argument("--shards", type=int, default=2, help="Kinesis: the stream's shards")
     c.add_argument("--key", default="payment_id", help="DynamoDB: the table's hash key (a string)")
+    c.add_argument("--max-redeliveries", type=int, help=f"RabbitMQ: the queue's x-delivery-limit "
+                   f"(default {MAX_REDELIVERIES}); ActiveMQ's is the broker's ({MAX_REDELIVERIES})")
 
     p = commands.add_parser("produce", help="send messages, put records, write items")
     p.add_argument("source", choices=SOURCES)
@@ -764,7 +1287,11 @@ def main():
     what.add_argument("--messages", help='a JSON list: SQS {"body", "attributes": {name: text}, '
                       '"group", "deduplication_id"}; Kinesis {"data" | "data_base64", "partition_key"}; '
                       'DynamoDB {"put": item} | {"delete": key} (plain JSON) or {"put_item"} | '
-                      '{"delete_key"} (typed)')
+                      '{"delete_key"} (typed); RabbitMQ {"body" | "data_base64", "headers": {name: text, '
+                      'number or {"bytes": [...]}}, "message_id", "content_type", "timestamp" (epoch s), '
+                      'any other pika property}; ActiveMQ {"body" | "data_base64", "headers": {name: text} '
+                      '(the properties), "correlation_id", "type", "priority", "persistent" (default true), '
+                      '"bytes_message"}')
     what.add_argument("--from-event", help="the records of a Lambda event of that source (events/*.json)")
 
     q = commands.add_parser("poll", help="deliver to the function as the event source mapping does")
@@ -773,9 +1300,12 @@ def main():
     q.add_argument("--bootstrap", required=True, help="the function's binary")
     q.add_argument("--function-name", default="msk-handler")
     q.add_argument("--batch-size", type=int, default=10)
+    q.add_argument("--batching-window", type=float, default=0.5,
+                   help="Amazon MQ: seconds to gather a batch in (Lambda's default: 0.5)")
     q.add_argument("--max-batches", type=int, help="stop after this many batches (default: until drained)")
     q.add_argument("--redelivery-delay", type=float, default=1.0,
-                   help="seconds before reported records come again (SQS: whole seconds)")
+                   help="seconds before reported records come again (SQS: whole seconds; "
+                   "ActiveMQ: the broker's 1 s instead)")
     q.add_argument("--timeout", type=float, default=120, help="give up (exit 1) after this many seconds")
     q.add_argument("--invoke-timeout", type=float, default=60)
     q.add_argument("--checkpoint", help="kept across runs: Kinesis's and DynamoDB Streams' shard "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The template for a new function, used the way SAM users start, once per
-# event source it offers (kafka, the default, then sqs, kinesis and
-# dynamodb-streams):
+# event source it offers (kafka, the default, then sqs, kinesis,
+# dynamodb-streams, rabbitmq and activemq):
 #   1. `sam init --location templates/msk-function --no-input` into a
 #      temporary directory, exactly-once pointed at this checkout by path
 #      (the default source as `--no-input` picks it, the others by
@@ -10,9 +10,9 @@
 #      the line that declares its test module): one handler over the
 #      source-neutral `Record` serves every source;
 #   3. its template.yaml passes cfn-lint, `sam validate --lint` and
-#      `sam validate`, and its mapping reports partial batch responses; its
-#      parameters and their defaults are those templates/README.md lists
-#      for its source;
+#      `sam validate`, and its mapping reports partial batch responses (an
+#      Amazon MQ mapping, which has none, asks for none); its parameters and
+#      their defaults are those templates/README.md lists for its source;
 #   4. it builds, is rustfmt-clean, and its test (its source's sample event
 #      delivered twice, each payment applied once) passes on DynamoDB Local;
 #   5. its binary, started with exactly the environment its template.yaml
@@ -32,7 +32,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 
-for source in kafka sqs kinesis dynamodb-streams; do
+sources=(kafka sqs kinesis dynamodb-streams rabbitmq activemq)
+for source in "${sources[@]}"; do
   echo "template ($source): sam init --location templates/msk-function"
   context="{\"project_name\": \"msk-payments\", \"exactly_once_path\": \"$root\""
   [[ $source == kafka ]] || context+=", \"event_source\": \"$source\""
@@ -62,8 +63,16 @@ PY
   sam validate --template-file "$project/template.yaml"
   grep -q "EVENT_SOURCES: $source\$" "$project/template.yaml" \
     || { echo "template: EVENT_SOURCES is not $source" >&2; exit 1; }
-  grep -q -- "- ReportBatchItemFailures\$" "$project/template.yaml" \
-    || { echo "template: the $source mapping has no ReportBatchItemFailures" >&2; exit 1; }
+  case $source in
+    rabbitmq | activemq)
+      # Lambda has no partial batch response for Amazon MQ: the mapping must
+      # not ask for one (the batch fails whole).
+      ! grep -qE "^ +FunctionResponseTypes:" "$project/template.yaml" \
+        || { echo "template: the $source mapping asks for FunctionResponseTypes" >&2; exit 1; } ;;
+    *)
+      grep -q -- "- ReportBatchItemFailures\$" "$project/template.yaml" \
+        || { echo "template: the $source mapping has no ReportBatchItemFailures" >&2; exit 1; } ;;
+  esac
 
   echo "template ($source): its parameters are those templates/README.md lists"
   "$EXACTLY_ONCE_TOOLS/venv/bin/python" "$root/infra/template_params.py" \
@@ -80,4 +89,4 @@ PY
     --event "$project/events/payments.json" --log "$work/$source.log" \
     || { tail -n 30 "$work/$source.log" >&2; exit 1; }
 done
-echo "template: OK, from sam init to a green test for 4 sources in $(($(date +%s) - started)) s"
+echo "template: OK, from sam init to a green test for ${#sources[@]} sources in $(($(date +%s) - started)) s"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The project's one test command (CI runs it through .ci/run).
 # Installs the tools, starts DynamoDB Local with the template's tables, a
-# PostgreSQL cluster and a redis-server, then runs rustfmt, clippy, the docs,
+# PostgreSQL cluster, a redis-server, a RabbitMQ node and an ActiveMQ broker
+# (infra/local-stack.sh), then runs rustfmt, clippy, the docs,
 # the feature checks, the tests of every crate (the PostgreSQL and Redis ones
 # among them: tests/store_postgres.rs, store_redis.rs, ledger_stores.rs,
 # postgres_faults.rs, redis_faults.rs; and tests/sources.rs, the function on
-# SQS and Kinesis of moto's server and DynamoDB Local's streams through
-# infra/poller.py), the README's quick start built
+# SQS and Kinesis of moto's server, DynamoDB Local's streams, RabbitMQ and
+# ActiveMQ through infra/poller.py), the README's quick start built
 # outside the repository, the link check and the template validation.
 set -euo pipefail
 

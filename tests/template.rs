@@ -595,7 +595,7 @@ struct Offered {
     statements: &'static [&'static str],
 }
 
-const OFFERED: [Offered; 4] = [
+const OFFERED: [Offered; 6] = [
     Offered {
         source: "kafka",
         mappings: &["FunctionKafka", "SelfManagedEventSourceMapping"],
@@ -631,7 +631,38 @@ const OFFERED: [Offered; 4] = [
         required: &["DynamoDbStreamArn"],
         statements: &["DynamoDbStream"],
     },
+    Offered {
+        source: "rabbitmq",
+        mappings: &["RabbitMqEventSourceMapping"],
+        required: &["MqBrokerArn", "MqQueueName", "MqSecretArn"],
+        statements: MQ_STATEMENTS,
+    },
+    Offered {
+        source: "activemq",
+        mappings: &["ActiveMqEventSourceMapping"],
+        required: &["MqBrokerArn", "MqQueueName", "MqSecretArn"],
+        statements: MQ_STATEMENTS,
+    },
 ];
+
+/// The role statements of an Amazon MQ mapping, either engine's.
+const MQ_STATEMENTS: &[&str] = &["MqBroker", "MqSecret", "MqNetworkInterfaces", "MqVpc"];
+
+/// The sources whose mappings have no partial batch response, as the
+/// library has it (Amazon MQ's): a failed invocation hands the whole batch
+/// back to the broker.
+fn retries_whole_batches(source: &str) -> bool {
+    !settings::Source::parse(source)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .has_partial_batch_response()
+}
+
+/// The sources whose mappings have no retries, bisection or on-failure
+/// destination of their own: SQS (the queue's redrive policy) and Amazon
+/// MQ (the broker's redelivery limit and dead-letter queue).
+fn without_on_failure_destination(source: &str) -> bool {
+    source == "sqs" || retries_whole_batches(source)
+}
 
 /// Any tagged value (`!Equals [...]`) as its tag's name and its value.
 fn tagged(value: &Value) -> Option<(String, &Value)> {
@@ -711,11 +742,12 @@ fn sources_of_condition(template: &Value, name: &str) -> Option<BTreeSet<String>
 /// `EventSource` offers exactly the library's sources, Kafka first and by
 /// default (the stack as before: an MSK trigger); each has its event source
 /// mapping, which exists only with it and answers with partial batch
-/// responses (`ReportBatchItemFailures`: the function reports the records
-/// that did not finish, and Lambda delivers only those again); the Rules
-/// refuse a stack whose chosen source misses its queue, stream or topic.
+/// responses where the source has them (`ReportBatchItemFailures`: the
+/// function reports the records that did not finish, and Lambda delivers
+/// only those again; Amazon MQ has none); the Rules refuse a stack whose
+/// chosen source misses its queue, stream, topic or broker.
 #[test]
-fn each_source_has_its_mapping_with_partial_batch_responses() {
+fn each_source_has_its_mapping_with_partial_batch_responses_where_it_has_them() {
     let template = template();
     let parameter = &template["Parameters"]["EventSource"];
     let offered: Vec<&str> = parameter["AllowedValues"]
@@ -768,14 +800,22 @@ fn each_source_has_its_mapping_with_partial_batch_responses() {
                 Some("Function"),
                 "{id}"
             );
-            assert_eq!(
-                properties["FunctionResponseTypes"],
-                serde_norway::from_str::<Value>("[ReportBatchItemFailures]").unwrap(),
-                "{id} answers with partial batch responses"
-            );
+            if retries_whole_batches(offered.source) {
+                assert!(
+                    properties["FunctionResponseTypes"].is_null(),
+                    "{id}: Amazon MQ has no partial batch response"
+                );
+            } else {
+                assert_eq!(
+                    properties["FunctionResponseTypes"],
+                    serde_norway::from_str::<Value>("[ReportBatchItemFailures]").unwrap(),
+                    "{id} answers with partial batch responses"
+                );
+            }
             // Retries, bisection and an on-failure destination where the
             // source has them; an SQS mapping takes none (the queue's
-            // redrive policy counts receives instead).
+            // redrive policy counts receives instead), nor an Amazon MQ one
+            // (the broker's redelivery limit).
             let retries = [
                 "MaximumRetryAttempts",
                 "BisectBatchOnFunctionError",
@@ -784,11 +824,11 @@ fn each_source_has_its_mapping_with_partial_batch_responses() {
             for property in retries {
                 assert_eq!(
                     properties[property].is_null(),
-                    offered.source == "sqs",
+                    without_on_failure_destination(offered.source),
                     "{id}: {property}"
                 );
             }
-            if offered.source != "sqs" {
+            if !without_on_failure_destination(offered.source) {
                 assert_eq!(
                     properties["BisectBatchOnFunctionError"].as_bool(),
                     Some(true),
@@ -796,15 +836,23 @@ fn each_source_has_its_mapping_with_partial_batch_responses() {
                 );
             }
         }
-        // The Rules refuse the source without its queue, stream or topic.
+        // The Rules refuse the source without its queue, stream, topic or
+        // broker: a rule for it (or for it and the other sources that need
+        // the same parameter, as both Amazon MQ engines need a broker).
         for required in offered.required {
+            let needing: BTreeSet<String> = OFFERED
+                .iter()
+                .filter(|other| other.required.contains(required))
+                .map(|other| other.source.to_owned())
+                .collect();
             let refused = template["Rules"]
                 .as_mapping()
                 .expect("rules")
                 .values()
                 .filter(|rule| {
-                    sources_of(&template, &rule["RuleCondition"])
-                        == Some(BTreeSet::from([offered.source.to_owned()]))
+                    sources_of(&template, &rule["RuleCondition"]).is_some_and(|sources| {
+                        sources.contains(offered.source) && sources.is_subset(&needing)
+                    })
                 })
                 .flat_map(|rule| rule["Assertions"].as_sequence().expect("assertions"))
                 .any(|assertion| {
@@ -841,7 +889,9 @@ fn the_function_serves_exactly_the_source_of_its_mapping() {
 }
 
 /// Each source's role statements exist only when it is the stack's source
-/// (its queue or stream named, never `*`), and with SQS, whose mapping has
+/// (or, for a statement both Amazon MQ engines need, one of them; its
+/// queue, stream or broker named, never `*` but for the Describe actions of
+/// the network interfaces), and with SQS and Amazon MQ, whose mappings have
 /// no on-failure destination, the destinations' statements do not exist.
 #[test]
 fn each_sources_role_statements_exist_only_with_it() {
@@ -857,14 +907,18 @@ fn each_sources_role_statements_exist_only_with_it() {
                 .condition
                 .as_deref()
                 .unwrap_or_else(|| panic!("{sid} exists always"));
+            let sharing: BTreeSet<String> = OFFERED
+                .iter()
+                .filter(|other| other.statements.contains(sid))
+                .map(|other| other.source.to_owned())
+                .collect();
             assert_eq!(
                 sources_of_condition(&template, condition),
-                only(offered.source),
-                "{sid} exists only with EventSource {} (its condition {condition})",
-                offered.source
+                Some(sharing.clone()),
+                "{sid} exists only with EventSource {sharing:?} (its condition {condition})"
             );
             assert!(
-                !statement.resources.contains("*") || *sid == "KafkaVpc",
+                !statement.resources.contains("*") || ["KafkaVpc", "MqVpc"].contains(sid),
                 "{sid} on *"
             );
         }
@@ -872,9 +926,9 @@ fn each_sources_role_statements_exist_only_with_it() {
             let sid = offered.statements[0];
             assert_eq!(
                 statements[sid].resources,
-                offered.required.iter().map(|r| (*r).to_owned()).collect(),
-                "{sid} is on {:?}",
-                offered.required
+                BTreeSet::from([offered.required[0].to_owned()]),
+                "{sid} is on {}",
+                offered.required[0]
             );
         }
     }
@@ -886,6 +940,7 @@ fn each_sources_role_statements_exist_only_with_it() {
     for (sid, statement) in &statements {
         let reads = statement.actions.iter().any(|action| {
             action.starts_with("kinesis:")
+                || action.starts_with("mq:")
                 || matches!(
                     action.as_str(),
                     "sqs:ReceiveMessage"
@@ -893,6 +948,7 @@ fn each_sources_role_statements_exist_only_with_it() {
                         | "dynamodb:GetRecords"
                         | "dynamodb:GetShardIterator"
                         | "kafka-cluster:ReadData"
+                        | "ec2:CreateNetworkInterface"
                 )
         });
         assert!(
@@ -903,10 +959,12 @@ fn each_sources_role_statements_exist_only_with_it() {
     for sid in ["DeadLetterQueue", "FailedRecordsBucket", "FailureTopic"] {
         let condition = statements[sid].condition.as_deref().expect("a condition");
         let sources = sources_of_condition(&template, condition).expect("source-dependent");
-        assert!(
-            !sources.contains("sqs"),
-            "{sid} exists with EventSource sqs"
-        );
+        for source in sources {
+            assert!(
+                !without_on_failure_destination(&source),
+                "{sid} exists with EventSource {source}, whose mapping has no on-failure destination"
+            );
+        }
     }
     // The MSK mapping's managed policy, with MSK only.
     let managed = resource(&template, "FunctionRole")["ManagedPolicyArns"]
@@ -925,6 +983,217 @@ fn each_sources_role_statements_exist_only_with_it() {
         })
         .expect("AWSLambdaMSKExecutionRole under a condition");
     assert_eq!(sources_of_condition(&template, &msk), only("kafka"));
+}
+
+/// The Amazon MQ mappings (RabbitMQ, ActiveMQ) as Lambda takes them: the
+/// broker and its one queue, exactly one `BASIC_AUTH` secret, a virtual host
+/// on RabbitMQ only (and only when set), no partial batch response, no
+/// retries, bisection, on-failure destination or starting position (the
+/// broker redelivers a failed batch whole); the role gets exactly the
+/// actions of `AWSLambdaMQExecutionRole`, each on the least IAM allows, and
+/// not that managed policy; the queue's depth is alarmed on.
+#[test]
+fn the_amazon_mq_mappings_hand_failed_batches_back_to_the_broker() {
+    let template = template();
+    for (id, source, virtual_host) in [
+        ("RabbitMqEventSourceMapping", "rabbitmq", true),
+        ("ActiveMqEventSourceMapping", "activemq", false),
+    ] {
+        let mapping = &template["Resources"][id];
+        let condition = mapping["Condition"].as_str().expect("a condition");
+        assert_eq!(
+            sources_of_condition(&template, condition),
+            Some(BTreeSet::from([source.to_owned()])),
+            "{id}"
+        );
+        let properties = untagged(&mapping["Properties"]);
+        assert_eq!(
+            properties["EventSourceArn"].as_str(),
+            Some("MqBrokerArn"),
+            "{id}"
+        );
+        assert_eq!(
+            properties["Queues"],
+            serde_norway::from_str::<Value>("[MqQueueName]").unwrap(),
+            "{id}: one queue"
+        );
+        assert_eq!(properties["BatchSize"].as_str(), Some("BatchSize"), "{id}");
+        assert_eq!(
+            properties["MaximumBatchingWindowInSeconds"].as_str(),
+            Some("MaximumBatchingWindowInSeconds"),
+            "{id}"
+        );
+        for absent in [
+            "FunctionResponseTypes",
+            "MaximumRetryAttempts",
+            "MaximumRecordAgeInSeconds",
+            "BisectBatchOnFunctionError",
+            "DestinationConfig",
+            "StartingPosition",
+            "ParallelizationFactor",
+            "ScalingConfig",
+            "ProvisionedPollerConfig",
+            "Topics",
+        ] {
+            assert!(properties[absent].is_null(), "{id}: {absent}");
+        }
+        // Each access configuration, possibly under `!If [c, {...}, NoValue]`,
+        // with the condition it exists under.
+        let mut accesses = Vec::new();
+        for item in mapping["Properties"]["SourceAccessConfigurations"]
+            .as_sequence()
+            .expect("SourceAccessConfigurations")
+        {
+            match tagged(item) {
+                Some((tag, Value::Sequence(parts))) if tag == "If" => {
+                    accesses.push((parts[0].as_str().map(str::to_owned), untagged(&parts[1])))
+                }
+                _ => accesses.push((None, untagged(item))),
+            }
+        }
+        let of_type = |kind: &str| -> Vec<(Option<String>, String)> {
+            accesses
+                .iter()
+                .filter(|(_, access)| access["Type"] == kind)
+                .map(|(condition, access)| {
+                    (
+                        condition.clone(),
+                        access["URI"].as_str().expect("a URI").to_owned(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            of_type("BASIC_AUTH"),
+            vec![(None, "MqSecretArn".to_owned())],
+            "{id}: exactly one BASIC_AUTH, the broker user's secret"
+        );
+        let hosts = of_type("VIRTUAL_HOST");
+        if virtual_host {
+            assert_eq!(hosts.len(), 1, "{id}: at most one VIRTUAL_HOST");
+            let (condition, uri) = &hosts[0];
+            assert_eq!(uri, "MqVirtualHost", "{id}");
+            let condition = condition.as_deref().expect("VIRTUAL_HOST only when set");
+            assert_eq!(
+                sources_of_condition(&template, condition),
+                Some(BTreeSet::from([source.to_owned()])),
+                "{id}: VIRTUAL_HOST under {condition}"
+            );
+        } else {
+            assert!(hosts.is_empty(), "{id}: ActiveMQ has no virtual host");
+        }
+        assert_eq!(accesses.len(), 1 + hosts.len(), "{id}: {accesses:?}");
+    }
+
+    // The role: the actions of AWSLambdaMQExecutionRole (but its logs,
+    // which AWSLambdaBasicExecutionRole grants), each on the least IAM
+    // allows.
+    let statements = role_statements();
+    let expected: [(&str, &[&str], &[&str]); 4] = [
+        ("MqBroker", &["mq:DescribeBroker"], &["MqBrokerArn"]),
+        (
+            "MqSecret",
+            &["secretsmanager:GetSecretValue"],
+            &["MqSecretArn"],
+        ),
+        (
+            "MqNetworkInterfaces",
+            &["ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface"],
+            &["MqBrokerArn"],
+        ),
+        (
+            "MqVpc",
+            &[
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeVpcs",
+            ],
+            &["*"],
+        ),
+    ];
+    let mut granted = BTreeSet::new();
+    for (sid, actions, on) in expected {
+        let statement = &statements[sid];
+        assert_eq!(
+            statement.actions,
+            actions.iter().map(|a| (*a).to_owned()).collect(),
+            "{sid}'s actions"
+        );
+        assert_eq!(
+            statement.resources,
+            on.iter().map(|r| (*r).to_owned()).collect(),
+            "{sid}'s resources"
+        );
+        assert!(statement.condition_keys.is_empty(), "{sid}");
+        granted.extend(statement.actions.iter().cloned());
+    }
+    assert_eq!(
+        granted,
+        BTreeSet::from(
+            [
+                "mq:DescribeBroker",
+                "secretsmanager:GetSecretValue",
+                "ec2:CreateNetworkInterface",
+                "ec2:DeleteNetworkInterface",
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeVpcs",
+            ]
+            .map(str::to_owned)
+        ),
+        "the actions of AWSLambdaMQExecutionRole"
+    );
+    // The interfaces: EC2 resources of the broker's region and account,
+    // both read from MqBrokerArn.
+    let interfaces =
+        resource(&template, "FunctionRole")["Policies"][0]["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements")
+            .iter()
+            .map(untagged)
+            .find_map(|item| {
+                item.as_sequence()
+                    .and_then(|parts| parts.get(1).cloned())
+                    .filter(|statement| statement["Sid"] == "MqNetworkInterfaces")
+            })
+            .expect("MqNetworkInterfaces");
+    let arn = interfaces["Resource"][0].as_str().expect("a !Sub text");
+    assert_eq!(arn, "arn:${AWS::Partition}:ec2:${Region}:${Account}:*");
+    let managed = format!(
+        "{:?}",
+        resource(&template, "FunctionRole")["ManagedPolicyArns"]
+    );
+    assert!(
+        !managed.contains("AWSLambdaMQExecutionRole"),
+        "the managed policy grants every action on *: {managed}"
+    );
+
+    // The alarm: the broker's metrics of the queue, with either engine.
+    let alarm = &template["Resources"]["MqQueueDepthAlarm"];
+    assert_eq!(
+        sources_of_condition(&template, alarm["Condition"].as_str().expect("a condition")),
+        Some(BTreeSet::from([
+            "rabbitmq".to_owned(),
+            "activemq".to_owned()
+        ]))
+    );
+    let metrics = format!("{:?}", untagged(&alarm["Properties"]["Metrics"]));
+    for part in [
+        "AWS/AmazonMQ",
+        "MessageReadyCount",
+        "QueueSize",
+        "MqQueueName",
+    ] {
+        assert!(metrics.contains(part), "MqQueueDepthAlarm: {part}");
+    }
+    // No on-failure destination, hence no dead-letter queue, with Amazon MQ.
+    let queue = template["Resources"]["DeadLetterQueue"]["Condition"]
+        .as_str()
+        .expect("a condition");
+    let sources = sources_of_condition(&template, queue).expect("source-dependent");
+    assert!(!sources.contains("rabbitmq") && !sources.contains("activemq"));
 }
 
 /// Every value `value` (a variable of the function's environment) can take

@@ -9,6 +9,7 @@ pub mod capacity;
 pub mod charges;
 pub mod faults;
 pub mod ops;
+pub mod poller;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
