@@ -16,7 +16,7 @@ use std::pin::Pin;
 
 use serde_json::{Value, json};
 
-use crate::sources::{Coordinates, raw_record};
+use crate::sources::{Coordinates, Source, raw_record};
 #[cfg(feature = "sqs")]
 pub use sqs::DeadLetterQueue;
 
@@ -49,7 +49,8 @@ pub trait DeadLetters: Send + Sync + 'static {
 
 /// The message of one parked record: why it was parked, where it sits (a
 /// Kafka record's `partition` and `offset`; another source's `partition`,
-/// its ordering unit, and `id`), the event's source, and the record as
+/// its ordering unit, and `id`, or an Amazon MQ message without an id its
+/// `offset`, its index in its queue), the event's source, and the record as
 /// Lambda sent it (`None` if `event` does not hold it).
 pub fn message(event: &Value, parked: &Parked) -> Option<String> {
     let record = raw_record(event, &parked.at)?;
@@ -61,14 +62,19 @@ pub fn message(event: &Value, parked: &Parked) -> Option<String> {
         "record": record,
     });
     match &at.id {
-        None => {
-            message["offset"] = json!(at.offset);
+        None => message["offset"] = json!(at.offset),
+        Some(id) => message["id"] = json!(id),
+    }
+    match Source::of(event).ok().flatten() {
+        // Kafka and Amazon MQ name their source once, at the top.
+        Some(source @ (Source::Kafka | Source::RabbitMq | Source::ActiveMq)) => {
             message["eventSource"] = json!(event.get("eventSource"));
             message["eventSourceArn"] = json!(event.get("eventSourceArn"));
-            message["bootstrapServers"] = json!(event.get("bootstrapServers"));
+            if source == Source::Kafka {
+                message["bootstrapServers"] = json!(event.get("bootstrapServers"));
+            }
         }
-        Some(id) => {
-            message["id"] = json!(id);
+        _ => {
             message["eventSource"] = json!(record.get("eventSource"));
             message["eventSourceArn"] = json!(record.get("eventSourceARN"));
         }
@@ -80,5 +86,40 @@ pub fn message(event: &Value, parked: &Parked) -> Option<String> {
 impl<T: DeadLetters + ?Sized> DeadLetters for std::sync::Arc<T> {
     fn forward<'a>(&'a self, event: &'a Value, parked: Vec<Parked>) -> Forwarding<'a> {
         (**self).forward(event, parked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parked_amazon_mq_message_names_its_broker_and_its_place() {
+        let event = json!({
+            "eventSource": "aws:rmq",
+            "eventSourceArn": "arn:aws:mq:us-east-1:123456789012:broker:b:b-1",
+            "rmqMessagesByQueue": {"payments::/": [{"data": "e30=", "basicProperties": {}}]}
+        });
+        let parked = Parked {
+            at: Coordinates {
+                partition: "payments::/".into(),
+                offset: 0,
+                id: None,
+            },
+            outcome: "failed",
+            error: Some("amount_cents is not a number".into()),
+        };
+        let sent: Value =
+            serde_json::from_str(&message(&event, &parked).expect("held")).expect("JSON");
+        assert_eq!(
+            sent,
+            json!({
+                "reason": "failed", "error": "amount_cents is not a number",
+                "partition": "payments::/", "offset": 0,
+                "record": {"data": "e30=", "basicProperties": {}},
+                "eventSource": "aws:rmq",
+                "eventSourceArn": "arn:aws:mq:us-east-1:123456789012:broker:b:b-1"
+            })
+        );
     }
 }
