@@ -2,9 +2,10 @@
 """AWS Powertools for Lambda (Python)'s batch utility with its idempotency
 utility, per batch source, on the same records as the Rust benchmark's
 `sources` scenarios (benches/throughput/sources.rs): 1,000 new payments to
-200 accounts as Kafka (MSK), SQS standard, SQS FIFO, Kinesis and DynamoDB
-Streams events, on the same DynamoDB Local, with the same simulated round
-trip added to every DynamoDB request (bench.py's Requests).
+200 accounts as Kafka (MSK), SQS standard, SQS FIFO, Kinesis, DynamoDB
+Streams, Amazon MQ for RabbitMQ and Amazon MQ for ActiveMQ events, on the
+same DynamoDB Local, with the same simulated round trip added to every
+DynamoDB request (bench.py's Requests).
 
 Each source's handler is what Powertools' documentation writes:
 `process_partial_response` with `BatchProcessor(event_type=EventType.SQS)`
@@ -18,12 +19,23 @@ value) and calls a function made idempotent with `@idempotent_function`
 the account's balance (an UpdateItem ADD on the ledger): bench.py's
 function. The processor runs a batch's records one after another.
 
+Amazon MQ (RabbitMQ, ActiveMQ) has no batch processor in Powertools, and no
+partial batch response in Lambda: the handler is what Powertools' docs
+recommend for a source without a processor, a loop over the messages of the
+event (its `RabbitMQEvent` / `ActiveMQEvent` data class, each message's
+`json_data`) calling the same `@idempotent_function` per message; a message
+that fails raises out of the handler, so the invocation fails and Lambda
+retries the batch whole. The `-retry` scenarios measure that retry: each
+repetition delivers 1,000 payments whose last is poison (its `amount_cents`
+not a number: the function raises, Powertools deletes its INPROGRESS item),
+then the identical events again, timed and counted.
+
 A scenario is 1,000 payments delivered as `--records / batch size` events
 of one container, one after another (SQS standard: one batch of 1,000,
 which a mapping with a batching window delivers, and 100 batches of 10,
 the mapping's default; SQS FIFO: 100 batches of 10, Lambda's maximum for a
-FIFO queue; Kinesis and DynamoDB Streams: one shard's batch of 1,000; Kafka:
-one batch of 4 partitions of 250). Its time is the sum of its events'.
+FIFO queue; Kinesis, DynamoDB Streams and Amazon MQ: one shard's or one
+queue's batch of 1,000; Kafka: one batch of 4 partitions of 250). Its time is the sum of its events'.
 Warmed up first (a delivery of `--warm-records` payments, not recorded).
 
     benches/powertools/sources.py --rtt-ms 5 --reps 3 --out bench/powertools-sources.csv
@@ -33,7 +45,9 @@ Environment: AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local), LEDGER_TABLE, and
 the dummy credentials of infra/local-env.sh. Prints one line per scenario
 and writes CSV rows
 `scenario,rtt_ms,reps,p50_ms,p99_ms,requests_per_record,batch_size,batches,records`
-(the Rust benchmark compares only rows of 1,000 records at its round trip).
+(the Rust benchmark compares only rows of 1,000 records at its round trip)
+into `--out`: its rows of the same scenario, round trip and records
+replaced, the others kept.
 """
 
 import argparse
@@ -52,6 +66,8 @@ from aws_lambda_powertools.utilities.batch import (
     SqsFifoPartialProcessor,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.data_classes.active_mq_event import ActiveMQEvent
+from aws_lambda_powertools.utilities.data_classes.rabbit_mq_event import RabbitMQEvent
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecordEventName
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -73,7 +89,15 @@ SCENARIOS = [
     ("sqs-fifo-b10", "sqs-fifo", 10),
     ("kinesis-b1000", "kinesis", 1000),
     ("dynamodb-streams-b1000", "dynamodb-streams", 1000),
+    ("rabbitmq-b1000", "rabbitmq", 1000),
+    ("activemq-b1000", "activemq", 1000),
+    # The batch of 1,000 whose last message is poison, retried whole.
+    ("rabbitmq-b1000-retry", "rabbitmq", 1000),
+    ("activemq-b1000-retry", "activemq", 1000),
 ]
+
+# The broker ARN Amazon MQ events name.
+BROKER_ARN = "arn:aws:mq:us-east-1:123456789012:broker:payments:b-9bcfa592-423a-4942-879d-eb284b418fc8"
 
 
 def payment(tag, n):
@@ -207,12 +231,87 @@ def kafka_event(payments, partitions=4):
     }
 
 
-def delivery(source, tag, records, batch_size):
+def message_id(key):
+    """A message id shaped as a UUID, derived from the key as
+    source_events.rs derives it (FNV-1a, two seeds)."""
+    def fnv(seed):
+        h = seed
+        for byte in key.encode():
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        return h
+    high, low = fnv(0xCBF29CE484222325), fnv(0x6C62272E07BB0142)
+    return (f"{high >> 32:08x}-{(high >> 16) & 0xFFFF:04x}-{high & 0xFFFF:04x}-"
+            f"{low >> 48:04x}-{low & 0xFFFFFFFFFFFF:012x}")
+
+
+def rabbitmq_event(payments):
+    """An Amazon MQ for RabbitMQ event of the queue `payments` of the
+    virtual host `/`, as source_events.rs builds it: the key as the AMQP
+    string header `idempotency-key` ({"bytes": [...]})."""
+    messages = []
+    for p in payments:
+        data = body(p).encode()
+        messages.append({
+            "basicProperties": {
+                "contentType": "application/json",
+                "contentEncoding": None,
+                "headers": {
+                    "idempotency-key": {"bytes": list(p["payment_id"].encode())},
+                    "JMSXGroupID": {"bytes": list(p.get("account_id", "-").encode())},
+                    "attempt": 1,
+                },
+                "deliveryMode": 2,
+                "priority": 34,
+                "correlationId": None,
+                "replyTo": None,
+                "expiration": "60000",
+                "messageId": message_id(p["payment_id"]),
+                "timestamp": "Nov 25, 2026, 12:00:00 AM",
+                "type": None,
+                "userId": "AIDACKCEVSQ6C2EXAMPLE",
+                "appId": None,
+                "clusterId": None,
+                "bodySize": len(data),
+            },
+            "redelivered": False,
+            "data": base64.b64encode(data).decode(),
+        })
+    return {"eventSource": "aws:rmq", "eventSourceArn": BROKER_ARN,
+            "rmqMessagesByQueue": {"payments::/": messages}}
+
+
+def activemq_event(payments):
+    """An Amazon MQ for ActiveMQ event of the queue `payments`, as
+    source_events.rs builds it: the key as the property `idempotency-key`."""
+    return {"eventSource": "aws:mq", "eventSourceArn": BROKER_ARN, "messages": [{
+        "messageID": f"ID:b-payments-1.mq.us-east-1.amazonaws.com-{message_id(p['payment_id'])}",
+        "messageType": "jms/text-message",
+        "deliveryMode": 1,
+        "replyTo": None,
+        "type": None,
+        "expiration": "60000",
+        "priority": 1,
+        "correlationId": "myJMSCoID",
+        "redelivered": False,
+        "destination": {"physicalName": "payments"},
+        "data": base64.b64encode(body(p).encode()).decode(),
+        "timestamp": 1764028800000,
+        "brokerInTime": 1764028800000,
+        "brokerOutTime": 1764028800001,
+        "properties": {"idempotency-key": p["payment_id"], "JMSXGroupID": p.get("account_id", "-")},
+    } for p in payments]}
+
+
+def delivery(source, tag, records, batch_size, poisoned=False):
     """The events that deliver payments 0..records of `tag`, `batch_size` a
-    batch, in order."""
+    batch, in order; `poisoned`: the last payment is poison (its
+    payment_id kept, its amount_cents not a number), as source_events.rs's
+    poisoned_delivery."""
     events = []
     for first in range(0, records, batch_size):
         payments = [payment(tag, n) for n in range(first, min(first + batch_size, records))]
+        if poisoned and first + batch_size >= records:
+            payments[-1] = {"payment_id": payments[-1]["payment_id"], "amount_cents": "not a number"}
         if source == "sqs":
             events.append(sqs_event("payments", payments))
         elif source == "sqs-fifo":
@@ -223,6 +322,10 @@ def delivery(source, tag, records, batch_size):
             events.append(inserts_event(first, payments))
         elif source == "kafka":
             events.append(kafka_event(payments))
+        elif source == "rabbitmq":
+            events.append(rabbitmq_event(payments))
+        elif source == "activemq":
+            events.append(activemq_event(payments))
         else:
             raise ValueError(source)
     return events
@@ -237,6 +340,8 @@ def handlers(table_name, ledger_table, requests):
 
     @idempotent_function(data_keyword_argument="payment", persistence_store=persistence, config=config)
     def apply(payment):
+        # As the demo ledger: an amount that is not a number fails.
+        int(payment["amount_cents"])
         client.update_item(
             TableName=ledger_table,
             Key={"account_id": {"S": payment["account_id"]}},
@@ -275,7 +380,23 @@ def handlers(table_name, ledger_table, requests):
             return process_partial_response(event=event, record_handler=record_handler, processor=processor)
         return handle
 
+    def mq_handler(messages_of):
+        # No batch processor for Amazon MQ: a loop over the messages, each
+        # through the idempotent function; a failure raises out of the
+        # handler (the invocation fails, Lambda retries the batch whole).
+        def handle(event):
+            for message in messages_of(event):
+                apply(payment=message.json_data)
+            return {"batchItemFailures": []}
+        return handle
+
+    def rabbitmq_messages(event):
+        for messages in RabbitMQEvent(event).rmq_messages_by_queue.values():
+            yield from messages
+
     return {
+        "rabbitmq": mq_handler(rabbitmq_messages),
+        "activemq": mq_handler(lambda event: ActiveMQEvent(event).messages),
         "sqs": handler(BatchProcessor(event_type=EventType.SQS), sqs_record),
         "sqs-fifo": handler(SqsFifoPartialProcessor(skip_group_on_error=True), sqs_record),
         "kinesis": handler(BatchProcessor(event_type=EventType.KinesisDataStreams), kinesis_record),
@@ -285,11 +406,34 @@ def handlers(table_name, ledger_table, requests):
 
 
 def deliver(handle, events):
-    """Invokes the handler with each event in turn; the records reported."""
+    """Invokes the handler with each event in turn; the records reported
+    (an invocation that raised: one)."""
     failures = 0
     for event in events:
-        failures += len(handle(event)["batchItemFailures"])
+        try:
+            failures += len(handle(event)["batchItemFailures"])
+        except Exception:  # an Amazon MQ handler's failed invocation
+            failures += 1
     return failures
+
+
+def merged(path, header, rows):
+    """`rows` merged into the CSV at `path`: its rows of the same scenario,
+    round trip and records replaced in place, the others kept."""
+    def key(row):
+        fields = row.split(",")
+        return (fields[0], fields[1], fields[8] if len(fields) > 8 else "")
+    new = {key(row): row for row in rows}
+    out = []
+    try:
+        with open(path) as existing:
+            for line in existing.read().splitlines()[1:]:
+                if line:
+                    out.append(new.pop(key(line), line))
+    except FileNotFoundError:
+        pass
+    out.extend(row for row in rows if key(row) in new)
+    return header + "\n" + "\n".join(out) + "\n"
 
 
 def main():
@@ -315,33 +459,47 @@ def main():
             if only and not any(part in scenario for part in only):
                 continue
             handle = by_source[source]
+            retry = scenario.endswith("-retry")
             # Warm-up: imports, connections, the processor's first batches.
             warm = delivery(source, f"warm-{uuid.uuid4().hex[:8]}", args.warm_records, batch_size)
             assert deliver(handle, warm) == 0, f"{scenario}: warm-up records reported"
             times, counts = [], []
+            failed_times = []
             for _ in range(args.reps):
-                events = delivery(source, uuid.uuid4().hex[:10], args.records, batch_size)
+                tag = uuid.uuid4().hex[:10]
+                events = delivery(source, tag, args.records, batch_size, poisoned=retry)
+                if retry:
+                    # The failed delivery (999 payments done, the poison
+                    # raising), not counted; then the identical batch again.
+                    started = time.monotonic()
+                    reported = deliver(handle, events)
+                    failed_times.append((time.monotonic() - started) * 1000)
+                    assert reported == 1, f"{scenario}: {reported} invocations failed"
+                    events = delivery(source, tag, args.records, batch_size, poisoned=True)
                 requests.count = 0
                 started = time.monotonic()
                 reported = deliver(handle, events)
                 times.append((time.monotonic() - started) * 1000)
                 counts.append(requests.count)
-                assert reported == 0, f"{scenario}: {reported} records reported"
+                assert reported == int(retry), f"{scenario}: {reported} records reported"
             times.sort()
             p50 = statistics.median(times)
             p99 = times[-1]
             per_record = statistics.mean(counts) / args.records
             batches = -(-args.records // batch_size)
             print(f"powertools {scenario} ({batches} x {min(batch_size, args.records)}) rtt {args.rtt_ms:g} ms: p50 {p50:.0f} ms, "
-                  f"p99 {p99:.0f} ms, {per_record:.3f} requests/record ({args.reps} reps)", flush=True)
+                  f"p99 {p99:.0f} ms, {per_record:.3f} requests/record ({args.reps} reps)"
+                  + (f"; the failed deliveries before the retries: p50 {statistics.median(failed_times):.0f} ms"
+                     if failed_times else ""), flush=True)
             rows.append(f"{scenario},{args.rtt_ms:g},{args.reps},{p50:.1f},{p99:.1f},{per_record:.4f},"
                         f"{batch_size},{batches},{args.records}")
     finally:
         dynamodb.delete_table(TableName=table)
     if args.out:
+        header = "scenario,rtt_ms,reps,p50_ms,p99_ms,requests_per_record,batch_size,batches,records"
+        text = merged(args.out, header, rows)
         with open(args.out, "w") as out:
-            out.write("scenario,rtt_ms,reps,p50_ms,p99_ms,requests_per_record,batch_size,batches,records\n")
-            out.write("\n".join(rows) + "\n")
+            out.write(text)
     return 0
 
 

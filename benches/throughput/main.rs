@@ -207,7 +207,8 @@ async fn run() {
         println!();
         std::fs::create_dir_all(&out_dir).expect("output directory");
         let path = out_dir.join("sources.csv");
-        std::fs::write(&path, sources::csv(&sourced, &by_source)).expect("write sources.csv");
+        let text = sources::merged_csv(&path, &sources::csv(&sourced, &by_source));
+        std::fs::write(&path, text).expect("write sources.csv");
         println!("wrote {}", path.display());
     }
     if !announced.is_empty() {

@@ -1,6 +1,6 @@
 //! The generated payments of `batches.rs` as events of each batch source
-//! Lambda delivers (MSK, SQS standard and FIFO, Kinesis, DynamoDB Streams),
-//! shaped as `tests/support/sources.rs` builds them and as
+//! Lambda delivers (MSK, SQS standard and FIFO, Kinesis, DynamoDB Streams,
+//! Amazon MQ for RabbitMQ and for ActiveMQ), shaped as `tests/support/sources.rs` builds them and as
 //! `benches/powertools/sources.py` builds the same records for Powertools.
 
 use base64::Engine as _;
@@ -26,6 +26,13 @@ pub enum Source {
     Kinesis,
     /// DynamoDB Streams events of INSERTs of the `payments` table (one shard).
     DynamoDbStreams,
+    /// Amazon MQ for RabbitMQ events of ONE queue, `payments` of the virtual
+    /// host `/` (`payments::/`): the key also as the AMQP string header
+    /// `idempotency-key` (`{"bytes":[…]}`).
+    RabbitMq,
+    /// Amazon MQ for ActiveMQ events of ONE queue, `payments`: the key also
+    /// as the message property `idempotency-key`.
+    ActiveMq,
 }
 
 impl Source {
@@ -36,6 +43,8 @@ impl Source {
             Source::SqsFifo => "SQS FIFO, a group per account",
             Source::Kinesis => "Kinesis, one shard",
             Source::DynamoDbStreams => "DynamoDB Streams INSERTs, one shard",
+            Source::RabbitMq => "Amazon MQ for RabbitMQ, one queue",
+            Source::ActiveMq => "Amazon MQ for ActiveMQ, one queue",
         }
     }
 }
@@ -44,7 +53,31 @@ impl Source {
 /// account n % 200, as [`Batch::new_payments`]), `batch_size` a batch, in
 /// order.
 pub fn delivery(source: Source, tag: &str, count: usize, batch_size: usize) -> Vec<Value> {
-    let payments = Batch::new_payments(tag, count, KAFKA_PARTITIONS).records;
+    events(
+        source,
+        &Batch::new_payments(tag, count, KAFKA_PARTITIONS).records,
+        batch_size,
+    )
+}
+
+/// [`delivery`]'s events, but the LAST message is poison: its
+/// `payment_id` (its key) kept, its `amount_cents` not a number, which the
+/// demo ledger fails permanently (as `tests/support/sources.rs`'
+/// `Payment::poison`, its account `-`). Last, so that every other message
+/// of its lane is finished before it on the first delivery.
+pub fn poisoned_delivery(source: Source, tag: &str, count: usize, batch_size: usize) -> Vec<Value> {
+    let mut payments = Batch::new_payments(tag, count, KAFKA_PARTITIONS).records;
+    if let Some(last) = payments.last_mut() {
+        "-".clone_into(&mut last.account);
+        last.value = serde_json::to_vec(
+            &json!({"payment_id": last.idempotency_key, "amount_cents": "not a number"}),
+        )
+        .expect("json");
+    }
+    events(source, &payments, batch_size)
+}
+
+fn events(source: Source, payments: &[Record], batch_size: usize) -> Vec<Value> {
     payments
         .chunks(batch_size)
         .enumerate()
@@ -60,6 +93,8 @@ pub fn delivery(source: Source, tag: &str, count: usize, batch_size: usize) -> V
                 Source::SqsFifo => sqs_event("payments.fifo", chunk),
                 Source::Kinesis => kinesis_event("shardId-000000000000", first, chunk),
                 Source::DynamoDbStreams => inserts_event(first, chunk),
+                Source::RabbitMq => rabbitmq_event(chunk),
+                Source::ActiveMq => activemq_event(chunk),
             }
         })
         .collect()
@@ -175,4 +210,104 @@ fn inserts_event(first: usize, payments: &[Record]) -> Value {
         })
         .collect();
     json!({ "Records": records })
+}
+
+/// The broker ARN Amazon MQ events name.
+const BROKER_ARN: &str =
+    "arn:aws:mq:us-east-1:123456789012:broker:payments:b-9bcfa592-423a-4942-879d-eb284b418fc8";
+
+/// A message id shaped as a UUID, derived from the key (FNV-1a, 128 bits
+/// of two differently seeded hashes): distinct per payment.
+fn message_id(key: &str) -> String {
+    let fnv = |seed: u64| {
+        key.bytes().fold(seed, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let (high, low) = (fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142));
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        high >> 32,
+        (high >> 16) & 0xffff,
+        high & 0xffff,
+        low >> 48,
+        low & 0xffff_ffff_ffff
+    )
+}
+
+/// An Amazon MQ for RabbitMQ event of the queue `payments` of the virtual
+/// host `/`, as `tests/support/sources.rs`' `rabbitmq_event` writes it: the
+/// key as the AMQP string header `idempotency-key` (`{"bytes":[…]}`), the
+/// account as the `JMSXGroupID` header, a number header, a `messageId`.
+fn rabbitmq_event(payments: &[Record]) -> Value {
+    let messages: Vec<Value> = payments
+        .iter()
+        .map(|payment| {
+            json!({
+                "basicProperties": {
+                    "contentType": "application/json",
+                    "contentEncoding": null,
+                    "headers": {
+                        "idempotency-key": {"bytes": payment.idempotency_key.as_bytes()},
+                        "JMSXGroupID": {"bytes": payment.account.as_bytes()},
+                        "attempt": 1
+                    },
+                    "deliveryMode": 2,
+                    "priority": 34,
+                    "correlationId": null,
+                    "replyTo": null,
+                    "expiration": "60000",
+                    "messageId": message_id(&payment.idempotency_key),
+                    "timestamp": "Nov 25, 2026, 12:00:00 AM",
+                    "type": null,
+                    "userId": "AIDACKCEVSQ6C2EXAMPLE",
+                    "appId": null,
+                    "clusterId": null,
+                    "bodySize": payment.value.len()
+                },
+                "redelivered": false,
+                "data": BASE64.encode(&payment.value)
+            })
+        })
+        .collect();
+    json!({
+        "eventSource": "aws:rmq",
+        "eventSourceArn": BROKER_ARN,
+        "rmqMessagesByQueue": {"payments::/": messages}
+    })
+}
+
+/// An Amazon MQ for ActiveMQ event of the queue `payments`, as
+/// `tests/support/sources.rs`' `activemq_event` writes it: the key as the
+/// property `idempotency-key`, the account as `JMSXGroupID`.
+fn activemq_event(payments: &[Record]) -> Value {
+    let messages: Vec<Value> = payments
+        .iter()
+        .map(|payment| {
+            json!({
+                "messageID": format!(
+                    "ID:b-payments-1.mq.us-east-1.amazonaws.com-{}",
+                    message_id(&payment.idempotency_key)
+                ),
+                "messageType": "jms/text-message",
+                "deliveryMode": 1,
+                "replyTo": null,
+                "type": null,
+                "expiration": "60000",
+                "priority": 1,
+                "correlationId": "myJMSCoID",
+                "redelivered": false,
+                "destination": {"physicalName": "payments"},
+                "data": BASE64.encode(&payment.value),
+                "timestamp": 1764028800000_i64,
+                "brokerInTime": 1764028800000_i64,
+                "brokerOutTime": 1764028800001_i64,
+                "properties": {
+                    "idempotency-key": payment.idempotency_key,
+                    "JMSXGroupID": payment.account
+                }
+            })
+        })
+        .collect();
+    json!({"eventSource": "aws:mq", "eventSourceArn": BROKER_ARN, "messages": messages})
 }
