@@ -327,7 +327,7 @@ async fn an_event_of_no_batch_source_is_an_invocation_error() {
     assert_eq!(
         err.to_string(),
         "not an event of a batch source: eventSource is \"aws:sns\"; expected aws:kafka, \
-         SelfManagedKafka, aws:sqs, aws:kinesis or aws:dynamodb"
+         SelfManagedKafka, aws:sqs, aws:kinesis, aws:dynamodb, aws:rmq or aws:mq"
     );
     let mut wrong = event(vec![]);
     wrong["eventSource"] = json!("aws:sqs");
