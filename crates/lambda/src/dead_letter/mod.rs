@@ -65,7 +65,7 @@ pub fn message(event: &Value, parked: &Parked) -> Option<String> {
         None => message["offset"] = json!(at.offset),
         Some(id) => message["id"] = json!(id),
     }
-    match Source::of(event).ok().flatten() {
+    match Source::at_top(event) {
         // Kafka and Amazon MQ name their source once, at the top.
         Some(source @ (Source::Kafka | Source::RabbitMq | Source::ActiveMq)) => {
             message["eventSource"] = json!(event.get("eventSource"));

@@ -121,15 +121,10 @@ impl Source {
     /// MQ's at the top, the others' on every record); `None` for an event
     /// without records.
     pub fn of(event: &Value) -> Result<Option<Self>, EventError> {
-        let top = event.get("eventSource");
-        match top.and_then(Value::as_str) {
-            Some(text) if kafka::EVENT_SOURCES.contains(&text) => return Ok(Some(Self::Kafka)),
-            Some(rabbitmq::EVENT_SOURCE) => return Ok(Some(Self::RabbitMq)),
-            Some(text) if activemq::EVENT_SOURCES.contains(&text) => {
-                return Ok(Some(Self::ActiveMq));
-            }
-            _ => {}
+        if let Some(source) = Self::at_top(event) {
+            return Ok(Some(source));
         }
+        let top = event.get("eventSource");
         // A top-level `eventSource` that is not Kafka's decides only when
         // there are no `Records` to name their own source.
         let records = match (event.get("Records"), top) {
@@ -160,6 +155,19 @@ impl Source {
             found = Some(this);
         }
         Ok(found)
+    }
+}
+
+impl Source {
+    /// The source an event names once, at its top (Kafka, Amazon MQ), read
+    /// without walking its records.
+    pub(crate) fn at_top(event: &Value) -> Option<Self> {
+        match event.get("eventSource").and_then(Value::as_str)? {
+            text if kafka::EVENT_SOURCES.contains(&text) => Some(Self::Kafka),
+            rabbitmq::EVENT_SOURCE => Some(Self::RabbitMq),
+            text if activemq::EVENT_SOURCES.contains(&text) => Some(Self::ActiveMq),
+            _ => None,
+        }
     }
 }
 
@@ -442,13 +450,12 @@ pub fn decode_event(event: &Value) -> Result<Batch, EventError> {
 
 /// The record at `at` as `event` holds it (for a dead-letter message).
 pub fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
-    match Source::of(event).ok()?? {
-        Source::Kafka => kafka::raw_record(event, at),
-        Source::RabbitMq => rabbitmq::raw_record(event, at),
-        Source::ActiveMq => activemq::raw_record(event, at),
-        Source::Sqs | Source::Kinesis | Source::DynamoDbStreams => {
-            records(event).get(usize::try_from(at.offset).ok()?)
-        }
+    // Per parked record: the top of the event only, never its records.
+    match Source::at_top(event) {
+        Some(Source::Kafka) => kafka::raw_record(event, at),
+        Some(Source::RabbitMq) => rabbitmq::raw_record(event, at),
+        Some(Source::ActiveMq) => activemq::raw_record(event, at),
+        _ => records(event).get(usize::try_from(at.offset).ok()?),
     }
 }
 
