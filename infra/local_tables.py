@@ -67,8 +67,17 @@ CfnLoader.add_multi_constructor("!", _short_tag)
 
 
 def load_template(path=TEMPLATE):
+    """The template at `path`, with the resources of the nested applications
+    it references by a local `Location` (sam/*.yaml) beside its own."""
+    path = pathlib.Path(path)
     with open(path, encoding="utf-8") as f:
-        return yaml.load(f, Loader=CfnLoader)  # noqa: S506 (a SafeLoader subclass)
+        template = yaml.load(f, Loader=CfnLoader)  # noqa: S506 (a SafeLoader subclass)
+    resources = template.get("Resources", {})
+    for resource in list(resources.values()):
+        location = resource.get("Properties", {}).get("Location")
+        if resource.get("Type") == "AWS::Serverless::Application" and isinstance(location, str):
+            resources.update(load_template(path.parent / location).get("Resources", {}))
+    return template
 
 
 def table_definitions(template):

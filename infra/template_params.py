@@ -30,6 +30,8 @@ def documented(readme, source):
         override = re.search(r"\(([a-z, -]+): `([^`]*)`\)", default)
         if override and source in [s.strip() for s in override.group(1).split(",")]:
             rows[name] = override.group(2)
+        elif default == "the `event_source` chosen":
+            rows[name] = source
         elif default == "(required)":
             rows[name] = None
         elif default == "empty":

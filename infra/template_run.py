@@ -4,25 +4,23 @@ it, on local servers, answering an event: what `sam deploy` then the first
 invocation would do, without AWS.
 
     infra/template_run.py --template payments/template.yaml \\
-        --bootstrap target/debug/payments --event payments/events/payments.json
+        --bootstrap target/debug/payments --event payments/events/payments.json \\
+        --parameter TopicName=payments ...
 
-The function's `Environment` (the template's `Globals` first) is read from
-the template, each value resolved as CloudFormation would with the
-parameters' defaults: a literal as it is; `!Ref PARAMETER` as its default;
-`!Ref RESOURCE` as a local stand-in made for the run (an
-`AWS::DynamoDB::Table` created in DynamoDB Local from its definition, an
-`AWS::SQS::Queue` created in moto's SQS, its URL). Any other form, or a
-resource of another type, stops the run naming it: the check must see
-every variable. The function gets that environment and nothing of the
+The template is evaluated as CloudFormation would deploy it
+(infra/cfn_eval.py: the parameters' defaults but those given, its conditions,
+the nested applications of sam/ merged in, their outputs wired), and the
+function's `Environment` (the template's `Globals` first) is taken from the
+result: a literal as it is; `!Ref RESOURCE` as a local stand-in made for the
+run (an `AWS::DynamoDB::Table` created in DynamoDB Local from its
+definition, an `AWS::SQS::Queue` created in moto's SQS, its URL). Any other
+form, or a resource of another type, stops the run naming it: the check must
+see every variable. The function gets that environment and nothing of the
 caller's but `PATH`, `HOME` and what reaches the local servers
-(`AWS_ENDPOINT_URL_*`, credentials, region).
-
-It is run once with the defaults, then once more for each other value a
-parameter the environment references allows (`AllowedValues`), the other
-variables at their defaults. Each run must start and answer the event with
-`{"batchItemFailures": []}`; a function that cannot start (a variable its
-build has no feature for: `StartError::FeatureOff`) fails the check with
-its error. Prints one line per run.
+(`AWS_ENDPOINT_URL_*`, credentials, region), and must start and answer the
+event with `{"batchItemFailures": []}`; a function that cannot start (a
+variable its build has no feature for: `StartError::FeatureOff`) fails the
+check with its error.
 """
 
 import argparse
@@ -33,6 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import cfn_eval  # noqa: E402
 import local_tables  # noqa: E402 (re-runs itself with the venv's python if needed)
 from runtime_api import Function, Gone  # noqa: E402
 
@@ -74,19 +73,12 @@ def stand_in(template, name, stamp):
     sys.exit(f"template_run: the environment refers to {name} ({kind}), which has no local stand-in")
 
 
-def resolve(template, name, value, stand_ins):
-    """(value, parameter or None) of one variable, with the parameters' defaults."""
+def resolve(name, value, stand_ins):
+    """The local value of one variable of the evaluated template."""
     if isinstance(value, (str, int, float, bool)):
-        return (str(value).lower() if isinstance(value, bool) else str(value)), None
+        return str(value).lower() if isinstance(value, bool) else str(value)
     if isinstance(value, dict) and list(value) == ["Ref"]:
-        ref = value["Ref"]
-        parameter = template.get("Parameters", {}).get(ref)
-        if parameter is not None:
-            if "Default" not in parameter:
-                sys.exit(f"template_run: {name} refers to {ref}, a parameter with no default")
-            return str(parameter["Default"]), ref
-        if ref in template.get("Resources", {}):
-            return stand_ins(ref), None
+        return stand_ins(value["Ref"])
     sys.exit(f"template_run: {name}: {value!r} is neither a literal nor a !Ref to resolve")
 
 
@@ -108,9 +100,12 @@ def main():
     parser.add_argument("--event", required=True)
     parser.add_argument("--log", required=True, help="where the function's log lines go")
     parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--parameter", action="append", default=[], metavar="NAME=VALUE",
+                        help="a template parameter's value (repeatable; the others: their defaults)")
     args = parser.parse_args()
 
-    template = local_tables.load_template(args.template)
+    parameters = dict(p.split("=", 1) for p in args.parameter)
+    template = cfn_eval.evaluate(args.template, parameters)
     function = function_resource(template, args.function)
     stamp = time.time_ns()
     made = {}
@@ -120,18 +115,12 @@ def main():
             made[ref] = stand_in(template, ref, stamp)
         return made[ref]
 
-    defaults, parameters = {}, {}
-    for name, value in environment(template, function).items():
-        defaults[name], parameter = resolve(template, name, value, stand_ins)
-        if parameter is not None:
-            parameters[name] = parameter
+    variables = {name: resolve(name, value, stand_ins)
+                 for name, value in environment(template, function).items()}
     local = {name: os.environ[name] for name in os.environ
              if name in PASSED or name.startswith("AWS_ENDPOINT_URL")}
-    runs = [("defaults", defaults)]
-    for name, parameter in sorted(parameters.items()):
-        for allowed in template["Parameters"][parameter].get("AllowedValues", []):
-            if str(allowed) != defaults[name]:
-                runs.append((f"{parameter}={allowed}", {**defaults, name: str(allowed)}))
+    label = " ".join(args.parameter) or "defaults"
+    runs = [(label, variables)]
 
     event = pathlib.Path(args.event).read_bytes()
     failed = False
@@ -143,8 +132,8 @@ def main():
             print(json.dumps({"run": label, "variables": len(env), kind: answer}), flush=True)
     if failed:
         sys.exit(f"template_run: a run did not answer {{\"batchItemFailures\": []}} (log: {args.log})")
-    print(f"template_run: {len(runs)} runs with the template's environment "
-          f"({len(defaults)} variables), each answered")
+    print(f"template_run: {len(runs)} run(s) with the template's environment "
+          f"({len(variables)} variables), each answered")
 
 
 if __name__ == "__main__":

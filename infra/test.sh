@@ -88,6 +88,15 @@ python3 infra/check-links.py
 step "template validation (infra/validate-template.sh)"
 infra/validate-template.sh
 
+# The evaluator the template checks read templates with, on its own cases.
+step "the CloudFormation evaluator's checks (infra/test_cfn_eval.py)"
+"$EXACTLY_ONCE_TOOLS/venv/bin/python" -m unittest discover -s infra -p 'test_cfn_eval.py'
+
+# The CDK construct library: its tests, a synth of the example for every
+# source x store, cfn-lint, and the drift check against the SAM pieces.
+step "the CDK construct (infra/cdk-check.sh)"
+infra/cdk-check.sh
+
 # sam build of the template (x86_64), the zip's size, and the binary
 # answering through a Lambda Runtime API stand-in, spans exported.
 step "deploy artifact (infra/check-artifact.sh)"

@@ -10,10 +10,12 @@ use exactly_once::lambda as settings;
 use exactly_once::store::attr;
 use serde_norway::Value;
 
+const TEMPLATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
+
+/// template.yaml with the pieces of sam/ it references merged in: what
+/// CloudFormation runs, and what every test below reads.
 fn template() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
-    let text = std::fs::read_to_string(path).expect("read template.yaml");
-    serde_norway::from_str(&text).expect("template.yaml is YAML")
+    support::sam::composed(std::path::Path::new(TEMPLATE))
 }
 
 fn resource<'a>(template: &'a Value, name: &str) -> &'a Value {
@@ -245,8 +247,17 @@ fn the_default_timeout_outlasts_a_lease_and_the_safety_margin() {
 /// is one the function writes (a misspelt name would alarm on nothing).
 #[test]
 fn every_alarm_and_dashboard_metric_is_one_the_function_writes() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml");
-    let text = std::fs::read_to_string(path).expect("read template.yaml");
+    let text: String = [
+        "template.yaml",
+        "sam/exactly-once.yaml",
+        "sam/function-wiring.yaml",
+    ]
+    .iter()
+    .map(|file| {
+        std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR")))
+            .expect("read a template")
+    })
+    .collect();
     let written = exactly_once::lambda::metric_names();
     let lines: Vec<&str> = text.lines().collect();
     // Alarms: `Namespace: MskExactlyOnce` then `MetricName: X`.
@@ -1321,4 +1332,77 @@ fn every_part_the_template_can_ask_for_is_built_into_its_function() {
         asked,
         BTreeSet::from(["dynamodb", "postgres", "redis", "sqs", "opentelemetry"])
     );
+}
+
+/// Each parameter of a piece of sam/ that template.yaml passes through is
+/// defined as template.yaml defines it (type, default, allowed values,
+/// description): one definition, checked, not two that drift.
+#[test]
+fn every_piece_parameter_is_defined_as_in_template_yaml() {
+    let path = std::path::Path::new(TEMPLATE);
+    let parent: Value = serde_norway::from_str(&std::fs::read_to_string(path).expect("read"))
+        .expect("template.yaml is YAML");
+    let mut compared = 0;
+    for (id, piece) in support::sam::pieces(path) {
+        for (name, definition) in piece["Parameters"].as_mapping().expect("parameters") {
+            let Some(ours) = parent["Parameters"].get(name) else {
+                continue; // a wired output (the function, the alarm topic, ...)
+            };
+            assert_eq!(ours, definition, "{id}'s {name:?} is not template.yaml's");
+            compared += 1;
+        }
+    }
+    assert!(
+        compared >= 90,
+        "the pieces take the parameters through: {compared}"
+    );
+}
+
+/// A stack moving from a copied template to the pieces keeps its table:
+/// the composed template still names it `IdempotencyTable`, retained, with
+/// the key schema, TTL and indexes the code reads (a changed key schema
+/// would make CloudFormation replace the table); and an existing table can
+/// stand in for it (ExistingIdempotencyTable, docs/upgrading.md), in the
+/// role's statements and the function's IDEMPOTENCY_TABLE.
+#[test]
+fn the_idempotency_table_keeps_its_logical_id_key_schema_and_can_be_an_existing_one() {
+    let template = template();
+    let table = &template["Resources"]["IdempotencyTable"];
+    assert_eq!(table["Type"], "AWS::DynamoDB::Table");
+    assert_eq!(table["DeletionPolicy"], "Retain");
+    assert_eq!(table["UpdateReplacePolicy"], "Retain");
+    let properties = &table["Properties"];
+    let key: Value = serde_norway::from_str("[{AttributeName: pk, KeyType: HASH}]").unwrap();
+    assert_eq!(properties["KeySchema"], key);
+    assert_eq!(hash_key(properties), ("pk".to_owned(), "S".to_owned()));
+    assert_eq!(
+        properties["TimeToLiveSpecification"]["AttributeName"],
+        attr::EXPIRES_AT
+    );
+    let indexes: BTreeSet<&str> = properties["GlobalSecondaryIndexes"]
+        .as_sequence()
+        .expect("indexes")
+        .iter()
+        .filter_map(|index| index["IndexName"].as_str())
+        .collect();
+    assert_eq!(indexes, BTreeSet::from(["started", "unsent"]));
+
+    let creates = format!(
+        "{:?}",
+        template["Conditions"][table["Condition"].as_str().unwrap()]
+    );
+    assert!(creates.contains("ExistingIdempotencyTable"), "{creates}");
+    let variables = &resource(&template, "Function")["Environment"]["Variables"];
+    let mut named = BTreeSet::new();
+    resource_names(&variables["IDEMPOTENCY_TABLE"], &mut named);
+    assert!(named.contains("ExistingIdempotencyTable"), "{named:?}");
+    for sid in ["IdempotencyStore", "IdempotencyStartedIndex"] {
+        let statement = &role_statements()[sid];
+        assert!(
+            statement.resources.contains("IdempotencyTable")
+                && statement.resources.contains("ExistingIdempotencyTable"),
+            "{sid}: {:?}",
+            statement.resources
+        );
+    }
 }

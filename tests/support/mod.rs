@@ -14,6 +14,7 @@ pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod runtime_api;
+pub mod sam;
 pub mod shipped;
 pub mod sources;
 pub mod sqs;

@@ -1,0 +1,4 @@
+export * from './exactly-once';
+export * from './source';
+export * from './store';
+export { AlarmThresholds } from './alarms';

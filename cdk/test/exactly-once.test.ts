@@ -1,0 +1,167 @@
+// Every source x store synthesized offline (bundling skipped), checked
+// against what the SAM template creates for the same configuration.
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { App, Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { RustFunction } from 'cargo-lambda-cdk';
+import { ExactlyOnce, ExactlyOnceProps, OnFailure, Source, Store } from '../src';
+
+const acct = 'us-east-1:123456789012';
+const secret = (n: string) => `arn:aws:secretsmanager:${acct}:secret:${n}-AbCdEf`;
+const kafka = { topic: 'payments', consumerGroupId: 'group' };
+const broker = `arn:aws:mq:${acct}:broker:payments:b-0123abcd-4567-89ab-cdef-0123456789ab`;
+const sources: Record<string, () => Source> = {
+  'kafka-msk': () => Source.msk({ ...kafka, clusterArn: `arn:aws:kafka:${acct}:cluster/payments/uuid-1` }),
+  'kafka-self-managed': () => Source.selfManagedKafka({ ...kafka, bootstrapServers: ['b-1:9096'], secretArn: secret('k'), subnetIds: ['subnet-1', 'subnet-2'], securityGroupIds: ['sg-1'] }),
+  'sqs': () => Source.sqs({ queueArn: `arn:aws:sqs:${acct}:payments` }),
+  'sqs-fifo': () => Source.sqs({ queueArn: `arn:aws:sqs:${acct}:payments.fifo` }),
+  'kinesis': () => Source.kinesis({ streamArn: `arn:aws:kinesis:${acct}:stream/payments` }),
+  'dynamodb-streams': () => Source.dynamoDbStreams({ streamArn: `arn:aws:dynamodb:${acct}:table/t/stream/2026` }),
+  'rabbitmq': () => Source.rabbitMq({ brokerArn: broker, queue: 'q', secretArn: secret('mq') }),
+  'activemq': () => Source.activeMq({ brokerArn: broker, queue: 'q', secretArn: secret('mq') }),
+};
+const stores: Record<string, () => Store> = {
+  'dynamodb': () => Store.newDynamoDbTable(),
+  'dynamodb-existing': () => Store.existingDynamoDbTable('existing'),
+  'postgres': () => Store.postgres({ databaseUrl: 'postgres://db/payments', secretArn: secret('db') }),
+  'redis': () => Store.redis({ url: 'rediss://cache:6379' }),
+};
+// The statements (Sid) per source and store, as docs/iam.md lists them.
+const sourceSids: Record<string, string[]> = {
+  'kafka-msk': ['KafkaCluster', 'KafkaTopic', 'KafkaGroup', 'DeadLetterQueue'],
+  'kafka-self-managed': ['KafkaSecrets', 'KafkaVpc', 'DeadLetterQueue'],
+  'sqs': ['SqsQueue'], 'sqs-fifo': ['SqsQueue'],
+  'kinesis': ['KinesisStream', 'DeadLetterQueue'], 'dynamodb-streams': ['DynamoDbStream', 'DeadLetterQueue'],
+  'rabbitmq': ['MqBroker', 'MqSecret', 'MqNetworkInterfaces', 'MqVpc'], 'activemq': ['MqBroker', 'MqSecret', 'MqNetworkInterfaces', 'MqVpc'],
+};
+const storeSids: Record<string, string[]> = {
+  'dynamodb': ['IdempotencyStore', 'IdempotencyStartedIndex', 'Ledger'],
+  'dynamodb-existing': ['IdempotencyStore', 'IdempotencyStartedIndex', 'Ledger'],
+  'postgres': ['DatabaseSecret'], 'redis': [],
+};
+const lagAlarm: Record<string, string> = {
+  'kafka-msk': 'OffsetLag', 'kafka-self-managed': 'OffsetLag', 'sqs': 'ApproximateAgeOfOldestMessage', 'sqs-fifo': 'ApproximateAgeOfOldestMessage',
+  'kinesis': 'IteratorAge', 'dynamodb-streams': 'IteratorAge', 'rabbitmq': 'MessageReadyCount', 'activemq': 'QueueSize',
+};
+
+function synth(source: string, store: string, extra: Partial<ExactlyOnceProps> = {}) {
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const stack = new Stack(app, 'Test');
+  const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
+  const stream = source === 'kinesis' || source === 'dynamodb-streams';
+  new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), store: stores[store](), keySource: stream ? 'record-key' : 'header', ...extra });
+  return Template.fromStack(stack);
+}
+
+function policy(t: Template): any[] {
+  return Object.values(t.findResources('AWS::IAM::Policy')).flatMap((p: any) => p.Properties.PolicyDocument.Statement);
+}
+
+for (const source of Object.keys(sources)) {
+  for (const store of Object.keys(stores)) {
+    test(`${source} x ${store}`, () => {
+      const t = synth(source, store);
+      const mq = source === 'rabbitmq' || source === 'activemq';
+      const retried = !mq && !source.startsWith('sqs');
+      // Resources.
+      // An existing idempotency table: the ledger's only.
+      t.resourceCountIs('AWS::DynamoDB::Table', store === 'dynamodb' ? 2 : store === 'dynamodb-existing' ? 1 : 0);
+      t.resourceCountIs('AWS::SQS::Queue', retried ? 2 : 1);
+      t.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
+      t.resourceCountIs('AWS::Events::Rule', 1);
+      t.resourceCountIs('AWS::SNS::Topic', 1);
+      t.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
+      t.hasResourceProperties('AWS::Logs::LogGroup', { RetentionInDays: 30 });
+      t.hasResourceProperties('AWS::Events::Rule', { ScheduleExpression: 'rate(5 minutes)', State: 'ENABLED' });
+      if (store === 'dynamodb') {
+        t.hasResource('AWS::DynamoDB::Table', { DeletionPolicy: 'Retain', Properties: Match.objectLike({
+          KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }], BillingMode: 'PAY_PER_REQUEST', DeletionProtectionEnabled: true,
+          TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
+          PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+          GlobalSecondaryIndexes: [Match.objectLike({ IndexName: 'started' }), Match.objectLike({ IndexName: 'unsent' })] }) });
+      }
+      // The mapping's settings.
+      const mapping: any = Object.values(t.findResources('AWS::Lambda::EventSourceMapping'))[0];
+      const m = mapping.Properties;
+      assert.deepEqual(m.FunctionResponseTypes, mq ? undefined : ['ReportBatchItemFailures']);
+      assert.equal(m.BisectBatchOnFunctionError, retried ? true : undefined);
+      assert.equal(m.MaximumRetryAttempts, retried ? 5 : undefined);
+      assert.equal(m.MaximumRecordAgeInSeconds, retried ? -1 : undefined);
+      assert.equal(!!m.DestinationConfig?.OnFailure?.Destination, retried);
+      assert.equal(m.BatchSize, source === 'sqs-fifo' ? 10 : 100);
+      assert.equal(m.MaximumBatchingWindowInSeconds, source === 'sqs-fifo' ? undefined : 1);
+      assert.ok(mapping.DependsOn?.length, 'the mapping waits for the role and its policy');
+      if (source.startsWith('kafka')) {
+        assert.deepEqual(m.ProvisionedPollerConfig, { MinimumPollers: 1, MaximumPollers: 3 });
+        assert.deepEqual(m.Topics, ['payments']);
+        assert.equal(m.StartingPosition, 'TRIM_HORIZON');
+      }
+      if (source === 'kafka-self-managed') {
+        assert.deepEqual(m.SourceAccessConfigurations.map((c: any) => c.Type), ['SASL_SCRAM_512_AUTH', 'VPC_SUBNET', 'VPC_SUBNET', 'VPC_SECURITY_GROUP']);
+      }
+      if (mq) assert.deepEqual(m.SourceAccessConfigurations, [{ Type: 'BASIC_AUTH', URI: secret('mq') }]);
+      // The role's statements: exactly these Sids.
+      const sids = policy(t).map((s) => s.Sid).sort();
+      assert.deepEqual(sids, [...storeSids[store], ...sourceSids[source], 'ParkedRecordsQueue'].sort());
+      // Alarms.
+      const metrics = Object.values(t.findResources('AWS::CloudWatch::Alarm')).map((a: any) =>
+        a.Properties.MetricName ?? a.Properties.Metrics.find((x: any) => x.MetricStat)?.MetricStat.Metric.MetricName);
+      const expected = ['Parked', 'Errors', 'Throttles', lagAlarm[source], 'TakenOver', 'LockLost', 'StoreError', 'FailedClosed',
+        'UnrecordedEffects', 'ScopeConflict', 'StoreLatency', 'OldestStartedAgeSeconds', 'OldestUnsentAgeSeconds',
+        ...(retried ? ['ApproximateNumberOfMessagesVisible'] : [])];
+      assert.deepEqual(metrics.sort(), expected.sort());
+      t.hasResourceProperties('AWS::CloudWatch::Alarm', { Namespace: 'MskExactlyOnce', MetricName: 'StoreLatency', ExtendedStatistic: 'p99',
+        Threshold: 200, EvaluationPeriods: 3, DatapointsToAlarm: 3, TreatMissingData: 'notBreaching' });
+    });
+  }
+}
+
+test('IAM actions and resources', () => {
+  const byId = (t: Template) => Object.fromEntries(policy(t).map((s) => [s.Sid, s]));
+  const msk = byId(synth('kafka-msk', 'dynamodb', { keyPrefix: 'payments#' }));
+  assert.deepEqual(msk.IdempotencyStore.Action, ['dynamodb:BatchGetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:PartiQLInsert', 'dynamodb:PartiQLUpdate']);
+  assert.deepEqual(msk.IdempotencyStore.Condition, { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['payments#*'] } });
+  assert.equal(msk.IdempotencyStartedIndex.Action, 'dynamodb:Query');
+  assert.equal(msk.IdempotencyStartedIndex.Resource.length, 2);
+  assert.deepEqual(msk.KafkaCluster.Action, ['kafka-cluster:Connect', 'kafka-cluster:DescribeClusterDynamicConfiguration']);
+  assert.match(JSON.stringify(msk.KafkaTopic.Resource), /topic\/payments\/uuid-1\/payments/);
+  assert.match(JSON.stringify(msk.KafkaGroup.Resource), /group\/payments\/uuid-1\/group/);
+  const sqs = byId(synth('sqs', 'redis'));
+  assert.equal(sqs.SqsQueue.Resource, `arn:aws:sqs:${acct}:payments`);
+  const s3 = byId(synth('kinesis', 'dynamodb-existing', { onFailure: OnFailure.s3() }));
+  assert.deepEqual(s3.FailedRecordsBucket.Action, ['s3:PutObject', 's3:ListBucket']);
+  const pg = byId(synth('activemq', 'postgres'));
+  assert.deepEqual(pg.MqNetworkInterfaces.Action, ['ec2:CreateNetworkInterface', 'ec2:DeleteNetworkInterface']);
+  assert.match(JSON.stringify(pg.MqNetworkInterfaces.Resource), /:ec2:us-east-1:123456789012:\*/);
+});
+
+test('MSK role gets the MSK managed policy', () => {
+  const role: any = Object.values(synth('kafka-msk', 'dynamodb').findResources('AWS::IAM::Role'))[0];
+  const arns = JSON.stringify(role.Properties.ManagedPolicyArns);
+  for (const p of ['AWSLambdaBasicExecutionRole', 'AWSXrayWriteOnlyAccess', 'AWSLambdaVPCAccessExecutionRole', 'AWSLambdaMSKExecutionRole']) assert.match(arns, new RegExp(p));
+});
+
+test('environment variables', () => {
+  const fn: any = Object.values(synth('sqs', 'postgres').findResources('AWS::Lambda::Function'))[0];
+  const env = fn.Properties.Environment.Variables;
+  assert.equal(Object.keys(env).length, 42);
+  assert.equal(env.IDEMPOTENCY_STORE, 'postgres');
+  assert.equal(env.EVENT_SOURCES, 'sqs');
+  assert.equal(env.DATABASE_SECRET_ARN, secret('db'));
+  assert.equal(env.DYNAMODB_ATTEMPT_TIMEOUT_MS, '');
+  assert.equal(env.LOCK_TIMEOUT_SECONDS, '30');
+  assert.equal(env.RECORD_RETENTION_SECONDS, '691200');
+});
+
+test('stuck-key check off: the rule DISABLED, no stuck-key alarms', () => {
+  const t = synth('kinesis', 'dynamodb', { stuckKeyCheck: false });
+  t.hasResourceProperties('AWS::Events::Rule', { State: 'DISABLED' });
+  assert.equal(Object.keys(t.findResources('AWS::CloudWatch::Alarm', { Properties: { MetricName: 'OldestStartedAgeSeconds' } })).length, 0);
+});
+
+test('SAM rules a construct can check', () => {
+  assert.throws(() => synth('kinesis', 'dynamodb', { keySource: 'header' }), /no headers/);
+  assert.throws(() => synth('sqs', 'dynamodb', { onFailure: OnFailure.kafka('dead') }), /Kafka sources/);
+});
