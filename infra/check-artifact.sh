@@ -32,6 +32,11 @@ echo "artifact: sam build (x86_64)"
 sam build --no-cached --build-dir "$build" --parameter-overrides Architecture=x86_64 >&2
 bootstrap="$build/Function/bootstrap"
 [[ -x "$bootstrap" ]] || { echo "artifact: no executable $bootstrap" >&2; exit 1; }
+# The pieces of sam/ the template references, built beside it (sam package
+# uploads them with it).
+for piece in ExactlyOnce Wiring; do
+  [[ -f "$build/$piece/template.yaml" ]] || { echo "artifact: sam build left out the nested $piece" >&2; exit 1; }
+done
 # An ELF executable for x86-64 (e_machine 62).
 python3 -c 'import sys; h = open(sys.argv[1], "rb").read(20); sys.exit(h[:4] != b"\x7fELF" or int.from_bytes(h[18:20], "little") != 62)' "$bootstrap" \
   || { echo "artifact: $bootstrap is not an x86-64 ELF binary" >&2; exit 1; }

@@ -1358,14 +1358,15 @@ fn every_piece_parameter_is_defined_as_in_template_yaml() {
     );
 }
 
-/// A stack moving from a copied template to the pieces keeps its table:
-/// the composed template still names it `IdempotencyTable`, retained, with
-/// the key schema, TTL and indexes the code reads (a changed key schema
-/// would make CloudFormation replace the table); and an existing table can
-/// stand in for it (ExistingIdempotencyTable, docs/upgrading.md), in the
-/// role's statements and the function's IDEMPOTENCY_TABLE.
+/// A stack moving from a copied template to the pieces keeps its tables:
+/// the composed template still names them `IdempotencyTable` and
+/// `LedgerTable`, retained, with the key schema, TTL and indexes the code
+/// reads (a changed key schema would make CloudFormation replace a table);
+/// and existing tables can stand in for them (ExistingIdempotencyTable,
+/// ExistingLedgerTable, docs/upgrading.md), in the role's statements and the
+/// function's IDEMPOTENCY_TABLE.
 #[test]
-fn the_idempotency_table_keeps_its_logical_id_key_schema_and_can_be_an_existing_one() {
+fn the_tables_keep_their_logical_ids_key_schemas_and_can_be_existing_ones() {
     let template = template();
     let table = &template["Resources"]["IdempotencyTable"];
     assert_eq!(table["Type"], "AWS::DynamoDB::Table");
@@ -1396,13 +1397,45 @@ fn the_idempotency_table_keeps_its_logical_id_key_schema_and_can_be_an_existing_
     let mut named = BTreeSet::new();
     resource_names(&variables["IDEMPOTENCY_TABLE"], &mut named);
     assert!(named.contains("ExistingIdempotencyTable"), "{named:?}");
-    for sid in ["IdempotencyStore", "IdempotencyStartedIndex"] {
+    for (sid, table) in [
+        ("IdempotencyStore", "IdempotencyTable"),
+        ("IdempotencyStartedIndex", "IdempotencyTable"),
+        ("Ledger", "LedgerTable"),
+    ] {
         let statement = &role_statements()[sid];
+        let existing = format!("Existing{table}");
         assert!(
-            statement.resources.contains("IdempotencyTable")
-                && statement.resources.contains("ExistingIdempotencyTable"),
+            statement.resources.contains(table) && statement.resources.contains(&existing),
             "{sid}: {:?}",
             statement.resources
         );
     }
+    // The ledger (a copied template's business state) moves the same way.
+    let ledger = &template["Resources"]["LedgerTable"];
+    assert_eq!(ledger["DeletionPolicy"], "Retain");
+    let key: Value =
+        serde_norway::from_str("[{AttributeName: account_id, KeyType: HASH}]").unwrap();
+    assert_eq!(ledger["Properties"]["KeySchema"], key);
+    let creates = format!(
+        "{:?}",
+        template["Conditions"][ledger["Condition"].as_str().unwrap()]
+    );
+    assert!(creates.contains("ExistingLedgerTable"), "{creates}");
+}
+
+/// The pieces carry the version of the crate they ship in (what a team
+/// upgrades is that version), and so does the CDK construct's package.
+#[test]
+fn the_pieces_and_the_construct_are_the_crates_version() {
+    for (id, piece) in support::sam::pieces(std::path::Path::new(TEMPLATE)) {
+        assert_eq!(
+            piece["Metadata"]["ExactlyOnceVersion"].as_str(),
+            Some(env!("CARGO_PKG_VERSION")),
+            "{id}"
+        );
+    }
+    let package = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/cdk/package.json"))
+        .expect("read cdk/package.json");
+    let package: serde_json::Value = serde_json::from_str(&package).expect("JSON");
+    assert_eq!(package["version"], env!("CARGO_PKG_VERSION"));
 }

@@ -24,7 +24,7 @@ const sources: Record<string, () => Source> = {
 };
 const stores: Record<string, () => Store> = {
   'dynamodb': () => Store.newDynamoDbTable(),
-  'dynamodb-existing': () => Store.existingDynamoDbTable('payments-idempotency'),
+  'dynamodb-existing': () => Store.existingDynamoDbTable('payments-idempotency', { ledgerTableName: 'payments-ledger' }),
   'postgres': () => Store.postgres({ databaseUrl: 'postgres://payments.proxy.example.com/payments', secretArn: secret('db') }),
   'redis': () => Store.redis({ url: 'rediss://payments.cache.example.com:6379' }),
 };

@@ -198,7 +198,11 @@ export class ExactlyOnce extends Construct {
         tableName = sp.tableName;
         tableArn = stack.formatArn({ service: 'dynamodb', resource: 'table', resourceName: sp.tableName });
       }
-      if (sp.demoLedger ?? true) {
+      if (sp.ledgerTableName) {
+        // ExistingLedgerTable: the ledger a copied template created, kept.
+        ledgerName = sp.ledgerTableName;
+        ledgerTableArn = stack.formatArn({ service: 'dynamodb', resource: 'table', resourceName: sp.ledgerTableName });
+      } else if (sp.demoLedger ?? true) {
         this.ledgerTable = new dynamodb.Table(this, 'LedgerTable', { ...common, partitionKey: { name: 'account_id', type: dynamodb.AttributeType.STRING } });
         ledgerName = this.ledgerTable.tableName;
         ledgerTableArn = this.ledgerTable.tableArn;

@@ -20,6 +20,8 @@ export interface ExistingDynamoDbTableProps {
   readonly deletionProtection?: boolean;
   /** The demo ledger's table (LedgerTable), which the SAM template creates with DynamoDB, beside an existing idempotency table too. @default true */
   readonly demoLedger?: boolean;
+  /** An existing ledger table instead of a new one (ExistingLedgerTable): a copied template's, kept. @default a new table */
+  readonly ledgerTableName?: string;
   /** (DynamoDbAttemptTimeoutMs) @default 3000 */
   readonly attemptTimeoutMs?: number;
   /** (DynamoDbOperationTimeoutMs) @default 10000 */
