@@ -327,7 +327,7 @@ fn every_page_with_rust_snippets_is_a_doctest_and_every_block_has_a_language() {
 }
 
 /// The pg_cron job that purges expired rows is one statement wherever the
-/// manual shows it (docs/stores.md, docs/deploy.md): the one
+/// manual shows it (docs/stores.md, docs/deploy-variants.md): the one
 /// `exactly-once-ops purge-expired` runs, rows being written skipped.
 #[test]
 fn the_pg_cron_purge_is_the_same_statement_everywhere() {

@@ -2,7 +2,7 @@
 // store from the context (cdk synth -c source=sqs -c store=postgres).
 // EXACTLY_ONCE_SKIP_BUNDLING=1: synthesize without building the Rust code.
 import * as path from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
+import { App, Duration, Stack } from 'aws-cdk-lib';
 import { RustFunction } from 'cargo-lambda-cdk';
 import { ExactlyOnce, KafkaAuth, Source, Store } from '../src';
 
@@ -32,7 +32,8 @@ const source = String(app.node.tryGetContext('source') ?? 'kafka-msk');
 const store = String(app.node.tryGetContext('store') ?? 'dynamodb');
 if (!sources[source] || !stores[store]) throw new Error(`unknown source ${source} or store ${store}`);
 
-const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
+const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler',
+  memorySize: 512, timeout: Duration.seconds(120) }); // the SAM template's: above a lease + the margin
 new ExactlyOnce(stack, 'ExactlyOnce', {
   function: fn, source: sources[source](), store: stores[store](), // Streams have no headers:
   keySource: ['kinesis', 'dynamodb-streams'].includes(source) ? 'json:/payment_id' : 'header',

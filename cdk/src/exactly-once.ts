@@ -167,6 +167,15 @@ export class ExactlyOnce extends Construct {
       Annotations.of(this).addWarningV2('exactly-once:vpc',
         'PostgreSQL, Redis and self-managed Kafka are reached inside their VPC: give the function vpc/vpcSubnets/securityGroups');
     }
+    // The SAM template's default Timeout (120 s) outlasts a lease and the safety
+    // margin, so that an invocation can wait out a crashed worker's lease;
+    // a Function's own default (3 s) does not.
+    const needed = (props.lockTimeout ?? Duration.seconds(30)).toSeconds() + (props.safetyMarginMs ?? 5000) / 1000;
+    const timeout = fn.timeout?.toSeconds() ?? 3;
+    if (timeout <= needed) {
+      Annotations.of(this).addWarningV2('exactly-once:timeout',
+        `the function's timeout (${timeout} s) should exceed lockTimeout + safetyMarginMs (${needed} s): give it timeout: Duration.seconds(120)`);
+    }
 
     // The idempotency store.
     let tableName = '';

@@ -3,8 +3,8 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as path from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import { RustFunction } from 'cargo-lambda-cdk';
 import { ExactlyOnce, ExactlyOnceProps, OnFailure, Source, Store } from '../src';
 
@@ -166,4 +166,17 @@ test('stuck-key check off: the rule DISABLED, no stuck-key alarms', () => {
 test('SAM rules a construct can check', () => {
   assert.throws(() => synth('kinesis', 'dynamodb', { keySource: 'header' }), /no headers/);
   assert.throws(() => synth('sqs', 'dynamodb', { onFailure: OnFailure.kafka('dead') }), /Kafka sources/);
+});
+
+test("a function timeout within a lease + the margin warns; the SAM template's 120 s does not", () => {
+  const warned = (timeout?: Duration) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Test');
+    const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler', timeout });
+    new ExactlyOnce(stack, 'EO', { function: fn, source: sources.sqs(), store: stores.dynamodb() });
+    return Annotations.fromStack(stack).findWarning('*', Match.stringLikeRegexp('timeout')).length;
+  };
+  assert.equal(warned(), 1);
+  assert.equal(warned(Duration.seconds(35)), 1);
+  assert.equal(warned(Duration.seconds(120)), 0);
 });

@@ -21,7 +21,7 @@ use super::{DynamoDbStore, sdk_error};
 use exactly_once_core::clock::{duration_ms, ms_to_s};
 use exactly_once_core::store::{Listed, Listing, ListingCost, Status, Store, StoreError};
 
-/// The sparse global secondary index of STARTED items (template.yaml):
+/// The sparse global secondary index of STARTED items (sam/exactly-once.yaml):
 /// hash key `started_shard` (no range key, so that the listing's filter may
 /// name `created_at` and `lock_expires_at`), all attributes.
 pub const STARTED_INDEX: &str = "started";
@@ -31,7 +31,7 @@ pub const STARTED_INDEX: &str = "started";
 pub const STARTED_SHARDS: u64 = 16;
 
 /// The sparse global secondary index of COMPLETED items whose messages are
-/// not known sent (template.yaml): hash key `outbox_shard` (the shard of the
+/// not known sent (sam/exactly-once.yaml): hash key `outbox_shard` (the shard of the
 /// key, set with the item's `outbox` and removed with it), all attributes:
 /// what the sweeper sends, at a cost that follows their number.
 pub const UNSENT_INDEX: &str = "unsent";

@@ -46,7 +46,7 @@ pub const ENV_VARS: &[&str] = &[
 /// at start by `exactly_once::run`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StoreKind {
-    /// DynamoDB (the default): the tables of template.yaml.
+    /// DynamoDB (the default): the tables of sam/exactly-once.yaml.
     #[default]
     DynamoDb,
     /// PostgreSQL: `DATABASE_URL` (the `exactly-once-postgres` crate).

@@ -421,7 +421,7 @@ fn unknown_store(backend: &Backend) -> StoreError {
 fn not_postgres(command: &str) -> ExitCode {
     eprintln!(
         "error: {command} is for IDEMPOTENCY_STORE=postgres (DynamoDB tables come from \
-         template.yaml and expire by TTL; Redis expires its keys itself)"
+         sam/exactly-once.yaml or the CDK construct and expire by TTL; Redis expires its keys itself)"
     );
     ExitCode::from(EXIT_USAGE)
 }
