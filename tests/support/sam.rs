@@ -14,21 +14,8 @@ use serde_norway::{Mapping, Value};
 pub fn composed(path: &Path) -> Value {
     let mut parent = read(path);
     let dir = path.parent().expect("a template's folder");
-    let apps: Vec<(String, Value)> = resources(&parent)
-        .iter()
-        .filter(|(_, resource)| resource["Type"] == "AWS::Serverless::Application")
-        .map(|(id, resource)| (id.as_str().expect("an id").to_owned(), resource.clone()))
-        .collect();
     let mut outputs: BTreeMap<String, Mapping> = BTreeMap::new();
-    for (id, app) in apps {
-        let location = app["Properties"]["Location"]
-            .as_str()
-            .expect("a local Location");
-        let mut piece = read(&dir.join(location));
-        let passed = app["Properties"]["Parameters"]
-            .as_mapping()
-            .cloned()
-            .unwrap_or_default();
+    for (id, passed, mut piece) in applications(&parent, dir) {
         let mut values = BTreeMap::new();
         for (name, _) in piece["Parameters"].as_mapping().expect("parameters") {
             let name = name.as_str().expect("a name").to_owned();
@@ -74,7 +61,7 @@ pub fn composed(path: &Path) -> Value {
                     }
                     // A condition both define must mean the same in both.
                     Some(theirs) if section == "Conditions" && theirs == value => {}
-                    Some(_) => panic!("{section} {name:?} of {location} differs from its parent's"),
+                    Some(_) => panic!("{section} {name:?} of {id} differs from its parent's"),
                 }
             }
         }
@@ -92,15 +79,29 @@ pub fn composed(path: &Path) -> Value {
 pub fn pieces(path: &Path) -> Vec<(String, Value)> {
     let parent = read(path);
     let dir = path.parent().expect("a template's folder");
-    resources(&parent)
+    applications(&parent, dir)
+        .into_iter()
+        .map(|(id, _, piece)| (id, piece))
+        .collect()
+}
+
+/// Each `AWS::Serverless::Application` of `template`: its logical id, the
+/// parameters it passes, and the template its local `Location` names.
+fn applications(template: &Value, dir: &Path) -> Vec<(String, Mapping, Value)> {
+    resources(template)
         .iter()
         .filter(|(_, resource)| resource["Type"] == "AWS::Serverless::Application")
-        .map(|(id, resource)| {
-            let location = resource["Properties"]["Location"]
+        .map(|(id, app)| {
+            let location = app["Properties"]["Location"]
                 .as_str()
-                .expect("a Location");
+                .expect("a local Location");
+            let passed = app["Properties"]["Parameters"]
+                .as_mapping()
+                .cloned()
+                .unwrap_or_default();
             (
                 id.as_str().expect("an id").to_owned(),
+                passed,
                 read(&dir.join(location)),
             )
         })
