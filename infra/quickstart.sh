@@ -123,7 +123,9 @@ print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
 PY
 )"
   echo "quickstart: $name, as $2 shows it" >&2
-  output="$(cd "$work/payments" && bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
+  # A watch that never listens must not hold CI: 15 minutes (the first
+  # invoke builds the crate), then the block fails with its log.
+  output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
   # A block that failed midway leaves its watch running: stop it.
   pkill -f "cargo-lambda lambda watch" 2>/dev/null || true
   echo "$output"
