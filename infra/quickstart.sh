@@ -126,8 +126,10 @@ PY
   # A watch that never listens must not hold CI: 15 minutes (the first
   # invoke builds the crate), then the block fails with its log.
   output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
-  # A block that failed midway leaves its watch running: stop it.
+  # A block that failed midway leaves its watch running: stop it, and let
+  # it leave port 9000 to the next block's.
   pkill -f "cargo-lambda lambda watch" 2>/dev/null || true
+  for _ in $(seq 50); do pgrep -f "cargo-lambda lambda watch" >/dev/null || break; sleep 0.2; done
   echo "$output"
   if [[ $status != 0 ]] || [[ "$(grep -c '^{"batchItemFailures":\[\]}$' <<<"$output")" != 2 ]] ||
     ! grep -qE "^ *$4 outcome=\"processed\"\$" <<<"$output" ||
