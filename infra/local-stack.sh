@@ -12,7 +12,7 @@
 # PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
 # puts $EXACTLY_ONCE_TOOLS/venv/bin (cargo-lambda; python3 with boto3, PyYAML,
 # pika and stomp.py) on PATH.
-# The batch sources of tests/sources.rs (infra/poller.py): Kinesis on the
+# The batch sources of tests/processes/sources.rs (infra/poller.py): Kinesis on the
 # same moto server as SQS (AWS_ENDPOINT_URL_KINESIS), DynamoDB Streams on
 # DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS), Amazon
 # MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the

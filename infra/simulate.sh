@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the event-source simulation (tests/simulation.rs) against a DynamoDB
+# Runs the event-source simulation (tests/batch/simulation/mod.rs) against a DynamoDB
 # Local of its own: SCHEDULES randomized schedules from SEED (default: random),
 # SIM_PARALLEL (default 24) at once. Extra arguments go to cargo test.
 #
@@ -18,6 +18,6 @@ shift $(( $# < 2 ? $# : 2 ))
 source infra/local-stack.sh
 local_stack idempotency-sim ledger-sim
 
-step "cargo test --test simulation ($SIM_SCHEDULES schedules)"
+step "cargo test --test batch simulation:: ($SIM_SCHEDULES schedules)"
 # The function prints one metrics document per invocation: left out here.
-cargo test "$@" --test simulation -- --nocapture | grep -v '"_aws"'
+cargo test "$@" --test batch -- simulation:: --nocapture | grep -v '"_aws"'

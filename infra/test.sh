@@ -53,28 +53,41 @@ step "cargo package --workspace"
 cargo package --workspace --no-verify --offline --allow-dirty --quiet \
   --exclude msk-handler --exclude exactly-once-ops --exclude exactly-once-model
 
-step "cargo test --workspace"
-cargo test --workspace
+# Every crate's unit tests, the examples', the model checker's (crates/model)
+# and the doctests, then the integration tests: one binary per area of tests/
+# (tests/<area>/main.rs), each module run alone as its own binary was
+# (infra/test-area.sh). Every cargo command here selects the whole workspace,
+# so that each crate is built once, with one set of features.
+step "cargo test: unit tests, examples, the model checker"
+cargo test --workspace --lib --bins --examples --test model --test mutations
+step "cargo test --doc"
+cargo test --workspace --doc
+for area in repository stores batch processes; do
+  step "tests/$area (infra/test-area.sh $area)"
+  infra/test-area.sh "$area"
+done
 
 # The batch tests again on the locking path (the default run is on the
 # lock-free path, the demo ledger's default); the kill storms and
-# tests/lock_free.rs run both paths themselves.
+# lock_free run both paths themselves.
 step "batch tests on the locking path"
-TEST_LEDGER_MODE=transactional cargo test --test handler --test transactional --test lifecycle --test throughput --test contract --test secrets --test tracing
+TEST_LEDGER_MODE=transactional infra/test-area.sh batch handler transactional lifecycle throughput contract secrets tracing
 
 # The batch tests again with records of different Kafka keys free to run
-# concurrently (ORDERING_MODE=key); tests/throughput.rs covers none.
+# concurrently (ORDERING_MODE=key); throughput covers none.
 step "batch tests in key ordering mode"
-TEST_ORDERING_MODE=key cargo test --test handler --test transactional --test lifecycle --test kill
+TEST_ORDERING_MODE=key infra/test-area.sh batch handler transactional lifecycle
+TEST_ORDERING_MODE=key infra/test-area.sh processes kill
 
 # The SIGKILL storms again with the workers on PostgreSQL, on Redis, and on
 # a Redis Cluster of 3 primaries.
+storms='kill::.*(lock_free|transactional|direct)_mode'
 step "kill storms on PostgreSQL"
-TEST_STORE=postgres cargo test --test kill -- lock_free_mode transactional_mode direct_mode
+TEST_STORE=postgres infra/test-area.sh processes "$storms"
 step "kill storms on Redis"
-TEST_STORE=redis cargo test --test kill -- lock_free_mode transactional_mode direct_mode
+TEST_STORE=redis infra/test-area.sh processes "$storms"
 step "kill storms on a Redis Cluster"
-TEST_STORE=redis-cluster cargo test --test kill -- lock_free_mode transactional_mode
+TEST_STORE=redis-cluster infra/test-area.sh processes 'kill::.*(lock_free|transactional)_mode'
 
 step "the README's quick start, outside the repository (infra/quickstart.sh)"
 infra/quickstart.sh

@@ -33,7 +33,7 @@
 
 mod announce;
 mod batches;
-// Shared with tests/throughput.rs; the benchmark uses part of it.
+// Shared with tests/batch/throughput.rs; the benchmark uses part of it.
 #[allow(dead_code)]
 #[path = "../../tests/support/capacity.rs"]
 mod capacity;

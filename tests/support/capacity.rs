@@ -15,7 +15,7 @@
 //! `CapacityUnits` count as read units for reads and write units for writes.
 //!
 //! `benches/throughput` includes this file with `#[path]`: one copy. Its
-//! tests are in tests/throughput.rs (`capacity_parser`).
+//! tests are in tests/batch/throughput.rs (`capacity_parser`).
 
 use std::collections::BTreeMap;
 use std::ops::Add;

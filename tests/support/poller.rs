@@ -2,7 +2,7 @@
 //! for Lambda's event source mappings, on real local servers: a queue, a
 //! stream or a broker of the run's own, the poller's summary and
 //! transcript, and a store on the run's key prefix to hold keys and read
-//! items (tests/sources.rs).
+//! items (tests/processes/sources.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
