@@ -11,10 +11,20 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::clock::ms_to_s;
-use crate::outbox::{Outgoing, Pending, SendError, Sender};
+use crate::store::outbox::Pending;
 use crate::store::{Listing, Operator, Store, StoreError};
 
+use super::send::{Outgoing, SendError, Sender};
 use super::{Deadline, Outcome, RecordOutcome};
+
+/// Whether a record's messages are sent only after the write that completes
+/// its key (always: the engine delivers them once the batch's lanes are
+/// done, `engine/deliver.rs`), but under the model checker's mutation
+/// `SendBeforeCommit`: the order that the model (`crates/model`) re-states,
+/// sending them as the handler returns when it is off.
+pub fn sent_after_commit() -> bool {
+    !mutated!(SendBeforeCommit)
+}
 
 /// A message's answer, for its record.
 type Answer = Result<(), SendError>;

@@ -109,7 +109,7 @@ impl Footprint {
             &work.origin,
             [
                 completion.result.as_deref(),
-                crate::outbox::encode(&completion.messages).as_deref(),
+                crate::store::outbox::encode(&completion.messages).as_deref(),
             ],
             completion.writes.len(),
         ))

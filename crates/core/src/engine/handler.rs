@@ -2,8 +2,10 @@
 
 use std::future::Future;
 
-use crate::outbox::{self, Message, Sender};
+use crate::store::outbox::{self, Message};
 use crate::store::{Effects, Increment, Lease};
+
+use super::send::Sender;
 
 /// Handed to the business logic with every message it runs.
 ///

@@ -27,7 +27,7 @@ mod cache;
 mod coalesce;
 mod combine;
 mod deadline;
-mod deliver;
+pub(crate) mod deliver;
 mod footprint;
 mod gather;
 mod handler;
@@ -39,6 +39,7 @@ mod outcome;
 mod precheck;
 mod record;
 mod resend;
+pub(crate) mod send;
 mod sizing;
 mod waiting;
 mod window;
@@ -58,10 +59,12 @@ pub use handler::{
 };
 pub use lane::{COMPLETION_LINGER, gives_back_while_waiting};
 pub use outcome::{Outcome, Parking, PoisonPolicy};
-pub use sizing::{GROUP_START, Resized, slow_answer};
+pub use sizing::{Resized, slow_answer};
 pub use window::WINDOW_GROUPS;
+// The store's (the default of `Store::START_SIZE`), named here too for
+// those who size the engine.
+pub use crate::store::GROUP_START;
 
-use crate::outbox::Sender;
 use crate::store::{Store, StoreError, requests};
 use batched::Batched;
 use cache::CompletedCache;
@@ -70,6 +73,7 @@ use combine::Combiner;
 use deadline::BatchGuard;
 use footprint::ItemLocks;
 use lease::Leases;
+use send::Sender;
 use sizing::Sizer;
 use window::Window;
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::outbox::Pending;
 use crate::store::StoreError;
+use crate::store::outbox::Pending;
 
 use super::StopReason;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use crate::clock::duration_ms;
-use crate::outbox::{Message, Pending};
+use crate::store::outbox::{Message, Pending};
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredItem};
 
 use super::cache::Completed;

@@ -6,10 +6,11 @@
 //! multiplicative-decrease (AIMD):
 //! - a new container starts from the store's
 //!   [`START_SIZE`](crate::store::Store::START_SIZE) (by default
-//!   [`GROUP_START`]) and DOUBLES on every request answered
-//!   quickly (under [`slow_answer`]) while the size limited it (it held as
-//!   many records as allowed), until the store first pushes back: a new
-//!   container's first batch should be about as fast as a warm one's;
+//!   [`GROUP_START`](crate::store::GROUP_START)) and DOUBLES on every
+//!   request answered quickly (under [`slow_answer`]) while the size limited
+//!   it (it held as many records as allowed), until the store first pushes
+//!   back: a new container's first batch should be about as fast as a warm
+//!   one's;
 //! - after the first pushback the size grows by one per such answer. Not
 //!   faster: many lanes send at once, and a size that doubled on each of
 //!   their answers would send a burst of the biggest requests before the
@@ -56,12 +57,6 @@ use crate::store::{CommitOutcome, StoreError};
 pub fn slow_answer(request_timeout: Duration) -> Duration {
     request_timeout / 2
 }
-
-/// Where a new container's transaction groups and batches of claims start
-/// unless the store says otherwise ([`crate::store::Store::START_SIZE`]): a
-/// quarter of DynamoDB's 100 actions, which two quick answers take to its
-/// most, and its whole `BatchExecuteStatement`.
-pub const GROUP_START: usize = 25;
 
 /// What a transaction's answer says of the store's load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +220,7 @@ impl Sizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::GROUP_START;
 
     const QUICK: Duration = Duration::from_millis(20);
     const SLOW: Duration = Duration::from_millis(500);

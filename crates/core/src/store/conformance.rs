@@ -1898,10 +1898,11 @@ where
     assert_eq!(all_started(&store).await, ["extended", "failed"]);
 }
 
-/// An outbox text as the engine writes it (`crate::outbox::encode`).
+/// An outbox text as the engine writes it (`crate::store::outbox::encode`).
 fn outbox_of(key: &str) -> String {
-    let message = crate::outbox::Message::new("https://sqs/1/payments", format!("applied {key}"));
-    crate::outbox::encode(&[message]).expect("one message")
+    let message =
+        crate::store::outbox::Message::new("https://sqs/1/payments", format!("applied {key}"));
+    crate::store::outbox::encode(&[message]).expect("one message")
 }
 
 /// The messages a record emits live on its COMPLETED item, written by the
@@ -1970,7 +1971,7 @@ pub async fn an_outbox_is_cleared_only_under_the_owner_that_completed_it<B: Back
     let owner = commit.owner.clone();
     store.commit(vec![commit]).await.expect("commit");
     let pk = store.pk("p-1").expect("pk");
-    let sent = |owner: &str| crate::outbox::Pending {
+    let sent = |owner: &str| crate::store::outbox::Pending {
         pk: pk.clone(),
         owner: owner.to_owned(),
         messages: Vec::new(),
@@ -2124,13 +2125,13 @@ where
     assert_eq!(unsent(Duration::ZERO).await, expected);
     assert_eq!(unsent(Duration::from_secs(3600)).await, vec![], "too young");
     let [emitting_owner, held_owner] = owners;
-    let sent: Vec<crate::outbox::Pending> = [
+    let sent: Vec<crate::store::outbox::Pending> = [
         ("emitting", emitting_owner),
         ("held", held_owner),
         ("alone", alone.owner.clone()),
     ]
     .into_iter()
-    .map(|(key, owner)| crate::outbox::Pending {
+    .map(|(key, owner)| crate::store::outbox::Pending {
         pk: pk(key),
         owner,
         messages: Vec::new(),

@@ -224,7 +224,7 @@ pub struct NewItem<'a> {
     pub origin: Option<&'a str>,
     /// A COMPLETED item's result.
     pub result: Option<&'a str>,
-    /// A COMPLETED item's messages ([`crate::outbox::encode`]).
+    /// A COMPLETED item's messages ([`outbox::encode`](super::outbox::encode)).
     pub outbox: Option<&'a str>,
     /// A FAILED item's error.
     pub error: Option<&'a str>,

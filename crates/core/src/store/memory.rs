@@ -390,7 +390,7 @@ impl Store for MemoryStore {
         Ok(Conditional::Written(()))
     }
 
-    async fn outbox_sent(&self, sent: &[crate::outbox::Pending]) -> Result<(), StoreError> {
+    async fn outbox_sent(&self, sent: &[super::outbox::Pending]) -> Result<(), StoreError> {
         let mut state = self.lock();
         for pending in sent {
             if let Some(item) = state.items.get_mut(&pending.pk)

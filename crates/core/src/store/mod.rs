@@ -28,6 +28,7 @@ mod error;
 pub mod increment;
 mod item;
 pub mod memory;
+pub(crate) mod outbox;
 pub mod requests;
 pub mod transition;
 
@@ -306,7 +307,7 @@ pub struct Effects<E> {
     pub writes: Vec<E>,
     /// Commutative increments.
     pub increments: Vec<Increment>,
-    /// The emitted messages ([`crate::outbox::encode`]), written on the
+    /// The emitted messages ([`outbox::encode`]), written on the
     /// COMPLETED item as its `outbox`.
     pub outbox: Option<String>,
 }
@@ -475,6 +476,12 @@ pub struct Listed {
     pub cost: ListingCost,
 }
 
+/// Where a new container's transaction groups and batches of claims start
+/// unless the store says otherwise ([`crate::store::Store::START_SIZE`]): a
+/// quarter of DynamoDB's 100 actions, which two quick answers take to its
+/// most, and its whole `BatchExecuteStatement`.
+pub const GROUP_START: usize = 25;
+
 /// A backend of the key state machine. Each transition is ONE conditional
 /// write whose condition keeps the invariant the diagram of this module
 /// shows; every write after a claim is fenced on `version` + `owner`.
@@ -509,10 +516,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// first batch of claims carry, before the store has answered any
     /// request (the engine doubles them from there while the answers are
     /// quick: `engine::sizing`), within the caps above. Default
-    /// [`GROUP_START`](crate::engine::GROUP_START) (25): DynamoDB's
-    /// transactions of 100 actions queue inside it when a new container
-    /// sends many at once.
-    const START_SIZE: usize = crate::engine::GROUP_START;
+    /// [`GROUP_START`] (25): DynamoDB's transactions of 100 actions queue
+    /// inside it when a new container sends many at once.
+    const START_SIZE: usize = GROUP_START;
 
     /// Its configuration.
     fn config(&self) -> &StoreConfig;
@@ -651,7 +657,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// its own. In as few requests as the store allows.
     fn outbox_sent(
         &self,
-        sent: &[crate::outbox::Pending],
+        sent: &[outbox::Pending],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Lock-free failure: the FAILED item at version 1, only if the key is

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::outbox::Pending;
+use crate::store::outbox::Pending;
 
 use crate::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Status, Store, StoreError,
