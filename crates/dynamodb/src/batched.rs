@@ -34,179 +34,167 @@ const CLEARS_IN_FLIGHT: usize = 8;
 /// A statement and its parameters.
 type Statement = (String, Vec<AttributeValue>);
 
-impl DynamoDbStore {
-    /// Claims: each key's STARTED item at version 1, as `INSERT`s.
-    /// Invariant: one live item per key. An `INSERT` never replaces an item
-    /// (DynamoDB answers `DuplicateItem`, without the item): such a claim,
-    /// and one refused for any other reason, comes back `Conflict(None)` and
-    /// is settled alone, by the conditional `PutItem` that also takes over
-    /// an item past its TTL (see locking.rs, `put_started`).
-    pub(super) async fn insert_started_many(
-        &self,
-        claims: &[(String, ClaimRequest<'_>)],
-    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        let now = self.now_ms();
-        let mut leases = Vec::with_capacity(claims.len());
-        let mut statements = Vec::with_capacity(claims.len());
-        for (pk, request) in claims {
-            let (item, lease) = self.started_item(pk, *request, now);
-            statements.push(self.insert(&item));
-            leases.push(lease);
-        }
-        let pks: Vec<&str> = claims.iter().map(|(pk, _)| pk.as_str()).collect();
-        let answers = self
-            .execute("claim (BatchExecuteStatement)", &pks, statements, 1)
-            .await?;
-        Ok(leases
-            .into_iter()
-            .zip(answers)
-            .map(|(lease, answer)| match answer.error() {
-                None => Conditional::Written(lease),
-                Some(_) => Conditional::Conflict(None),
-            })
-            .collect())
+/// Claims: each key's STARTED item at version 1, as `INSERT`s.
+/// Invariant: one live item per key. An `INSERT` never replaces an item
+/// (DynamoDB answers `DuplicateItem`, without the item): such a claim,
+/// and one refused for any other reason, comes back `Conflict(None)` and
+/// is settled alone, by the conditional `PutItem` that also takes over
+/// an item past its TTL (see locking.rs, `create_started`).
+pub(super) async fn create_started_many(
+    store: &DynamoDbStore,
+    claims: &[(String, ClaimRequest<'_>)],
+) -> Result<Vec<Conditional<Lease>>, StoreError> {
+    let now = store.now_ms();
+    let mut leases = Vec::with_capacity(claims.len());
+    let mut statements = Vec::with_capacity(claims.len());
+    for (pk, request) in claims {
+        let (item, lease) = store.started_item(pk, *request, now);
+        statements.push(store.insert(&item));
+        leases.push(lease);
     }
+    let pks: Vec<&str> = claims.iter().map(|(pk, _)| pk.as_str()).collect();
+    let answers = store
+        .execute("claim (BatchExecuteStatement)", &pks, statements, 1)
+        .await?;
+    Ok(leases
+        .into_iter()
+        .zip(answers)
+        .map(|(lease, answer)| match answer.error() {
+            None => Conditional::Written(lease),
+            Some(_) => Conditional::Conflict(None),
+        })
+        .collect())
+}
 
-    /// Fenced writes, as `UPDATE`s, each conditioned on the fence.
-    /// Invariant: only the current owner of a STARTED item writes to it; a
-    /// worker whose lock was taken over (new version, new owner) is fenced
-    /// out (`ConditionalCheckFailed`: the lock is lost), alone. A write
-    /// refused because it was already made (sent again after its answer
-    /// was lost) recognises itself from the item returned.
-    pub(super) async fn update_fenced_many(
-        &self,
-        writes: &[(Lease, FencedWrite)],
-    ) -> Vec<Result<u64, StoreError>> {
-        const OPERATION: &str = "fenced write (BatchExecuteStatement)";
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut statements = Vec::with_capacity(writes.len());
-        let mut answers = Vec::with_capacity(writes.len());
-        for (lease, write) in writes {
-            let (set, remove, mut values, answer): (&[&str], &[&str], Vec<AttributeValue>, u64) =
-                match write {
-                    FencedWrite::Complete { result } => {
-                        let mut values = vec![status_value(Status::Completed), n(expires_at_s)];
-                        values.push(n(now));
-                        match result {
-                            Some(result) => {
-                                values.push(s(result.as_str()));
-                                (
-                                    &["status", "expires_at", "updated_at", "result"],
-                                    &["lock_expires_at", "started_shard"],
-                                    values,
-                                    expires_at_s,
-                                )
-                            }
-                            None => (
-                                &["status", "expires_at", "updated_at"],
-                                &["lock_expires_at", "started_shard"],
-                                values,
-                                expires_at_s,
-                            ),
-                        }
+/// Fenced writes, as `UPDATE`s, each conditioned on the fence.
+/// Invariant: only the current owner of a STARTED item writes to it; a
+/// worker whose lock was taken over (new version, new owner) is fenced
+/// out (`ConditionalCheckFailed`: the lock is lost), alone. A write
+/// refused because it was already made (sent again after its answer
+/// was lost) recognises itself from the item returned.
+pub(super) async fn write_fenced(
+    store: &DynamoDbStore,
+    writes: &[(Lease, FencedWrite)],
+) -> Vec<Result<u64, StoreError>> {
+    const OPERATION: &str = "fenced write (BatchExecuteStatement)";
+    let now = store.now_ms();
+    let expires_at_s = store.config.expires_at_s(now);
+    let mut statements = Vec::with_capacity(writes.len());
+    let mut answers = Vec::with_capacity(writes.len());
+    for (lease, write) in writes {
+        let (set, remove, mut values): (&[&str], &[&str], Vec<AttributeValue>) = match write {
+            FencedWrite::Complete { result } => {
+                let mut values = vec![status_value(Status::Completed), n(expires_at_s)];
+                values.push(n(now));
+                match result {
+                    Some(result) => {
+                        values.push(s(result.as_str()));
+                        (
+                            &["status", "expires_at", "updated_at", "result"],
+                            &["lock_expires_at", "started_shard"],
+                            values,
+                        )
                     }
-                    FencedWrite::Fail { error } => (
-                        &["status", "error", "expires_at", "updated_at"],
+                    None => (
+                        &["status", "expires_at", "updated_at"],
                         &["lock_expires_at", "started_shard"],
-                        vec![
-                            status_value(Status::Failed),
-                            s(bounded(error)),
-                            n(expires_at_s),
-                            n(now),
-                        ],
-                        0,
+                        values,
                     ),
-                    FencedWrite::Release => (
-                        &["lock_expires_at", "updated_at"],
-                        &[],
-                        vec![n(0), n(now)],
-                        0,
-                    ),
-                    FencedWrite::Extend { until_ms } => (
-                        &["lock_expires_at", "updated_at"],
-                        &[],
-                        vec![n(*until_ms), n(now)],
-                        *until_ms,
-                    ),
-                };
-            // The fence: STARTED, at this version, held by this owner.
-            values.extend([
-                s(lease.pk.as_str()),
-                status_value(Status::Started),
-                n(lease.version),
-                s(lease.owner.as_str()),
-            ]);
-            statements.push((self.fenced_statement(set, remove), values));
-            answers.push(answer);
-        }
-        let pks: Vec<&str> = writes.iter().map(|(lease, _)| lease.pk.as_str()).collect();
-        match self.execute(OPERATION, &pks, statements, 1).await {
-            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
-            Ok(responses) => responses
-                .iter()
-                .zip(writes)
-                .zip(answers)
-                .map(
-                    |((response, (lease, write)), answer)| match response.error() {
-                        None => Ok(answer),
-                        Some(error) => match error.code() {
-                            // Judged from the item found: this very write made
-                            // before (sent again), or the lock lost.
-                            Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed) => {
-                                let found = parse_old(error.item())?;
-                                write.refused(lease, found.as_deref())
-                            }
-                            code => Err(statement_error(OPERATION, code, error.message())),
-                        },
-                    },
-                )
-                .collect(),
-        }
+                }
+            }
+            FencedWrite::Fail { error } => (
+                &["status", "error", "expires_at", "updated_at"],
+                &["lock_expires_at", "started_shard"],
+                vec![
+                    status_value(Status::Failed),
+                    s(bounded(error)),
+                    n(expires_at_s),
+                    n(now),
+                ],
+            ),
+            FencedWrite::Release => (&["lock_expires_at", "updated_at"], &[], vec![n(0), n(now)]),
+            FencedWrite::Extend { until_ms } => (
+                &["lock_expires_at", "updated_at"],
+                &[],
+                vec![n(*until_ms), n(now)],
+            ),
+        };
+        // The fence: STARTED, at this version, held by this owner.
+        values.extend([
+            s(lease.pk.as_str()),
+            status_value(Status::Started),
+            n(lease.version),
+            s(lease.owner.as_str()),
+        ]);
+        statements.push((store.fenced_statement(set, remove), values));
+        answers.push(write.answer(expires_at_s));
     }
-
-    /// The outboxes of completions whose messages were sent, removed as
-    /// `UPDATE`s, 25 to a request.
-    /// Invariant: only the messages of the completion that was sent are
-    /// cleared (COMPLETED under its owner); an item that changed since (past
-    /// its TTL, claimed again) is refused (`ConditionalCheckFailed`) and
-    /// keeps its own.
-    pub(super) async fn clear_outboxes(&self, sent: &[Pending]) -> Result<(), StoreError> {
-        const OPERATION: &str = "clear outbox (BatchExecuteStatement)";
-        let statement = format!(
-            "UPDATE \"{}\" REMOVE \"outbox\" REMOVE \"outbox_shard\" WHERE \"pk\" = ? \
-             AND \"status\" = ? AND \"owner\" = ?",
-            self.config.table_name
-        );
-        let statements = sent
+    let pks: Vec<&str> = writes.iter().map(|(lease, _)| lease.pk.as_str()).collect();
+    match store.execute(OPERATION, &pks, statements, 1).await {
+        Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+        Ok(responses) => responses
             .iter()
-            .map(|pending| {
-                let parameters = vec![
-                    s(&pending.pk),
-                    status_value(Status::Completed),
-                    s(&pending.owner),
-                ];
-                (statement.clone(), parameters)
-            })
-            .collect();
-        let pks: Vec<&str> = sent.iter().map(|pending| pending.pk.as_str()).collect();
-        // The batch's lanes are done: its clears go out at once.
-        let responses = self
-            .execute(OPERATION, &pks, statements, CLEARS_IN_FLIGHT)
-            .await?;
-        let refused = responses.iter().filter_map(BatchStatementResponse::error);
-        match refused
-            .filter(|error| {
-                error.code() != Some(&BatchStatementErrorCodeEnum::ConditionalCheckFailed)
-            })
-            .map(|error| statement_error(OPERATION, error.code(), error.message()))
-            .next()
-        {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
+            .zip(writes)
+            .zip(answers)
+            .map(
+                |((response, (lease, write)), answer)| match response.error() {
+                    None => Ok(answer),
+                    Some(error) => match error.code() {
+                        // Judged from the item found: this very write made
+                        // before (sent again), or the lock lost.
+                        Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed) => {
+                            let found = parse_old(error.item())?;
+                            write.refused(lease, found.as_deref())
+                        }
+                        code => Err(statement_error(OPERATION, code, error.message())),
+                    },
+                },
+            )
+            .collect(),
     }
+}
 
+/// The outboxes of completions whose messages were sent, removed as
+/// `UPDATE`s, 25 to a request.
+/// Invariant: only the messages of the completion that was sent are
+/// cleared (COMPLETED under its owner); an item that changed since (past
+/// its TTL, claimed again) is refused (`ConditionalCheckFailed`) and
+/// keeps its own.
+pub(super) async fn outbox_sent(store: &DynamoDbStore, sent: &[Pending]) -> Result<(), StoreError> {
+    const OPERATION: &str = "clear outbox (BatchExecuteStatement)";
+    let statement = format!(
+        "UPDATE \"{}\" REMOVE \"outbox\" REMOVE \"outbox_shard\" WHERE \"pk\" = ? \
+         AND \"status\" = ? AND \"owner\" = ?",
+        store.config.table_name
+    );
+    let statements = sent
+        .iter()
+        .map(|pending| {
+            let parameters = vec![
+                s(&pending.pk),
+                status_value(Status::Completed),
+                s(&pending.owner),
+            ];
+            (statement.clone(), parameters)
+        })
+        .collect();
+    let pks: Vec<&str> = sent.iter().map(|pending| pending.pk.as_str()).collect();
+    // The batch's lanes are done: its clears go out at once.
+    let responses = store
+        .execute(OPERATION, &pks, statements, CLEARS_IN_FLIGHT)
+        .await?;
+    let refused = responses.iter().filter_map(BatchStatementResponse::error);
+    match refused
+        .filter(|error| error.code() != Some(&BatchStatementErrorCodeEnum::ConditionalCheckFailed))
+        .map(|error| statement_error(OPERATION, error.code(), error.message()))
+        .next()
+    {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+impl DynamoDbStore {
     /// `INSERT INTO "<table>" VALUE {'name': ?, ...}` of `item`.
     fn insert(&self, item: &RawItem) -> Statement {
         let mut names: Vec<&String> = item.keys().collect();

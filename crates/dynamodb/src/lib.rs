@@ -2,9 +2,10 @@
 //! transition ONE conditional write (`PutItem`, `UpdateItem`, or
 //! `TransactWriteItems` with the effect; up to 25 claims or fenced writes
 //! in one PartiQL `BatchExecuteStatement`, each conditioned on its own).
-//! One file per path, each read top to bottom with its conditions:
-//! `locking.rs`, `batched.rs`, `lock_free.rs`, `operator.rs`; reads in
-//! `read.rs`, the listing scan in `listing.rs`.
+//! One file per path, each read top to bottom with its conditions, each
+//! transition a function named as the [`Store`] method it is: `locking.rs`,
+//! `batched.rs`, `lock_free.rs`, `operator.rs`; reads in `read.rs`, the
+//! listing scan in `listing.rs`.
 
 #![deny(missing_docs)]
 
@@ -32,6 +33,7 @@ pub use aws_sdk_dynamodb;
 pub use aws_sdk_dynamodb::Client;
 pub use aws_sdk_dynamodb::types::TransactWriteItem;
 pub use codec::RawItem;
+use codec::{n, s};
 pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions, UNSENT_INDEX};
 pub use requests::CountRequests;
 pub use settings::DynamoDbSettings;
@@ -40,7 +42,7 @@ use exactly_once_core::config::StoreConfig;
 use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Lease, Listed, Listing,
-    Operator, Store, StoreError, StoredItem,
+    Operator, Status, Store, StoreError, StoredItem, bounded,
 };
 
 /// DynamoDB's limit of 100 actions per transaction, less the completion.
@@ -110,18 +112,18 @@ impl Store for DynamoDbStore {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.put_started(pk, request).await
+        locking::create_started(self, pk, request).await
     }
 
     async fn create_started_many(
         &self,
         claims: &[(String, ClaimRequest<'_>)],
     ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        self.insert_started_many(claims).await
+        batched::create_started_many(self, claims).await
     }
 
     async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
-        self.update_fenced_many(writes).await
+        batched::write_fenced(self, writes).await
     }
 
     async fn take_over(
@@ -129,7 +131,7 @@ impl Store for DynamoDbStore {
         observed: &StoredItem,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.take_over_item(observed, request).await
+        locking::take_over(self, observed, request).await
     }
 
     async fn complete(
@@ -138,37 +140,30 @@ impl Store for DynamoDbStore {
         result: Option<&str>,
         effects: Effects<TransactWriteItem>,
     ) -> Result<u64, StoreError> {
-        // Messages alone ride on the completion's own UpdateItem.
-        match effects.writes.is_empty() && effects.increments.is_empty() {
-            true => {
-                let texts = (result, effects.outbox.as_deref());
-                self.complete_alone(lease, texts).await
-            }
-            false => self.complete_with(lease, result, effects).await,
-        }
+        locking::complete(self, lease, result, effects).await
     }
 
     async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
-        self.clear_outboxes(sent).await
+        batched::outbox_sent(self, sent).await
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        self.fail_item(lease, error).await
+        locking::fail(self, lease, error).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.release_item(lease).await
+        locking::release(self, lease).await
     }
 
     async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
-        self.extend_item(lease, until_ms).await
+        locking::extend(self, lease, until_ms).await
     }
 
     async fn commit(
         &self,
         commits: Vec<Commit<TransactWriteItem>>,
     ) -> Result<CommitOutcome, StoreError> {
-        self.commit_items(commits).await
+        lock_free::commit(self, commits).await
     }
 
     async fn fail_new(
@@ -177,30 +172,38 @@ impl Store for DynamoDbStore {
         owner: &str,
         error: &str,
     ) -> Result<Conditional<()>, StoreError> {
-        self.put_failed(request, owner, error).await
+        // Absent | expired ──fail──▶ FAILED v1, a poison message on the
+        // lock-free path: the conditional PutItem of a claim (write.rs).
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let mut item = self.new_item(&pk, Status::Failed, owner, request, now);
+        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
+        item.insert("error".to_owned(), s(bounded(error)));
+        // Invariant: one live item per key (see NEW_KEY).
+        self.put_if_new(item, now, (), "fail new (PutItem)").await
     }
 
     async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        self.get_item(key).await
+        read::get(self, key).await
     }
 
     async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
-        self.batch_get_items(keys).await
+        read::batch_get(self, keys).await
     }
 }
 
 /// The operator's transitions and listings (`exactly-once-ops`).
 impl Operator for DynamoDbStore {
     async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_release(key, version).await
+        operator::release_version(self, key, version).await
     }
 
     async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_retry(key, version).await
+        operator::retry_failed(self, key, version).await
     }
 
     async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
-        self.list_items(listing).await
+        listing::list(self, listing).await
     }
 }
 

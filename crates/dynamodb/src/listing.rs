@@ -83,24 +83,26 @@ const PROJECTION: &str = "#pk, #status, #version, #owner, #payload_hash, #lock_e
                           #expires_at, #created_at, #updated_at, #attempts, #origin, #error, \
                           #last_error";
 
-impl DynamoDbStore {
-    /// The keys `listing` names: stuck keys through the index of STARTED
-    /// items, unsent messages through the index of them (unless
-    /// [`ScanOptions::full_scan`]), FAILED keys by a Scan.
-    pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
-        match listing {
-            Listing::Stuck { .. } if !self.scan.full_scan => {
-                self.query_index(listing, STARTED_INDEX, "#started_shard = :shard")
-                    .await
-            }
-            Listing::Unsent { .. } if !self.scan.full_scan => {
-                self.query_index(listing, UNSENT_INDEX, "#outbox_shard = :shard")
-                    .await
-            }
-            _ => self.scan_listing(listing).await,
+/// The keys `listing` names: stuck keys through the index of STARTED
+/// items, unsent messages through the index of them (unless
+/// [`ScanOptions::full_scan`]), FAILED keys by a Scan.
+pub(super) async fn list(store: &DynamoDbStore, listing: Listing) -> Result<Listed, StoreError> {
+    match listing {
+        Listing::Stuck { .. } if !store.scan.full_scan => {
+            store
+                .query_index(listing, STARTED_INDEX, "#started_shard = :shard")
+                .await
         }
+        Listing::Unsent { .. } if !store.scan.full_scan => {
+            store
+                .query_index(listing, UNSENT_INDEX, "#outbox_shard = :shard")
+                .await
+        }
+        _ => store.scan_listing(listing).await,
     }
+}
 
+impl DynamoDbStore {
     /// Queries every shard of the sparse index `index` (whose shard the key
     /// condition `in_shard` names), at once, with the listing's filter.
     async fn query_index(

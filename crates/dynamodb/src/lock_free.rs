@@ -17,121 +17,101 @@ use super::write::{NEW_KEY, names_in, parse_old};
 use super::{DynamoDbStore, MAX_EFFECT_WRITES};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Status, Store, StoreError, bounded,
-    transaction_effects,
+    Commit, CommitOutcome, Status, Store, StoreError, transaction_effects,
 };
 
+/// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
+/// message's COMPLETED item (condition [`NEW_KEY`], the stored item
+/// returned on failure; a held key's completion under its fence) and its
+/// writes, all in ONE transaction. Several
+/// messages commit together only if all can (the caller makes sure their
+/// writes touch distinct items); at most 100 actions in all.
+/// Returns the items' `expires_at`, or why nothing was written.
+pub(super) async fn commit(
+    store: &DynamoDbStore,
+    commits: Vec<Commit<TransactWriteItem>>,
+) -> Result<CommitOutcome, StoreError> {
+    // At most 100 actions: the items, the writes, the merged increments.
+    let room = (MAX_EFFECT_WRITES + 1).saturating_sub(commits.len());
+    let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
+    let now = store.now_ms();
+    let expires_at_s = store.config.expires_at_s(now);
+    // What each action is, in order: each message's item and writes,
+    // then the increments merged per item.
+    let mut actions: Vec<Action> = Vec::new();
+    let mut items = Vec::new();
+    for (index, commit) in commits.into_iter().enumerate() {
+        match &commit.held {
+            // A held key (the locking path): completed under its fence
+            // (see locking.rs, FENCE), the item returned when it fails.
+            Some(lease) => {
+                let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
+                items.push(store.completion_action(lease, texts, now)?.0);
+            }
+            None => {
+                let request = commit.request();
+                let pk = store.pk(request.key)?;
+                let mut item = store.new_item(&pk, Status::Completed, &commit.owner, request, now);
+                item.insert("expires_at".to_owned(), n(expires_at_s));
+                if let Some(result) = &commit.result {
+                    item.insert("result".to_owned(), s(result));
+                }
+                // The messages it emits, in the very item of the effect.
+                if let Some(outbox) = &commit.effects.outbox {
+                    item.insert("outbox".to_owned(), s(outbox));
+                    item.insert("outbox_shard".to_owned(), n(key_shard(&pk)));
+                }
+                items.push(store.put_new(item, now)?);
+            }
+        }
+        actions.push(Action::Item(index));
+        actions.extend((0..commit.effects.writes.len()).map(|w| Action::Write(index, w)));
+        items.extend(commit.effects.writes);
+    }
+    for (merged, increment) in increments.iter().enumerate() {
+        items.push(increment_action(increment)?);
+        actions.push(Action::Increment(merged));
+    }
+    let (reasons, err) = match store.transact(items).await {
+        Ok(contended) => {
+            return Ok(CommitOutcome::Committed {
+                expires_at_s,
+                contended,
+            });
+        }
+        Err(failure) => failure,
+    };
+    // The first action refused, in order: a message's item before its
+    // writes, the merged increments last.
+    let Some((action, reason)) = actions
+        .iter()
+        .zip(&reasons)
+        .find(|(_, reason)| condition_failed(reason))
+    else {
+        return Err(transaction_error(
+            "commit (TransactWriteItems)",
+            &reasons,
+            err,
+        ));
+    };
+    Ok(match *action {
+        Action::Item(index) => CommitOutcome::KeyTaken {
+            index,
+            item: parse_old(reason.item())?,
+        },
+        Action::Write(index, effect) => CommitOutcome::EffectRefused {
+            index,
+            effect,
+            message: reason.message().unwrap_or_default().to_owned(),
+        },
+        Action::Increment(merged) => CommitOutcome::IncrementRefused {
+            item: increments[merged].item(),
+            current: numbers_found(&increments[merged], reason),
+        },
+    })
+}
+
 impl DynamoDbStore {
-    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
-    /// message's COMPLETED item (condition [`NEW_KEY`], the stored item
-    /// returned on failure; a held key's completion under its fence) and its
-    /// writes, all in ONE transaction. Several
-    /// messages commit together only if all can (the caller makes sure their
-    /// writes touch distinct items); at most 100 actions in all.
-    /// Returns the items' `expires_at`, or why nothing was written.
-    pub(super) async fn commit_items(
-        &self,
-        commits: Vec<Commit<TransactWriteItem>>,
-    ) -> Result<CommitOutcome, StoreError> {
-        // At most 100 actions: the items, the writes, the merged increments.
-        let room = (MAX_EFFECT_WRITES + 1).saturating_sub(commits.len());
-        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        // What each action is, in order: each message's item and writes,
-        // then the increments merged per item.
-        let mut actions: Vec<Action> = Vec::new();
-        let mut items = Vec::new();
-        for (index, commit) in commits.into_iter().enumerate() {
-            match &commit.held {
-                // A held key (the locking path): completed under its fence
-                // (see locking.rs, FENCE), the item returned when it fails.
-                Some(lease) => {
-                    let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
-                    items.push(self.completion_action(lease, texts, now)?.0);
-                }
-                None => {
-                    let request = commit.request();
-                    let pk = self.pk(request.key)?;
-                    let mut item =
-                        self.new_item(&pk, Status::Completed, &commit.owner, request, now);
-                    item.insert("expires_at".to_owned(), n(expires_at_s));
-                    if let Some(result) = &commit.result {
-                        item.insert("result".to_owned(), s(result));
-                    }
-                    // The messages it emits, in the very item of the effect.
-                    if let Some(outbox) = &commit.effects.outbox {
-                        item.insert("outbox".to_owned(), s(outbox));
-                        item.insert("outbox_shard".to_owned(), n(key_shard(&pk)));
-                    }
-                    items.push(self.put_new(item, now)?);
-                }
-            }
-            actions.push(Action::Item(index));
-            actions.extend((0..commit.effects.writes.len()).map(|w| Action::Write(index, w)));
-            items.extend(commit.effects.writes);
-        }
-        for (merged, increment) in increments.iter().enumerate() {
-            items.push(increment_action(increment)?);
-            actions.push(Action::Increment(merged));
-        }
-        let (reasons, err) = match self.transact(items).await {
-            Ok(contended) => {
-                return Ok(CommitOutcome::Committed {
-                    expires_at_s,
-                    contended,
-                });
-            }
-            Err(failure) => failure,
-        };
-        // The first action refused, in order: a message's item before its
-        // writes, the merged increments last.
-        let Some((action, reason)) = actions
-            .iter()
-            .zip(&reasons)
-            .find(|(_, reason)| condition_failed(reason))
-        else {
-            return Err(transaction_error(
-                "commit (TransactWriteItems)",
-                &reasons,
-                err,
-            ));
-        };
-        Ok(match *action {
-            Action::Item(index) => CommitOutcome::KeyTaken {
-                index,
-                item: parse_old(reason.item())?,
-            },
-            Action::Write(index, effect) => CommitOutcome::EffectRefused {
-                index,
-                effect,
-                message: reason.message().unwrap_or_default().to_owned(),
-            },
-            Action::Increment(merged) => CommitOutcome::IncrementRefused {
-                item: increments[merged].item(),
-                current: numbers_found(&increments[merged], reason),
-            },
-        })
-    }
-
-    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
-    /// lock-free path, so that its redeliveries are refused without running
-    /// the work; else the item found (the key is not new).
-    pub(super) async fn put_failed(
-        &self,
-        request: ClaimRequest<'_>,
-        owner: &str,
-        error: &str,
-    ) -> Result<Conditional<()>, StoreError> {
-        let pk = self.pk(request.key)?;
-        let now = self.now_ms();
-        let mut item = self.new_item(&pk, Status::Failed, owner, request, now);
-        item.insert("expires_at".to_owned(), n(self.config.expires_at_s(now)));
-        item.insert("error".to_owned(), s(bounded(error)));
-        // Invariant: one live item per key (see NEW_KEY).
-        self.put_if_new(item, now, (), "fail new (PutItem)").await
-    }
-
     /// The transaction action creating `item` under [`NEW_KEY`].
     fn put_new(&self, item: RawItem, now: u64) -> Result<TransactWriteItem, StoreError> {
         // Invariant: one live item per key (see NEW_KEY).

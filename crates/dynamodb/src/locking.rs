@@ -1,7 +1,8 @@
 //! The locking path on DynamoDB, top to bottom: claim, take over, then
 //! complete (alone or with the effect), fail, release or extend. Every
-//! transition is ONE conditional write; its condition sits next to it with
-//! the invariant it keeps. The claim's condition ([`NEW_KEY`]) and the
+//! transition is ONE conditional write, a function named as the store
+//! trait's method it is; its condition sits next to it with the invariant
+//! it keeps. The claim's condition ([`NEW_KEY`]) and the
 //! helpers both paths share are in `write.rs`; the claim loop that judges a
 //! found item is the store trait's ([`exactly_once_core::store::Store::claim`]).
 //!
@@ -31,19 +32,186 @@ use exactly_once_core::store::{
 /// whose lock was taken over (new version, new owner) is fenced out.
 const FENCE: &str = "#status = :started AND #version = :version AND #owner = :owner";
 
-impl DynamoDbStore {
-    /// Claim: create the STARTED item at version 1.
-    pub(super) async fn put_started(
-        &self,
-        pk: &str,
-        request: ClaimRequest<'_>,
-    ) -> Result<Conditional<Lease>, StoreError> {
-        let now = self.now_ms();
-        let (item, lease) = self.started_item(pk, request, now);
-        // Invariant: one live item per key (see NEW_KEY).
-        self.put_if_new(item, now, lease, "claim (PutItem)").await
-    }
+/// Claim: create the STARTED item at version 1.
+pub(super) async fn create_started(
+    store: &DynamoDbStore,
+    pk: &str,
+    request: ClaimRequest<'_>,
+) -> Result<Conditional<Lease>, StoreError> {
+    let now = store.now_ms();
+    let (item, lease) = store.started_item(pk, request, now);
+    // Invariant: one live item per key (see NEW_KEY).
+    store.put_if_new(item, now, lease, "claim (PutItem)").await
+}
 
+/// Take over: become the owner of an abandoned STARTED item, version + 1.
+pub(super) async fn take_over(
+    store: &DynamoDbStore,
+    observed: &StoredItem,
+    request: ClaimRequest<'_>,
+) -> Result<Conditional<Lease>, StoreError> {
+    let now = store.now_ms();
+    let lease = Lease::taking_over(observed, &store.config, now, &request);
+    // Invariant: of all takers that saw this version, exactly one wins,
+    // only while the lock is still abandoned (not renewed, not finished),
+    // and only of its own scope's item (or one written before scopes,
+    // which then takes this scope).
+    let (update, condition) = match &store.config.scope {
+        Some(_) => (
+            "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+             #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard, \
+             #scope = :scope ADD #attempts :one",
+            "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
+             AND (attribute_not_exists(#scope) OR #scope = :scope)",
+        ),
+        None => (
+            "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
+             #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
+             ADD #attempts :one",
+            "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
+             AND attribute_not_exists(#scope)",
+        ),
+    };
+    let mut values = HashMap::from([
+        (":owner".to_owned(), s(&lease.owner)),
+        (":next".to_owned(), n(lease.version)),
+        (":lock".to_owned(), n(lease.lock_expires_at_ms)),
+        (":exp".to_owned(), n(store.config.expires_at_s(now))),
+        (":now_ms".to_owned(), n(now)),
+        (":one".to_owned(), n(1)),
+        (":observed".to_owned(), n(observed.version)),
+        (":started".to_owned(), status_value(Status::Started)),
+        (":shard".to_owned(), n(key_shard(&observed.pk))),
+    ]);
+    if let Some(scope) = &store.config.scope {
+        values.insert(":scope".to_owned(), s(scope));
+    }
+    let result = store
+        .update_item(&observed.pk, update, condition, values)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    conditional(result, lease, "take over (UpdateItem)", |err| match err {
+        UpdateItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
+        _ => None,
+    })
+}
+
+/// Complete: the work is done; redeliveries become duplicates until the
+/// retention ends. Messages alone ride on the completion's own
+/// UpdateItem ([`complete_alone`]); writes or increments commit with it in
+/// ONE transaction ([`complete_with`]). Returns the item's new
+/// `expires_at` (epoch seconds).
+pub(super) async fn complete(
+    store: &DynamoDbStore,
+    lease: &Lease,
+    result: Option<&str>,
+    effects: Effects<TransactWriteItem>,
+) -> Result<u64, StoreError> {
+    match effects.writes.is_empty() && effects.increments.is_empty() {
+        true => {
+            let texts = (result, effects.outbox.as_deref());
+            complete_alone(store, lease, texts).await
+        }
+        false => complete_with(store, lease, result, effects).await,
+    }
+}
+
+/// [`complete`] with no effect beside it: the fenced UpdateItem alone.
+/// `result` is stored whole (the engine keeps it within
+/// [`exactly_once_core::store::MAX_RESULT_BYTES`]). Returns the item's new
+/// `expires_at` (epoch seconds).
+async fn complete_alone(
+    store: &DynamoDbStore,
+    lease: &Lease,
+    texts: (Option<&str>, Option<&str>),
+) -> Result<u64, StoreError> {
+    let (update, values, expires_at_s) = store.completion(&lease.pk, texts, store.now_ms());
+    let completed = Some(Status::Completed);
+    store
+        .fenced_update(lease, completed, "complete (UpdateItem)", &update, values)
+        .await?;
+    Ok(expires_at_s)
+}
+
+/// [`complete`] together with the work's own DynamoDB writes, in ONE
+/// transaction: either the effect and COMPLETED both happen, or neither.
+/// The completion is the transaction's first action, fenced like
+/// [`complete_alone`]; at most [`MAX_EFFECT_WRITES`] writes fit beside it.
+async fn complete_with(
+    store: &DynamoDbStore,
+    lease: &Lease,
+    result: Option<&str>,
+    effects: Effects<TransactWriteItem>,
+) -> Result<u64, StoreError> {
+    let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
+    let texts = (result, effects.outbox.as_deref());
+    let (completion, expires_at_s) = store.completion_action(lease, texts, store.now_ms())?;
+    let mut actions = vec![completion];
+    let writes = effects.writes.len();
+    actions.extend(effects.writes);
+    for increment in &increments {
+        actions.push(increment_action(increment)?);
+    }
+    match store.transact(actions).await {
+        Ok(_) => Ok(expires_at_s),
+        Err((reasons, err)) => failed_transaction(lease, writes, &reasons, err),
+    }
+}
+
+/// Fail permanently: redeliveries are refused without running the work.
+pub(super) async fn fail(
+    store: &DynamoDbStore,
+    lease: &Lease,
+    error: &str,
+) -> Result<(), StoreError> {
+    let now = store.now_ms();
+    let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
+                  #updated_at = :now_ms REMOVE #lock_expires_at, #started_shard";
+    let values = vec![
+        (":failed", status_value(Status::Failed)),
+        (":error", s(bounded(error))),
+        (":exp", n(store.config.expires_at_s(now))),
+        (":now_ms", n(now)),
+    ];
+    store
+        .fenced_update(
+            lease,
+            Some(Status::Failed),
+            "fail (UpdateItem)",
+            update,
+            values,
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Release after a retryable error: the lock ends now, so the next claim
+/// takes the key over at once (as version + 1, keeping the history).
+pub(super) async fn release(store: &DynamoDbStore, lease: &Lease) -> Result<(), StoreError> {
+    let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+    let values = vec![(":zero", n(0)), (":now_ms", n(store.now_ms()))];
+    store
+        .fenced_update(lease, None, "release (UpdateItem)", update, values)
+        .await
+        .map(|_| ())
+}
+
+/// Extend (heartbeat): push the lease's end to `until_ms`.
+pub(super) async fn extend(
+    store: &DynamoDbStore,
+    lease: &Lease,
+    until_ms: u64,
+) -> Result<Lease, StoreError> {
+    let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
+    let values = vec![(":until", n(until_ms)), (":now_ms", n(store.now_ms()))];
+    store
+        .fenced_update(lease, None, "extend (UpdateItem)", update, values)
+        .await?;
+    Ok(lease.until(until_ms))
+}
+
+impl DynamoDbStore {
     /// A claim's STARTED item at version 1 and its lease, from `now`.
     pub(super) fn started_item(
         &self,
@@ -58,102 +226,6 @@ impl DynamoDbStore {
         // In the index of STARTED items until completed or failed.
         item.insert("started_shard".to_owned(), n(key_shard(pk)));
         (item, lease)
-    }
-
-    /// Take over: become the owner of an abandoned STARTED item, version + 1.
-    pub(super) async fn take_over_item(
-        &self,
-        observed: &StoredItem,
-        request: ClaimRequest<'_>,
-    ) -> Result<Conditional<Lease>, StoreError> {
-        let now = self.now_ms();
-        let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
-        // Invariant: of all takers that saw this version, exactly one wins,
-        // only while the lock is still abandoned (not renewed, not finished),
-        // and only of its own scope's item (or one written before scopes,
-        // which then takes this scope).
-        let (update, condition) = match &self.config.scope {
-            Some(_) => (
-                "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
-                 #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard, \
-                 #scope = :scope ADD #attempts :one",
-                "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
-                 AND (attribute_not_exists(#scope) OR #scope = :scope)",
-            ),
-            None => (
-                "SET #owner = :owner, #version = :next, #lock_expires_at = :lock, \
-                 #expires_at = :exp, #updated_at = :now_ms, #started_shard = :shard \
-                 ADD #attempts :one",
-                "#version = :observed AND #status = :started AND #lock_expires_at < :now_ms \
-                 AND attribute_not_exists(#scope)",
-            ),
-        };
-        let mut values = HashMap::from([
-            (":owner".to_owned(), s(&lease.owner)),
-            (":next".to_owned(), n(lease.version)),
-            (":lock".to_owned(), n(lease.lock_expires_at_ms)),
-            (":exp".to_owned(), n(self.config.expires_at_s(now))),
-            (":now_ms".to_owned(), n(now)),
-            (":one".to_owned(), n(1)),
-            (":observed".to_owned(), n(observed.version)),
-            (":started".to_owned(), status_value(Status::Started)),
-            (":shard".to_owned(), n(key_shard(&observed.pk))),
-        ]);
-        if let Some(scope) = &self.config.scope {
-            values.insert(":scope".to_owned(), s(scope));
-        }
-        let result = self
-            .update_item(&observed.pk, update, condition, values)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        conditional(result, lease, "take over (UpdateItem)", |err| match err {
-            UpdateItemError::ConditionalCheckFailedException(conflict) => Some(conflict.item()),
-            _ => None,
-        })
-    }
-
-    /// Complete: the work is done; redeliveries become duplicates until the
-    /// retention ends. `result` is stored whole (the engine keeps it within
-    /// [`exactly_once_core::store::MAX_RESULT_BYTES`]). Returns the item's new
-    /// `expires_at` (epoch seconds).
-    pub(super) async fn complete_alone(
-        &self,
-        lease: &Lease,
-        texts: (Option<&str>, Option<&str>),
-    ) -> Result<u64, StoreError> {
-        let (update, values, expires_at_s) = self.completion(&lease.pk, texts, self.now_ms());
-        let completed = Some(Status::Completed);
-        self.fenced_update(lease, completed, "complete (UpdateItem)", &update, values)
-            .await?;
-        Ok(expires_at_s)
-    }
-
-    /// Complete together with the work's own DynamoDB writes, in ONE
-    /// transaction: either the effect and COMPLETED both happen, or neither.
-    /// The completion is the transaction's first action, fenced like
-    /// [`Self::complete_alone`]; at most [`MAX_EFFECT_WRITES`] writes fit
-    /// beside it.
-    pub(super) async fn complete_with(
-        &self,
-        lease: &Lease,
-        result: Option<&str>,
-        effects: Effects<TransactWriteItem>,
-    ) -> Result<u64, StoreError> {
-        let increments = transaction_effects([&effects], MAX_EFFECT_WRITES)?;
-        let texts = (result, effects.outbox.as_deref());
-        let (completion, expires_at_s) = self.completion_action(lease, texts, self.now_ms())?;
-        let mut actions = vec![completion];
-        let writes = effects.writes.len();
-        actions.extend(effects.writes);
-        for increment in &increments {
-            actions.push(increment_action(increment)?);
-        }
-        match self.transact(actions).await {
-            Ok(_) => Ok(expires_at_s),
-            Err((reasons, err)) => failed_transaction(lease, writes, &reasons, err),
-        }
     }
 
     /// The transaction action completing `lease`'s item at `now`, fenced as
@@ -215,54 +287,6 @@ impl DynamoDbStore {
         }
         update.push_str(" REMOVE #lock_expires_at, #started_shard");
         (update, values, expires_at_s)
-    }
-
-    /// Fail permanently: redeliveries are refused without running the work.
-    pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        let now = self.now_ms();
-        let update = "SET #status = :failed, #error = :error, #expires_at = :exp, \
-                      #updated_at = :now_ms REMOVE #lock_expires_at, #started_shard";
-        let values = vec![
-            (":failed", status_value(Status::Failed)),
-            (":error", s(bounded(error))),
-            (":exp", n(self.config.expires_at_s(now))),
-            (":now_ms", n(now)),
-        ];
-        self.fenced_update(
-            lease,
-            Some(Status::Failed),
-            "fail (UpdateItem)",
-            update,
-            values,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Release after a retryable error: the lock ends now, so the next claim
-    /// takes the key over at once (as version + 1, keeping the history).
-    pub(super) async fn release_item(&self, lease: &Lease) -> Result<(), StoreError> {
-        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
-        let values = vec![(":zero", n(0)), (":now_ms", n(self.now_ms()))];
-        self.fenced_update(lease, None, "release (UpdateItem)", update, values)
-            .await
-            .map(|_| ())
-    }
-
-    /// Extend (heartbeat): push the lease's end to `until_ms`.
-    pub(super) async fn extend_item(
-        &self,
-        lease: &Lease,
-        until_ms: u64,
-    ) -> Result<Lease, StoreError> {
-        let update = "SET #lock_expires_at = :until, #updated_at = :now_ms";
-        let values = vec![(":until", n(until_ms)), (":now_ms", n(self.now_ms()))];
-        self.fenced_update(lease, None, "extend (UpdateItem)", update, values)
-            .await?;
-        Ok(Lease {
-            lock_expires_at_ms: until_ms,
-            ..lease.clone()
-        })
     }
 
     /// A write guarded by [`FENCE`], finishing the key as `finishing` (a

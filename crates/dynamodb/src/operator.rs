@@ -14,50 +14,60 @@ use super::write::parse_old;
 use super::{DynamoDbStore, sdk_error};
 use exactly_once_core::store::{Status, Store, StoreError};
 
+/// Operator release: a STARTED key becomes claimable at once (the same
+/// write as a release), so the next delivery takes it over as the next
+/// version. Fails with [`StoreError::NotInState`] if the key is not
+/// STARTED at `version`.
+pub(super) async fn release_version(
+    store: &DynamoDbStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
+    // Invariant: only the STARTED item at the version the operator saw is
+    // released; one taken over since (newer version) or finished is not.
+    let condition = "#status = :started AND #version = :version";
+    let values = vec![
+        (":zero", n(0)),
+        (":now_ms", n(store.now_ms())),
+        (":started", status_value(Status::Started)),
+    ];
+    store
+        .operator_write(key, version, Status::Started, update, condition, values)
+        .await
+}
+
+/// Operator retry of a permanent failure: a FAILED key becomes STARTED
+/// with its lock ended, so the next delivery takes it over as version + 1
+/// and runs the work again. The error text moves to `last_error` (so a
+/// later COMPLETED item carries no `error`). Fails with
+/// [`StoreError::NotInState`] if the key is not FAILED at `version`.
+pub(super) async fn retry_failed(
+    store: &DynamoDbStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
+                  #last_error = if_not_exists(#error, :no_error), #started_shard = :shard \
+                  REMOVE #error";
+    // Invariant: only the FAILED item at the version the operator saw goes
+    // back to STARTED; it keeps its version, owner and payload_hash, so the
+    // next claim with the same payload takes it over as version + 1.
+    let condition = "#status = :failed AND #version = :version";
+    let values = vec![
+        (":started", status_value(Status::Started)),
+        (":zero", n(0)),
+        (":now_ms", n(store.now_ms())),
+        (":no_error", s("(no error text)")),
+        (":failed", status_value(Status::Failed)),
+        (":shard", n(key_shard(&store.pk(key)?))),
+    ];
+    store
+        .operator_write(key, version, Status::Failed, update, condition, values)
+        .await
+}
+
 impl DynamoDbStore {
-    /// Operator release: a STARTED key becomes claimable at once (the same
-    /// write as a release), so the next delivery takes it over as the next
-    /// version. Fails with [`StoreError::NotInState`] if the key is not
-    /// STARTED at `version`.
-    pub(super) async fn operator_release(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let update = "SET #lock_expires_at = :zero, #updated_at = :now_ms";
-        // Invariant: only the STARTED item at the version the operator saw is
-        // released; one taken over since (newer version) or finished is not.
-        let condition = "#status = :started AND #version = :version";
-        let values = vec![
-            (":zero", n(0)),
-            (":now_ms", n(self.now_ms())),
-            (":started", status_value(Status::Started)),
-        ];
-        self.operator_write(key, version, Status::Started, update, condition, values)
-            .await
-    }
-
-    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
-    /// with its lock ended, so the next delivery takes it over as version + 1
-    /// and runs the work again. The error text moves to `last_error` (so a
-    /// later COMPLETED item carries no `error`). Fails with
-    /// [`StoreError::NotInState`] if the key is not FAILED at `version`.
-    pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let update = "SET #status = :started, #lock_expires_at = :zero, #updated_at = :now_ms, \
-                      #last_error = if_not_exists(#error, :no_error), #started_shard = :shard \
-                      REMOVE #error";
-        // Invariant: only the FAILED item at the version the operator saw goes
-        // back to STARTED; it keeps its version, owner and payload_hash, so the
-        // next claim with the same payload takes it over as version + 1.
-        let condition = "#status = :failed AND #version = :version";
-        let values = vec![
-            (":started", status_value(Status::Started)),
-            (":zero", n(0)),
-            (":now_ms", n(self.now_ms())),
-            (":no_error", s("(no error text)")),
-            (":failed", status_value(Status::Failed)),
-            (":shard", n(key_shard(&self.pk(key)?))),
-        ];
-        self.operator_write(key, version, Status::Failed, update, condition, values)
-            .await
-    }
-
     /// An operator's UpdateItem on `key`, its `condition` reading `:version`.
     async fn operator_write(
         &self,

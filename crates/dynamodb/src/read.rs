@@ -18,6 +18,59 @@ const KEYS_PER_BATCH_GET: usize = 100;
 /// Rounds of retrying UnprocessedKeys before giving up on the rest.
 const UNPROCESSED_RETRIES: u32 = 5;
 
+/// The stored item of `key`, read consistently; `None` when absent or
+/// past its TTL.
+pub(super) async fn get(
+    store: &DynamoDbStore,
+    key: &str,
+) -> Result<Option<StoredItem>, StoreError> {
+    let raw = store.raw_item(&store.pk(key)?).await?;
+    let now = store.now_ms();
+    Ok(parse_old(raw.as_ref())?
+        .map(|item| *item)
+        .filter(|item| !item.is_expired(now)))
+}
+
+/// The stored items of `keys` (without prefix; invalid keys are skipped),
+/// by key, read with BatchGetItem: 100 keys a call, calls concurrently,
+/// UnprocessedKeys retried with backoff. Eventually consistent: a hint,
+/// never a reason to skip a conditional write except for a COMPLETED item
+/// (COMPLETED never goes back).
+pub(super) async fn batch_get(
+    store: &DynamoDbStore,
+    keys: &[&str],
+) -> Result<HashMap<String, StoredItem>, StoreError> {
+    // Each key by its pk (a long key's pk may be its hash).
+    let key_of: HashMap<String, &str> = keys
+        .iter()
+        .filter_map(|key| Some((store.pk(key).ok()?, *key)))
+        .collect();
+    let pks: Vec<String> = key_of.keys().cloned().collect();
+    let mut calls = JoinSet::new();
+    for chunk in pks.chunks(KEYS_PER_BATCH_GET) {
+        let (store, chunk) = (store.clone(), chunk.to_vec());
+        calls.spawn(requests::inherit(async move {
+            store.batch_get_chunk(chunk).await
+        }));
+    }
+    let now = store.now_ms();
+    let mut found = HashMap::new();
+    while let Some(joined) = calls.join_next().await {
+        let items = joined.map_err(|err| StoreError::Unavailable {
+            operation: "read (BatchGetItem)",
+            message: err.to_string(),
+        })??;
+        for raw in items {
+            let item = parse(&raw)?;
+            // Only items asked for count; an expired one is absent.
+            if let Some(key) = key_of.get(&item.pk).filter(|_| !item.is_expired(now)) {
+                found.insert((*key).to_owned(), item);
+            }
+        }
+    }
+    Ok(found)
+}
+
 impl DynamoDbStore {
     /// The item under `pk` as DynamoDB holds it, every attribute, read
     /// consistently, TTL not applied (operators see expired items too).
@@ -37,56 +90,6 @@ impl DynamoDbStore {
     /// The stored item of a raw one (an error names what is malformed).
     pub fn parse_item(raw: &RawItem) -> Result<StoredItem, StoreError> {
         parse(raw)
-    }
-
-    /// The stored item of `key`, read consistently; `None` when absent or
-    /// past its TTL.
-    pub(super) async fn get_item(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let raw = self.raw_item(&self.pk(key)?).await?;
-        let now = self.now_ms();
-        Ok(parse_old(raw.as_ref())?
-            .map(|item| *item)
-            .filter(|item| !item.is_expired(now)))
-    }
-
-    /// The stored items of `keys` (without prefix; invalid keys are skipped),
-    /// by key, read with BatchGetItem: 100 keys a call, calls concurrently,
-    /// UnprocessedKeys retried with backoff. Eventually consistent: a hint,
-    /// never a reason to skip a conditional write except for a COMPLETED item
-    /// (COMPLETED never goes back).
-    pub(super) async fn batch_get_items(
-        &self,
-        keys: &[&str],
-    ) -> Result<HashMap<String, StoredItem>, StoreError> {
-        // Each key by its pk (a long key's pk may be its hash).
-        let key_of: HashMap<String, &str> = keys
-            .iter()
-            .filter_map(|key| Some((self.pk(key).ok()?, *key)))
-            .collect();
-        let pks: Vec<String> = key_of.keys().cloned().collect();
-        let mut calls = JoinSet::new();
-        for chunk in pks.chunks(KEYS_PER_BATCH_GET) {
-            let (store, chunk) = (self.clone(), chunk.to_vec());
-            calls.spawn(requests::inherit(async move {
-                store.batch_get_chunk(chunk).await
-            }));
-        }
-        let now = self.now_ms();
-        let mut found = HashMap::new();
-        while let Some(joined) = calls.join_next().await {
-            let items = joined.map_err(|err| StoreError::Unavailable {
-                operation: "read (BatchGetItem)",
-                message: err.to_string(),
-            })??;
-            for raw in items {
-                let item = parse(&raw)?;
-                // Only items asked for count; an expired one is absent.
-                if let Some(key) = key_of.get(&item.pk).filter(|_| !item.is_expired(now)) {
-                    found.insert((*key).to_owned(), item);
-                }
-            }
-        }
-        Ok(found)
     }
 
     async fn batch_get_chunk(&self, pks: Vec<String>) -> Result<Vec<RawItem>, StoreError> {

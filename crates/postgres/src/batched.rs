@@ -9,6 +9,7 @@ use super::transaction::Statement;
 use super::{PostgresStore, SqlValue};
 use exactly_once_core::store::{
     ClaimRequest, Conditional, FencedWrite, Lease, NewItem, Store, StoreError, bounded,
+    distinct_rounds,
 };
 
 /// The most claims or fenced writes of one statement.
@@ -62,154 +63,196 @@ const UPDATE_FENCED: &str = "WITH v(pk, version, owner, kind, result, error, exp
     WHERE item.pk = v.pk AND item.status = 'STARTED' AND item.version = v.version \
     AND item.owner = v.owner RETURNING item.pk";
 
-impl PostgresStore {
-    /// Claims of several keys in one statement ([`INSERT_STARTED`]).
-    pub(super) async fn insert_started_many(
-        &self,
-        claims: &[(String, ClaimRequest<'_>)],
-    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        let now = self.now_ms();
-        let leases: Vec<Lease> = claims
-            .iter()
-            .map(|(pk, request)| Lease::claimed(pk.clone(), 1, &self.config, now, request))
-            .collect();
-        let mut params: Vec<SqlValue> = vec![number(Some(now / 1000))];
-        let mut rows = Vec::with_capacity(claims.len());
-        // The rows in key order (see INSERT_STARTED).
-        let mut in_key_order: Vec<usize> = (0..claims.len()).collect();
-        in_key_order.sort_by(|&a, &b| claims[a].0.cmp(&claims[b].0));
-        for i in in_key_order {
-            let (lease, request) = (&leases[i], &claims[i].1);
-            let row = new_row(&NewItem::started(lease, *request, &self.config, now));
-            // new_row's parameters, but its last (now, s: `$1` here).
-            let [
-                pk,
-                status,
-                owner,
-                hash,
-                lock,
-                expires,
-                at,
-                origin,
-                result,
-                error,
-                _,
-                scope,
-                _outbox,
-            ] = <[SqlValue; 13]>::try_from(row).map_err(|_| StoreError::Rejected {
-                operation: "claim (batch)",
-                message: "a new row has 13 parameters".into(),
-            })?;
-            let first = params.len() + 1;
-            params.extend([
-                pk, status, owner, hash, lock, expires, at, origin, result, error, scope,
-            ]);
-            let n = |i: usize| format!("${}", first + i);
-            rows.push(format!(
-                "({}, {}, 1, {}, {}, {}, {}, {}, {}, 1, {}, {}, {}, {})",
-                n(0),
-                n(1),
-                n(2),
-                n(3),
-                n(4),
-                n(5),
-                n(6),
-                n(6),
-                n(7),
-                n(8),
-                n(9),
-                n(10)
-            ));
+/// Claims of several keys, each written or not on its own: as few
+/// statements ([`INSERT_STARTED`]) as there are rounds of distinct keys (a
+/// statement writes a row once: a key met again goes in the next), of at
+/// most [`MAX_ROWS`] rows each.
+pub(super) async fn create_started_many(
+    store: &PostgresStore,
+    claims: &[(String, ClaimRequest<'_>)],
+) -> Result<Vec<Conditional<Lease>>, StoreError> {
+    let mut answers: Vec<Option<Conditional<Lease>>> = vec![None; claims.len()];
+    for round in distinct_rounds(claims.iter().map(|(pk, _)| pk.as_str())) {
+        for chunk in round.chunks(MAX_ROWS) {
+            let part: Vec<(String, ClaimRequest<'_>)> =
+                chunk.iter().map(|&i| claims[i].clone()).collect();
+            let written = insert_started(store, &part).await?;
+            for (&i, answer) in chunk.iter().zip(written) {
+                answers[i] = Some(answer);
+            }
         }
-        let sql = self
-            .sql
-            .render(INSERT_STARTED)
-            .replace("{rows}", &rows.join(", "));
-        let statement = Statement::new(sql, params);
-        let answer = self.run("claim (batch)", &statement).await?;
-        let written: std::collections::HashSet<String> = answer
-            .rows
-            .iter()
-            .filter_map(|row| row.try_get(0).ok())
-            .collect();
-        Ok(leases
-            .into_iter()
-            .map(|lease| match written.contains(&lease.pk) {
-                true => Conditional::Written(lease),
-                false => Conditional::Conflict(None),
-            })
-            .collect())
     }
+    Ok(answers
+        .into_iter()
+        .map(|answer| answer.unwrap_or(Conditional::Conflict(None)))
+        .collect())
+}
 
-    /// Fenced writes of several rows in one statement ([`UPDATE_FENCED`]).
-    pub(super) async fn update_fenced_many(
-        &self,
-        writes: &[(Lease, FencedWrite)],
-    ) -> Vec<Result<u64, StoreError>> {
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut params: Vec<SqlValue> = Vec::with_capacity(writes.len() * 9);
-        let mut rows = Vec::with_capacity(writes.len());
-        let mut in_key_order: Vec<usize> = (0..writes.len()).collect();
-        in_key_order.sort_by(|&a, &b| writes[a].0.pk.cmp(&writes[b].0.pk));
-        let mut answers = vec![0; writes.len()];
-        for i in in_key_order {
-            let (lease, write) = &writes[i];
-            let (kind, result, error, until, answer) = match write {
-                FencedWrite::Complete { result } => {
-                    ("complete", result.as_deref(), None, None, expires_at_s)
-                }
-                FencedWrite::Fail { error } => ("fail", None, Some(bounded(error)), None, 0),
-                FencedWrite::Release => ("release", None, None, None, 0),
-                FencedWrite::Extend { until_ms } => {
-                    ("extend", None, None, Some(*until_ms), *until_ms)
-                }
-            };
-            let first = params.len() + 1;
-            params.extend([
-                lease.pk.as_str().into(),
-                number(Some(lease.version)),
-                lease.owner.as_str().into(),
-                kind.into(),
-                result.into(),
-                error.into(),
-                number(Some(expires_at_s)),
-                number(until),
-                number(Some(now)),
-            ]);
-            let placeholders: Vec<String> = (0..9).map(|i| format!("${}", first + i)).collect();
-            rows.push(format!("({})", placeholders.join(", ")));
-            answers[i] = answer;
+/// Claims of several distinct keys in one statement ([`INSERT_STARTED`]).
+async fn insert_started(
+    store: &PostgresStore,
+    claims: &[(String, ClaimRequest<'_>)],
+) -> Result<Vec<Conditional<Lease>>, StoreError> {
+    let now = store.now_ms();
+    let leases: Vec<Lease> = claims
+        .iter()
+        .map(|(pk, request)| Lease::claimed(pk.clone(), 1, &store.config, now, request))
+        .collect();
+    let mut params: Vec<SqlValue> = vec![number(Some(now / 1000))];
+    let mut rows = Vec::with_capacity(claims.len());
+    // The rows in key order (see INSERT_STARTED).
+    let mut in_key_order: Vec<usize> = (0..claims.len()).collect();
+    in_key_order.sort_by(|&a, &b| claims[a].0.cmp(&claims[b].0));
+    for i in in_key_order {
+        let (lease, request) = (&leases[i], &claims[i].1);
+        let row = new_row(&NewItem::started(lease, *request, &store.config, now));
+        // new_row's parameters, but its last (now, s: `$1` here).
+        let [
+            pk,
+            status,
+            owner,
+            hash,
+            lock,
+            expires,
+            at,
+            origin,
+            result,
+            error,
+            _,
+            scope,
+            _outbox,
+        ] = <[SqlValue; 13]>::try_from(row).map_err(|_| StoreError::Rejected {
+            operation: "claim (batch)",
+            message: "a new row has 13 parameters".into(),
+        })?;
+        let first = params.len() + 1;
+        params.extend([
+            pk, status, owner, hash, lock, expires, at, origin, result, error, scope,
+        ]);
+        let n = |i: usize| format!("${}", first + i);
+        rows.push(format!(
+            "({}, {}, 1, {}, {}, {}, {}, {}, {}, 1, {}, {}, {}, {})",
+            n(0),
+            n(1),
+            n(2),
+            n(3),
+            n(4),
+            n(5),
+            n(6),
+            n(6),
+            n(7),
+            n(8),
+            n(9),
+            n(10)
+        ));
+    }
+    let sql = store
+        .sql
+        .render(INSERT_STARTED)
+        .replace("{rows}", &rows.join(", "));
+    let statement = Statement::new(sql, params);
+    let answer = store.run("claim (batch)", &statement).await?;
+    let written: std::collections::HashSet<String> = answer
+        .rows
+        .iter()
+        .filter_map(|row| row.try_get(0).ok())
+        .collect();
+    Ok(leases
+        .into_iter()
+        .map(|lease| match written.contains(&lease.pk) {
+            true => Conditional::Written(lease),
+            false => Conditional::Conflict(None),
+        })
+        .collect())
+}
+
+/// Fenced writes of several leases, each on its own: as few statements
+/// ([`UPDATE_FENCED`]) as there are rounds of distinct keys, of at most
+/// [`MAX_ROWS`] rows each.
+pub(super) async fn write_fenced(
+    store: &PostgresStore,
+    writes: &[(Lease, FencedWrite)],
+) -> Vec<Result<u64, StoreError>> {
+    let mut answers: Vec<Option<Result<u64, StoreError>>> = vec![None; writes.len()];
+    for round in distinct_rounds(writes.iter().map(|(lease, _)| lease.pk.as_str())) {
+        for chunk in round.chunks(MAX_ROWS) {
+            let part: Vec<(Lease, FencedWrite)> =
+                chunk.iter().map(|&i| writes[i].clone()).collect();
+            for (&i, answer) in chunk.iter().zip(update_fenced(store, &part).await) {
+                answers[i] = Some(answer);
+            }
         }
-        let sql = self
-            .sql
-            .render(UPDATE_FENCED)
-            .replace("{rows}", &rows.join(", "));
-        let statement = Statement::new(sql, params);
-        match self.run("fenced write (batch)", &statement).await {
-            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
-            Ok(answer) => {
-                let written: std::collections::HashSet<String> = answer
-                    .rows
-                    .iter()
-                    .filter_map(|row| row.try_get(0).ok())
-                    .collect();
-                let answers = writes.iter().zip(answers).map(|((lease, write), answer)| {
-                    let written = written.contains(&lease.pk);
-                    async move {
-                        match written {
-                            true => Ok(answer),
-                            // Judged from the row: this very write made
-                            // before (sent again), or the lock lost.
-                            false => {
-                                let found = self.row_at(&lease.pk).await?;
-                                write.refused(lease, found.as_ref())
-                            }
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.unwrap_or(Err(StoreError::Contention { key: String::new() })))
+        .collect()
+}
+
+/// Fenced writes of several distinct rows in one statement ([`UPDATE_FENCED`]).
+async fn update_fenced(
+    store: &PostgresStore,
+    writes: &[(Lease, FencedWrite)],
+) -> Vec<Result<u64, StoreError>> {
+    let now = store.now_ms();
+    let expires_at_s = store.config.expires_at_s(now);
+    let mut params: Vec<SqlValue> = Vec::with_capacity(writes.len() * 9);
+    let mut rows = Vec::with_capacity(writes.len());
+    let mut in_key_order: Vec<usize> = (0..writes.len()).collect();
+    in_key_order.sort_by(|&a, &b| writes[a].0.pk.cmp(&writes[b].0.pk));
+    let mut answers = vec![0; writes.len()];
+    for i in in_key_order {
+        let (lease, write) = &writes[i];
+        let (kind, result, error, until) = match write {
+            FencedWrite::Complete { result } => ("complete", result.as_deref(), None, None),
+            FencedWrite::Fail { error } => ("fail", None, Some(bounded(error)), None),
+            FencedWrite::Release => ("release", None, None, None),
+            FencedWrite::Extend { until_ms } => ("extend", None, None, Some(*until_ms)),
+        };
+        let first = params.len() + 1;
+        params.extend([
+            lease.pk.as_str().into(),
+            number(Some(lease.version)),
+            lease.owner.as_str().into(),
+            kind.into(),
+            result.into(),
+            error.into(),
+            number(Some(expires_at_s)),
+            number(until),
+            number(Some(now)),
+        ]);
+        let placeholders: Vec<String> = (0..9).map(|i| format!("${}", first + i)).collect();
+        rows.push(format!("({})", placeholders.join(", ")));
+        answers[i] = write.answer(expires_at_s);
+    }
+    let sql = store
+        .sql
+        .render(UPDATE_FENCED)
+        .replace("{rows}", &rows.join(", "));
+    let statement = Statement::new(sql, params);
+    match store.run("fenced write (batch)", &statement).await {
+        Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+        Ok(answer) => {
+            let written: std::collections::HashSet<String> = answer
+                .rows
+                .iter()
+                .filter_map(|row| row.try_get(0).ok())
+                .collect();
+            let answers = writes.iter().zip(answers).map(|((lease, write), answer)| {
+                let written = written.contains(&lease.pk);
+                async move {
+                    match written {
+                        true => Ok(answer),
+                        // Judged from the row: this very write made
+                        // before (sent again), or the lock lost.
+                        false => {
+                            let found = store.row_at(&lease.pk).await?;
+                            write.refused(lease, found.as_ref())
                         }
                     }
-                });
-                futures_util::future::join_all(answers).await
-            }
+                }
+            });
+            futures_util::future::join_all(answers).await
         }
     }
 }

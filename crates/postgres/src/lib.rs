@@ -2,9 +2,10 @@
 //! transition ONE SQL statement whose `WHERE` is its condition; the work's
 //! own SQL commits in the same transaction as its completion. One file per
 //! path, each read top to bottom with its statements as constants beside
-//! their transitions: `locking.rs`, `lock_free.rs`, `operator.rs`; the
-//! row-creating statement, the statements of a table (rendered once per
-//! store) and the row codec in `rows.rs`; the pipelined transaction in
+//! their transitions, each transition a function named as the [`Store`]
+//! method it is: `locking.rs`, `batched.rs`, `lock_free.rs`, `operator.rs`;
+//! the statements of a table (rendered once per store) in `statements.rs`;
+//! the row codec in `rows.rs`; the pipelined transaction in
 //! `transaction.rs`; `SqlEffect` in `effect.rs`; increments in
 //! `increment.rs`; the schema and its migrations in `schema.rs`; the
 //! connection (settings, pool, TLS, secret, IAM token) in `connect/`.
@@ -24,6 +25,7 @@ mod locking;
 mod operator;
 mod rows;
 pub mod schema;
+mod statements;
 mod transaction;
 
 use std::collections::HashMap;
@@ -46,9 +48,10 @@ use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
-    Listed, Listing, Operator, Store, StoreError, StoredItem, distinct_rounds,
+    Listed, Listing, NewItem, Operator, Store, StoreError, StoredItem,
 };
-use rows::Statements;
+use rows::new_row;
+use statements::Statements;
 use transaction::{Answer, Statement};
 
 /// At most this many effects (statements and merged increments) share a
@@ -196,46 +199,18 @@ impl Store for PostgresStore {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.insert_started(pk, request).await
+        locking::create_started(self, pk, request).await
     }
 
     async fn create_started_many(
         &self,
         claims: &[(String, ClaimRequest<'_>)],
     ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        let mut answers: Vec<Option<Conditional<Lease>>> = vec![None; claims.len()];
-        // A statement writes a row once: a key met again goes in the next.
-        for round in distinct_rounds(claims.iter().map(|(pk, _)| pk.as_str())) {
-            for chunk in round.chunks(batched::MAX_ROWS) {
-                let part: Vec<(String, ClaimRequest<'_>)> =
-                    chunk.iter().map(|&i| claims[i].clone()).collect();
-                let written = self.insert_started_many(&part).await?;
-                for (&i, answer) in chunk.iter().zip(written) {
-                    answers[i] = Some(answer);
-                }
-            }
-        }
-        Ok(answers
-            .into_iter()
-            .map(|answer| answer.unwrap_or(Conditional::Conflict(None)))
-            .collect())
+        batched::create_started_many(self, claims).await
     }
 
     async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
-        let mut answers: Vec<Option<Result<u64, StoreError>>> = vec![None; writes.len()];
-        for round in distinct_rounds(writes.iter().map(|(lease, _)| lease.pk.as_str())) {
-            for chunk in round.chunks(batched::MAX_ROWS) {
-                let part: Vec<(Lease, FencedWrite)> =
-                    chunk.iter().map(|&i| writes[i].clone()).collect();
-                for (&i, answer) in chunk.iter().zip(self.update_fenced_many(&part).await) {
-                    answers[i] = Some(answer);
-                }
-            }
-        }
-        answers
-            .into_iter()
-            .map(|answer| answer.unwrap_or(Err(StoreError::Contention { key: String::new() })))
-            .collect()
+        batched::write_fenced(self, writes).await
     }
 
     async fn take_over(
@@ -243,7 +218,7 @@ impl Store for PostgresStore {
         observed: &StoredItem,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.take_over_row(observed, request).await
+        locking::take_over(self, observed, request).await
     }
 
     async fn complete(
@@ -252,38 +227,27 @@ impl Store for PostgresStore {
         result: Option<&str>,
         effects: Effects<SqlEffect>,
     ) -> Result<u64, StoreError> {
-        // Messages alone ride on the completion's own UPDATE.
-        match effects.writes.is_empty() && effects.increments.is_empty() {
-            true => {
-                let texts = (result, effects.outbox.as_deref());
-                self.complete_alone(lease, texts).await
-            }
-            false => self.complete_with(lease, result, effects).await,
-        }
+        locking::complete(self, lease, result, effects).await
     }
 
     async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
-        let pks = sent.iter().map(|pending| pending.pk.clone()).collect();
-        let owners = sent.iter().map(|pending| pending.owner.clone()).collect();
-        let params = vec![SqlValue::TextArray(pks), SqlValue::TextArray(owners)];
-        let statement = Statement::new(self.sql.clear_outbox.as_str(), params);
-        self.run("clear outbox", &statement).await.map(|_| ())
+        locking::outbox_sent(self, sent).await
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        self.fail_row(lease, error).await
+        locking::fail(self, lease, error).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.release_row(lease).await
+        locking::release(self, lease).await
     }
 
     async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
-        self.extend_row(lease, until_ms).await
+        locking::extend(self, lease, until_ms).await
     }
 
     async fn commit(&self, commits: Vec<Commit<SqlEffect>>) -> Result<CommitOutcome, StoreError> {
-        self.commit_rows(commits).await
+        lock_free::commit(self, commits).await
     }
 
     async fn fail_new(
@@ -292,30 +256,39 @@ impl Store for PostgresStore {
         owner: &str,
         error: &str,
     ) -> Result<Conditional<()>, StoreError> {
-        self.insert_failed(request, owner, error).await
+        // Absent | expired ──fail──▶ FAILED v1, a poison message on the
+        // lock-free path: the row-creating statement of a claim (locking.rs).
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let row = NewItem::failed(&pk, request, owner, error, &self.config, now);
+        // Invariant: one live row per key (see locking.rs, INSERT_NEW).
+        let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
+        self.conditional_write("fail new", statement, ()).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        self.get_row(key).await
+        // One past its TTL counts as absent.
+        let now = self.now_ms();
+        Ok(self.stored(key).await?.filter(|item| !item.is_expired(now)))
     }
 
     async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
-        self.get_rows(keys).await
+        operator::batch_get(self, keys).await
     }
 }
 
 /// The operator's transitions and listings (`exactly-once-ops`).
 impl Operator for PostgresStore {
     async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_release(key, version).await
+        operator::release_version(self, key, version).await
     }
 
     async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_retry(key, version).await
+        operator::retry_failed(self, key, version).await
     }
 
     async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
-        self.list_rows(listing).await
+        operator::list(self, listing).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! The lock-free path on PostgreSQL, for work whose whole effect is SQL in
 //! the same database: no claim and no lock. Each message's COMPLETED row
 //! and its effect commit in ONE transaction, the row created only if its
-//! key is new (see `Statements::insert_new`); a concurrent duplicate waits
+//! key is new (see `INSERT_NEW`, locking.rs); a concurrent duplicate waits
 //! on the key's unique index, then finds the row and is, by construction, a
 //! duplicate.
 
@@ -13,8 +13,7 @@ use tokio_postgres::Row;
 
 use super::{PostgresStore, SqlEffect, pg_error};
 use exactly_once_core::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, NewItem, Store, StoreError,
-    transaction_effects,
+    Commit, CommitOutcome, NewItem, Store, StoreError, transaction_effects,
 };
 
 /// What a statement of a lock-free commit is.
@@ -30,144 +29,125 @@ enum Action {
     Increment(usize),
 }
 
-impl PostgresStore {
-    /// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
-    /// message's row and its statements, then the increments merged per
-    /// row, in ONE transaction of two round trips (everything pipelined,
-    /// then COMMIT or ROLLBACK). Returns the rows' `expires_at`, or why
-    /// nothing was written.
-    pub(super) async fn commit_rows(
-        &self,
-        commits: Vec<Commit<SqlEffect>>,
-    ) -> Result<CommitOutcome, StoreError> {
-        let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
-        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut actions = Vec::new();
-        let mut statements = Vec::new();
-        for (index, commit) in commits.iter().enumerate() {
-            match &commit.held {
-                // A held key (the locking path): completed under its fence
-                // (see locking.rs, COMPLETE); no row changed: taken.
-                Some(lease) => {
-                    let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
-                    statements.push(self.completion(lease, texts).0);
-                    actions.push(Action::Held(index));
-                }
-                None => {
-                    let pk = self.pk(&commit.key)?;
-                    let row = NewItem::completed(&pk, commit, &self.config, now);
-                    // Invariant: one live row per key (see Statements::insert_new).
-                    statements.push(Statement::new(self.sql.insert_new.as_str(), new_row(&row)));
-                    actions.push(Action::Row(index));
-                }
+/// Absent | expired ──commit──▶ COMPLETED v1, with the effect: each
+/// message's row and its statements, then the increments merged per
+/// row, in ONE transaction of two round trips (everything pipelined,
+/// then COMMIT or ROLLBACK). Returns the rows' `expires_at`, or why
+/// nothing was written.
+pub(super) async fn commit(
+    store: &PostgresStore,
+    commits: Vec<Commit<SqlEffect>>,
+) -> Result<CommitOutcome, StoreError> {
+    let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
+    let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
+    let now = store.now_ms();
+    let expires_at_s = store.config.expires_at_s(now);
+    let mut actions = Vec::new();
+    let mut statements = Vec::new();
+    for (index, commit) in commits.iter().enumerate() {
+        match &commit.held {
+            // A held key (the locking path): completed under its fence
+            // (see locking.rs, COMPLETE); no row changed: taken.
+            Some(lease) => {
+                let texts = (commit.result.as_deref(), commit.effects.outbox.as_deref());
+                statements.push(store.completion(lease, texts).0);
+                actions.push(Action::Held(index));
             }
-            for (w, write) in commit.effects.writes.iter().enumerate() {
-                statements.push(effect_statement(write));
-                actions.push(Action::Write(index, w));
+            None => {
+                let pk = store.pk(&commit.key)?;
+                let row = NewItem::completed(&pk, commit, &store.config, now);
+                // Invariant: one live row per key (see locking.rs, INSERT_NEW).
+                statements.push(Statement::new(store.sql.insert_new.as_str(), new_row(&row)));
+                actions.push(Action::Row(index));
             }
         }
-        for (merged, increment) in increments.iter().enumerate() {
-            statements.push(increment_statement(increment)?);
-            actions.push(Action::Increment(merged));
-        }
-        const OPERATION: &str = "commit (transaction)";
-        let committed = self
-            .with_client(OPERATION, async |client| {
-                let answers = begin_with(client, &statements)
-                    .await
-                    .map_err(|err| pg_error(OPERATION, err))?;
-                // Decided without returning early: the transaction must end.
-                let mut outcome = None;
-                for (action, answer) in actions.iter().zip(answers) {
-                    outcome = match (*action, answer) {
-                        // The row statement returns a row either way: written,
-                        // or the row that stopped it (none: not visible yet).
-                        (Action::Row(index), Ok(answer)) => key_taken(index, &answer.rows),
-                        (Action::Row(_) | Action::Held(_), Err(err)) => {
-                            Some(Err(pg_error(OPERATION, err)))
-                        }
-                        (Action::Held(index), Ok(answer)) => (answer.affected == 0)
-                            .then_some(Ok(CommitOutcome::KeyTaken { index, item: None })),
-                        (Action::Write(index, effect), answer) => {
-                            refusal(answer).map(|reason| match reason {
-                                Refusal::Store(err) => Err(err),
-                                Refusal::NoRow => Ok(CommitOutcome::EffectRefused {
-                                    index,
-                                    effect,
-                                    message: "the statement changed no row".to_owned(),
-                                }),
-                                Refusal::Data(message) => Ok(CommitOutcome::EffectRefused {
-                                    index,
-                                    effect,
-                                    message,
-                                }),
-                            })
-                        }
-                        (Action::Increment(merged), answer) => match refusal(answer) {
-                            None => None,
-                            Some(Refusal::Store(err)) => Some(Err(err)),
-                            Some(_) => Some(Ok(CommitOutcome::IncrementRefused {
-                                item: increments[merged].item(),
-                                current: None,
-                            })),
-                        },
-                    };
-                    if outcome.is_some() {
-                        break;
-                    }
-                }
-                end(client, outcome.is_none())
-                    .await
-                    .map_err(|err| pg_error(OPERATION, err))?;
-                match outcome {
-                    None => Ok(CommitOutcome::Committed {
-                        expires_at_s,
-                        contended: 0,
-                    }),
-                    Some(Ok(CommitOutcome::IncrementRefused { item, .. })) => {
-                        // The numbers as they are now, after the rollback.
-                        let increment = increments.iter().find(|i| i.item() == item);
-                        let current = match increment {
-                            Some(increment) => self.numbers_now(client, increment).await,
-                            None => None,
-                        };
-                        Ok(CommitOutcome::IncrementRefused { item, current })
-                    }
-                    Some(decided) => decided,
-                }
-            })
-            .await;
-        match committed {
-            // A held row's fence refused: the row as it is now, by which
-            // the engine tells this very completion made before (the
-            // transaction sent again) from the lock lost.
-            Ok(CommitOutcome::KeyTaken { index, item: None })
-                if let Some(lease) = &commits[index].held =>
-            {
-                let item = self.row_at(&lease.pk).await?.map(Box::new);
-                Ok(CommitOutcome::KeyTaken { index, item })
-            }
-            committed => committed,
+        for (w, write) in commit.effects.writes.iter().enumerate() {
+            statements.push(effect_statement(write));
+            actions.push(Action::Write(index, w));
         }
     }
-
-    /// Absent | expired ──fail──▶ FAILED v1: a poison message on the
-    /// lock-free path, so that its redeliveries are refused without running
-    /// the work; else the row found (the key is not new).
-    pub(super) async fn insert_failed(
-        &self,
-        request: ClaimRequest<'_>,
-        owner: &str,
-        error: &str,
-    ) -> Result<Conditional<()>, StoreError> {
-        let pk = self.pk(request.key)?;
-        let now = self.now_ms();
-        let row = NewItem::failed(&pk, request, owner, error, &self.config, now);
-        // Invariant: one live row per key (see Statements::insert_new).
-        let statement = Statement::new(self.sql.insert_new.as_str(), new_row(&row));
-        self.conditional_write("fail new", statement, ()).await
+    for (merged, increment) in increments.iter().enumerate() {
+        statements.push(increment_statement(increment)?);
+        actions.push(Action::Increment(merged));
+    }
+    const OPERATION: &str = "commit (transaction)";
+    let committed = store
+        .with_client(OPERATION, async |client| {
+            let answers = begin_with(client, &statements)
+                .await
+                .map_err(|err| pg_error(OPERATION, err))?;
+            // Decided without returning early: the transaction must end.
+            let mut outcome = None;
+            for (action, answer) in actions.iter().zip(answers) {
+                outcome = match (*action, answer) {
+                    // The row statement returns a row either way: written,
+                    // or the row that stopped it (none: not visible yet).
+                    (Action::Row(index), Ok(answer)) => key_taken(index, &answer.rows),
+                    (Action::Row(_) | Action::Held(_), Err(err)) => {
+                        Some(Err(pg_error(OPERATION, err)))
+                    }
+                    (Action::Held(index), Ok(answer)) => (answer.affected == 0)
+                        .then_some(Ok(CommitOutcome::KeyTaken { index, item: None })),
+                    (Action::Write(index, effect), answer) => {
+                        refusal(answer).map(|reason| match reason {
+                            Refusal::Store(err) => Err(err),
+                            Refusal::NoRow => Ok(CommitOutcome::EffectRefused {
+                                index,
+                                effect,
+                                message: "the statement changed no row".to_owned(),
+                            }),
+                            Refusal::Data(message) => Ok(CommitOutcome::EffectRefused {
+                                index,
+                                effect,
+                                message,
+                            }),
+                        })
+                    }
+                    (Action::Increment(merged), answer) => match refusal(answer) {
+                        None => None,
+                        Some(Refusal::Store(err)) => Some(Err(err)),
+                        Some(_) => Some(Ok(CommitOutcome::IncrementRefused {
+                            item: increments[merged].item(),
+                            current: None,
+                        })),
+                    },
+                };
+                if outcome.is_some() {
+                    break;
+                }
+            }
+            end(client, outcome.is_none())
+                .await
+                .map_err(|err| pg_error(OPERATION, err))?;
+            match outcome {
+                None => Ok(CommitOutcome::Committed {
+                    expires_at_s,
+                    contended: 0,
+                }),
+                Some(Ok(CommitOutcome::IncrementRefused { item, .. })) => {
+                    // The numbers as they are now, after the rollback.
+                    let increment = increments.iter().find(|i| i.item() == item);
+                    let current = match increment {
+                        Some(increment) => store.numbers_now(client, increment).await,
+                        None => None,
+                    };
+                    Ok(CommitOutcome::IncrementRefused { item, current })
+                }
+                Some(decided) => decided,
+            }
+        })
+        .await;
+    match committed {
+        // A held row's fence refused: the row as it is now, by which
+        // the engine tells this very completion made before (the
+        // transaction sent again) from the lock lost.
+        Ok(CommitOutcome::KeyTaken { index, item: None })
+            if let Some(lease) = &commits[index].held =>
+        {
+            let item = store.row_at(&lease.pk).await?.map(Box::new);
+            Ok(CommitOutcome::KeyTaken { index, item })
+        }
+        committed => committed,
     }
 }
 

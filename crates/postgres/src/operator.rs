@@ -19,18 +19,6 @@ pub(super) const GET: &str = "SELECT {columns} FROM {table} WHERE pk = $1";
 /// The live rows of `$1` (a text array) at `$2` (epoch s).
 pub(super) const GET_MANY: &str =
     "SELECT {columns} FROM {table} WHERE pk = ANY($1) AND expires_at >= $2";
-/// Operator release of `$1` at version `$2` (`$3` now).
-/// Invariant: only the STARTED row at the version the operator saw is
-/// released; one taken over since (newer version) or finished is not.
-pub(super) const OPERATOR_RELEASE: &str = "UPDATE {table} SET lock_expires_at = 0, \
-    updated_at = $3 WHERE pk = $1 AND status = 'STARTED' AND version = $2 RETURNING 1";
-/// Operator retry of `$1` at version `$2` (`$3` now).
-/// Invariant: only the FAILED row at the version the operator saw goes back
-/// to STARTED; it keeps its version, owner and payload_hash, so the next
-/// claim with the same payload takes it over as version + 1.
-pub(super) const OPERATOR_RETRY: &str = "UPDATE {table} SET status = 'STARTED', \
-    lock_expires_at = 0, updated_at = $3, last_error = COALESCE(error, '(no error text)'), \
-    error = NULL WHERE pk = $1 AND status = 'FAILED' AND version = $2 RETURNING 1";
 /// Stuck keys under the prefix `$2`, live at `$1` (epoch s): STARTED, the
 /// lock ended before `$3` or created before `$4` (the partial index of
 /// STARTED rows).
@@ -53,13 +41,93 @@ pub(super) const LIST_UNSENT: &str = "SELECT {columns} FROM {table} WHERE status
 pub(super) const PURGE: &str = "DELETE FROM {table} WHERE pk IN (SELECT pk FROM {table} \
     WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) AND expires_at < $1";
 
-impl PostgresStore {
-    /// The live row of `key` (one past its TTL counts as absent).
-    pub(super) async fn get_row(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let now = self.now_ms();
-        Ok(self.stored(key).await?.filter(|item| !item.is_expired(now)))
+/// The live rows of `keys` (invalid keys skipped), by key, in ONE
+/// statement.
+pub(super) async fn batch_get(
+    store: &PostgresStore,
+    keys: &[&str],
+) -> Result<HashMap<String, StoredItem>, StoreError> {
+    let mut by_pk: HashMap<String, String> = HashMap::new();
+    for key in keys {
+        if let Ok(pk) = store.pk(key) {
+            by_pk.insert(pk, (*key).to_owned());
+        }
     }
+    if by_pk.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let pks: Vec<String> = by_pk.keys().cloned().collect();
+    let now_s = ms_to_s(store.now_ms());
+    let params = vec![SqlValue::TextArray(pks), number(Some(now_s))];
+    let statement = Statement::new(store.sql.get_many.as_str(), params);
+    let rows = store.rows("batch get", statement).await?;
+    let mut items = HashMap::new();
+    for row in &rows {
+        let item = item_of(row)?;
+        if let Some(key) = by_pk.get(&item.pk) {
+            items.insert(key.clone(), item);
+        }
+    }
+    Ok(items)
+}
 
+/// Operator release of `$1` at version `$2` (`$3` now).
+/// Invariant: only the STARTED row at the version the operator saw is
+/// released; one taken over since (newer version) or finished is not.
+pub(super) const OPERATOR_RELEASE: &str = "UPDATE {table} SET lock_expires_at = 0, \
+    updated_at = $3 WHERE pk = $1 AND status = 'STARTED' AND version = $2 RETURNING 1";
+
+/// Operator release: a STARTED key becomes claimable at once (the same
+/// write as a release), so the next delivery takes it over as the next
+/// version.
+pub(super) async fn release_version(
+    store: &PostgresStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    let sql = store.sql.operator_release.as_str();
+    store
+        .operator_write("operator release", key, version, Status::Started, sql)
+        .await
+}
+
+/// Operator retry of `$1` at version `$2` (`$3` now).
+/// Invariant: only the FAILED row at the version the operator saw goes back
+/// to STARTED; it keeps its version, owner and payload_hash, so the next
+/// claim with the same payload takes it over as version + 1.
+pub(super) const OPERATOR_RETRY: &str = "UPDATE {table} SET status = 'STARTED', \
+    lock_expires_at = 0, updated_at = $3, last_error = COALESCE(error, '(no error text)'), \
+    error = NULL WHERE pk = $1 AND status = 'FAILED' AND version = $2 RETURNING 1";
+
+/// Operator retry of a permanent failure: a FAILED key becomes STARTED
+/// with its lock ended, so the next delivery takes it over as version + 1
+/// and runs the work again. The error text moves to `last_error`.
+pub(super) async fn retry_failed(
+    store: &PostgresStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    let sql = store.sql.operator_retry.as_str();
+    store
+        .operator_write("operator retry", key, version, Status::Failed, sql)
+        .await
+}
+
+/// The live rows under the key prefix that `listing` names: found
+/// through the partial index of STARTED (or FAILED) rows, so the cost
+/// follows their number, not the table's size.
+pub(super) async fn list(store: &PostgresStore, listing: Listing) -> Result<Listed, StoreError> {
+    let rows = store.rows("list", store.listing(listing)).await?;
+    let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
+    let cost = ListingCost {
+        requests: 1,
+        read: items.len() as u64,
+        capacity_units: 0.0,
+    };
+    Ok(Listed { items, cost })
+}
+
+impl PostgresStore {
     /// The row of `key` as stored, even past its TTL (for operators).
     pub async fn stored(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
         self.row_at(&self.pk(key)?).await
@@ -71,54 +139,6 @@ impl PostgresStore {
         let statement = Statement::new(self.sql.get.as_str(), vec![pk.into()]);
         let rows = self.rows("get", statement).await?;
         rows.first().map(item_of).transpose()
-    }
-
-    /// The live rows of `keys` (invalid keys skipped), by key, in ONE
-    /// statement.
-    pub(super) async fn get_rows(
-        &self,
-        keys: &[&str],
-    ) -> Result<HashMap<String, StoredItem>, StoreError> {
-        let mut by_pk: HashMap<String, String> = HashMap::new();
-        for key in keys {
-            if let Ok(pk) = self.pk(key) {
-                by_pk.insert(pk, (*key).to_owned());
-            }
-        }
-        if by_pk.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let pks: Vec<String> = by_pk.keys().cloned().collect();
-        let now_s = ms_to_s(self.now_ms());
-        let params = vec![SqlValue::TextArray(pks), number(Some(now_s))];
-        let statement = Statement::new(self.sql.get_many.as_str(), params);
-        let rows = self.rows("batch get", statement).await?;
-        let mut items = HashMap::new();
-        for row in &rows {
-            let item = item_of(row)?;
-            if let Some(key) = by_pk.get(&item.pk) {
-                items.insert(key.clone(), item);
-            }
-        }
-        Ok(items)
-    }
-
-    /// Operator release: a STARTED key becomes claimable at once (the same
-    /// write as a release), so the next delivery takes it over as the next
-    /// version.
-    pub(super) async fn operator_release(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let sql = self.sql.operator_release.as_str();
-        self.operator_write("operator release", key, version, Status::Started, sql)
-            .await
-    }
-
-    /// Operator retry of a permanent failure: a FAILED key becomes STARTED
-    /// with its lock ended, so the next delivery takes it over as version + 1
-    /// and runs the work again. The error text moves to `last_error`.
-    pub(super) async fn operator_retry(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        let sql = self.sql.operator_retry.as_str();
-        self.operator_write("operator retry", key, version, Status::Failed, sql)
-            .await
     }
 
     /// An operator's `sql` on `key` (`$1` pk, `$2` version, `$3` now);
@@ -149,20 +169,6 @@ impl PostgresStore {
             found.as_ref(),
             self.now_ms(),
         ))
-    }
-
-    /// The live rows under the key prefix that `listing` names: found
-    /// through the partial index of STARTED (or FAILED) rows, so the cost
-    /// follows their number, not the table's size.
-    pub(super) async fn list_rows(&self, listing: Listing) -> Result<Listed, StoreError> {
-        let rows = self.rows("list", self.listing(listing)).await?;
-        let items = rows.iter().map(item_of).collect::<Result<Vec<_>, _>>()?;
-        let cost = ListingCost {
-            requests: 1,
-            read: items.len() as u64,
-            capacity_units: 0.0,
-        };
-        Ok(Listed { items, cost })
     }
 
     /// How PostgreSQL runs `listing`'s statement, run for real: `EXPLAIN

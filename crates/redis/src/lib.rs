@@ -4,7 +4,8 @@
 //! runs a script atomically); the work's own writes and increments run in
 //! the script of its completion. The scripts are loaded once and called by
 //! SHA (`EVALSHA`, loaded again after a server restart). One file per path,
-//! each read top to bottom with its scripts beside their transitions:
+//! each read top to bottom with its scripts beside their transitions, each
+//! transition a function named as the [`Store`] method it is:
 //! `locking.rs`, `lock_free.rs`, `operator.rs`; the Lua they share in
 //! `lua.rs`; `RedisEffect` and the effects' script input in `effect.rs`;
 //! the hash codec in `codec.rs`; the settings in `connect.rs` and the
@@ -49,7 +50,7 @@ use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
 use exactly_once_core::store::{
     ClaimRequest, Commit, CommitOutcome, Conditional, Effects, FencedWrite, Increment, Lease,
-    Listed, Listing, Operator, Store, StoreError, StoredItem,
+    Listed, Listing, NewItem, Operator, Store, StoreError, StoredItem,
 };
 
 /// At most this many effects (writes and merged increments) share a
@@ -336,18 +337,18 @@ impl Store for RedisStore {
         pk: &str,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.claim_new(pk, request).await
+        locking::create_started(self, pk, request).await
     }
 
     async fn create_started_many(
         &self,
         claims: &[(String, ClaimRequest<'_>)],
     ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        self.claim_new_many(claims).await
+        locking::create_started_many(self, claims).await
     }
 
     async fn write_fenced(&self, writes: &[(Lease, FencedWrite)]) -> Vec<Result<u64, StoreError>> {
-        self.write_fenced_many(writes).await
+        locking::write_fenced(self, writes).await
     }
 
     async fn take_over(
@@ -355,7 +356,7 @@ impl Store for RedisStore {
         observed: &StoredItem,
         request: ClaimRequest<'_>,
     ) -> Result<Conditional<Lease>, StoreError> {
-        self.take_over_item(observed, request).await
+        locking::take_over(self, observed, request).await
     }
 
     async fn complete(
@@ -364,27 +365,27 @@ impl Store for RedisStore {
         result: Option<&str>,
         effects: Effects<RedisEffect>,
     ) -> Result<u64, StoreError> {
-        self.complete_item(lease, result, effects).await
+        locking::complete(self, lease, result, effects).await
     }
 
     async fn outbox_sent(&self, sent: &[Pending]) -> Result<(), StoreError> {
-        self.clear_outboxes(sent).await
+        locking::outbox_sent(self, sent).await
     }
 
     async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        self.fail_item(lease, error).await
+        locking::fail(self, lease, error).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.extend_item(lease, 0).await.map(|_| ())
+        locking::release(self, lease).await
     }
 
     async fn extend(&self, lease: &Lease, until_ms: u64) -> Result<Lease, StoreError> {
-        self.extend_item(lease, until_ms).await
+        locking::extend(self, lease, until_ms).await
     }
 
     async fn commit(&self, commits: Vec<Commit<RedisEffect>>) -> Result<CommitOutcome, StoreError> {
-        self.commit_items(commits).await
+        lock_free::commit(self, commits).await
     }
 
     async fn fail_new(
@@ -393,32 +394,37 @@ impl Store for RedisStore {
         owner: &str,
         error: &str,
     ) -> Result<Conditional<()>, StoreError> {
-        self.fail_new_item(request, owner, error).await
+        // Absent | expired ──fail──▶ FAILED v1, a poison message on the
+        // lock-free path: the CREATE script of a claim (locking.rs).
+        let pk = self.pk(request.key)?;
+        let now = self.now_ms();
+        let item = NewItem::failed(&pk, request, owner, error, &self.config, now);
+        self.create("fail new", item).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        self.get_item(key).await
+        // One past its TTL counts as absent.
+        let now = self.now_ms();
+        Ok(self.stored(key).await?.filter(|item| !item.is_expired(now)))
     }
 
     async fn batch_get(&self, keys: &[&str]) -> Result<HashMap<String, StoredItem>, StoreError> {
-        self.get_items(keys).await
+        operator::batch_get(self, keys).await
     }
 }
 
 /// The operator's transitions and listings (`exactly-once-ops`).
 impl Operator for RedisStore {
     async fn release_version(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_write(key, version, exactly_once_core::store::Status::Started)
-            .await
+        operator::release_version(self, key, version).await
     }
 
     async fn retry_failed(&self, key: &str, version: u64) -> Result<(), StoreError> {
-        self.operator_write(key, version, exactly_once_core::store::Status::Failed)
-            .await
+        operator::retry_failed(self, key, version).await
     }
 
     async fn list(&self, listing: Listing) -> Result<Listed, StoreError> {
-        self.list_items(listing).await
+        operator::list(self, listing).await
     }
 }
 

@@ -1,6 +1,7 @@
 //! The lock-free path on Redis: each message's COMPLETED item at version 1
 //! and the work's effects in ONE script, which writes only if every key is
-//! new; a poison record's FAILED item, created the same way as a claim's.
+//! new. (A poison record's FAILED item is created as a claim's is, by the
+//! `CREATE` script: `Store::fail_new`, in `lib.rs`.)
 
 use std::collections::HashMap;
 
@@ -13,8 +14,7 @@ use super::lua::{effects_lua, holds_lua, live_lua, unsent_lua};
 use super::{Answer, RedisEffect, RedisStore, fields, found_item, text};
 use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Increment, NewItem, Store, StoreError,
-    increment, transaction_effects,
+    Commit, CommitOutcome, Increment, NewItem, Store, StoreError, increment, transaction_effects,
 };
 
 /// Commit: `KEYS[1..n]` the items, then the effects' keys, then the set of
@@ -64,77 +64,76 @@ return 1
 "#
 );
 
-impl RedisStore {
-    /// Commit of `commits`, new keys and held ones (see
-    /// [`exactly_once_core::store::Store::commit`]).
-    pub(super) async fn commit_items(
-        &self,
-        commits: Vec<Commit<RedisEffect>>,
-    ) -> Result<CommitOutcome, StoreError> {
-        let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
-        let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
-        let now = self.now_ms();
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut keys = Vec::with_capacity(commits.len());
-        let mut items = Vec::with_capacity(commits.len());
-        let mut fences = Vec::with_capacity(commits.len());
-        // Which message and which of its effects each write is.
-        let mut positions = Vec::new();
-        for (index, commit) in commits.iter().enumerate() {
-            let pk = self.pk(&commit.key)?;
-            match &commit.held {
-                Some(lease) => {
-                    let outbox = commit.effects.outbox.as_deref();
-                    items.push(self.completion_fields(commit.result.clone(), outbox, now));
-                    fences.push(vec![lease.version.to_string(), lease.owner.clone()]);
-                }
-                None => {
-                    items.push(new_fields(&NewItem::completed(
-                        &pk,
-                        commit,
-                        &self.config,
-                        now,
-                    )));
-                    fences.push(Vec::new());
+/// Commit of `commits`, new keys and held ones (see
+/// [`exactly_once_core::store::Store::commit`]).
+pub(super) async fn commit(
+    store: &RedisStore,
+    commits: Vec<Commit<RedisEffect>>,
+) -> Result<CommitOutcome, StoreError> {
+    let room = (super::MAX_EFFECTS + 1).saturating_sub(commits.len());
+    let increments = transaction_effects(commits.iter().map(|c| &c.effects), room)?;
+    let now = store.now_ms();
+    let expires_at_s = store.config.expires_at_s(now);
+    let mut keys = Vec::with_capacity(commits.len());
+    let mut items = Vec::with_capacity(commits.len());
+    let mut fences = Vec::with_capacity(commits.len());
+    // Which message and which of its effects each write is.
+    let mut positions = Vec::new();
+    for (index, commit) in commits.iter().enumerate() {
+        let pk = store.pk(&commit.key)?;
+        match &commit.held {
+            Some(lease) => {
+                let outbox = commit.effects.outbox.as_deref();
+                items.push(store.completion_fields(commit.result.clone(), outbox, now));
+                fences.push(vec![lease.version.to_string(), lease.owner.clone()]);
+            }
+            None => {
+                items.push(new_fields(&NewItem::completed(
+                    &pk,
+                    commit,
+                    &store.config,
+                    now,
+                )));
+                fences.push(Vec::new());
+            }
+        }
+        keys.push(store.item_key(&pk));
+        positions.extend((0..commit.effects.writes.len()).map(|effect| (index, effect)));
+    }
+    let change = Change::of(commits.iter().flat_map(|c| &c.effects.writes), &increments);
+    let answer = store
+        .commit_script(now, expires_at_s, keys, (items, fences), change)
+        .await?;
+    Ok(match answer {
+        Answer::Written => CommitOutcome::Committed {
+            expires_at_s,
+            contended: 0,
+        },
+        Answer::Refused(tag, values) => match tag.as_str() {
+            "taken" => CommitOutcome::KeyTaken {
+                index: index(&values),
+                item: found_item(values.get(1..).unwrap_or_default())?,
+            },
+            "effect" => {
+                let (index, effect) = positions.get(index(&values)).copied().unwrap_or_default();
+                CommitOutcome::EffectRefused {
+                    index,
+                    effect,
+                    message: values.get(1).map(text).unwrap_or_default(),
                 }
             }
-            keys.push(self.item_key(&pk));
-            positions.extend((0..commit.effects.writes.len()).map(|effect| (index, effect)));
-        }
-        let change = Change::of(commits.iter().flat_map(|c| &c.effects.writes), &increments);
-        let answer = self
-            .commit_script(now, expires_at_s, keys, (items, fences), change)
-            .await?;
-        Ok(match answer {
-            Answer::Written => CommitOutcome::Committed {
-                expires_at_s,
-                contended: 0,
-            },
-            Answer::Refused(tag, values) => match tag.as_str() {
-                "taken" => CommitOutcome::KeyTaken {
-                    index: index(&values),
-                    item: found_item(values.get(1..).unwrap_or_default())?,
-                },
-                "effect" => {
-                    let (index, effect) =
-                        positions.get(index(&values)).copied().unwrap_or_default();
-                    CommitOutcome::EffectRefused {
-                        index,
-                        effect,
-                        message: values.get(1).map(text).unwrap_or_default(),
-                    }
+            _ => {
+                let refused = increments.get(index(&values));
+                CommitOutcome::IncrementRefused {
+                    item: refused.map(Increment::item).unwrap_or_default(),
+                    current: Some(numbers(fields(values.get(2)))),
                 }
-                _ => {
-                    let refused = increments.get(index(&values));
-                    CommitOutcome::IncrementRefused {
-                        item: refused.map(Increment::item).unwrap_or_default(),
-                        current: Some(numbers(fields(values.get(2)))),
-                    }
-                }
-            },
-        })
-    }
+            }
+        },
+    })
+}
 
+impl RedisStore {
     /// Runs [`COMMIT`]: `items`, each item's fields and fence.
     async fn commit_script(
         &self,
@@ -159,20 +158,6 @@ impl RedisStore {
             .arg(deleted_at_ms(expires_at_s))
             .arg(lua.to_string());
         self.run("commit", &invocation).await
-    }
-
-    /// Lock-free failure: the FAILED item at version 1, only if the key is
-    /// absent or past its TTL; else the item found.
-    pub(super) async fn fail_new_item(
-        &self,
-        request: ClaimRequest<'_>,
-        owner: &str,
-        error: &str,
-    ) -> Result<Conditional<()>, StoreError> {
-        let pk = self.pk(request.key)?;
-        let now = self.now_ms();
-        let item = NewItem::failed(&pk, request, owner, error, &self.config, now);
-        self.create("fail new", item).await
     }
 
     /// `increment` on its own: [`COMMIT`] with no item.

@@ -154,25 +154,216 @@ return answers
 "#
 );
 
-impl RedisStore {
-    /// Claim: create the STARTED item at version 1 (or replace an expired
-    /// one); else the item found.
-    pub(super) async fn claim_new(
-        &self,
-        pk: &str,
-        request: ClaimRequest<'_>,
-    ) -> Result<Conditional<Lease>, StoreError> {
-        let now = self.now_ms();
-        let lease = Lease::claimed(pk.to_owned(), 1, &self.config, now, &request);
-        let item = NewItem::started(&lease, request, &self.config, now);
-        self.create("claim", item)
-            .await
-            .map(|written| match written {
-                Conditional::Written(()) => Conditional::Written(lease),
-                Conditional::Conflict(found) => Conditional::Conflict(found),
-            })
-    }
+/// Claim: create the STARTED item at version 1 (or replace an expired
+/// one); else the item found.
+pub(super) async fn create_started(
+    store: &RedisStore,
+    pk: &str,
+    request: ClaimRequest<'_>,
+) -> Result<Conditional<Lease>, StoreError> {
+    let now = store.now_ms();
+    let lease = Lease::claimed(pk.to_owned(), 1, &store.config, now, &request);
+    let item = NewItem::started(&lease, request, &store.config, now);
+    store
+        .create("claim", item)
+        .await
+        .map(|written| match written {
+            Conditional::Written(()) => Conditional::Written(lease),
+            Conditional::Conflict(found) => Conditional::Conflict(found),
+        })
+}
 
+/// Take over: become the owner of an abandoned STARTED item, version + 1.
+pub(super) async fn take_over(
+    store: &RedisStore,
+    observed: &StoredItem,
+    request: ClaimRequest<'_>,
+) -> Result<Conditional<Lease>, StoreError> {
+    let now = store.now_ms();
+    let lease = Lease::taking_over(observed, &store.config, now, &request);
+    let expires_at_s = store.config.expires_at_s(now);
+    let mut invocation = store.scripts.take_over.key(store.item_key(&observed.pk));
+    invocation
+        .key(store.started_set())
+        .arg(observed.version)
+        .arg(now)
+        .arg(&lease.owner)
+        .arg(lease.version)
+        .arg(lease.lock_expires_at_ms)
+        .arg(expires_at_s)
+        .arg(deleted_at_ms(expires_at_s))
+        .arg(store.config.scope.as_deref().unwrap_or_default());
+    match store.run("take over", &invocation).await? {
+        Answer::Written => Ok(Conditional::Written(lease)),
+        Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),
+    }
+}
+
+/// Claims together, each as [`create_started`] alone: ONE script.
+pub(super) async fn create_started_many(
+    store: &RedisStore,
+    claims: &[(String, ClaimRequest<'_>)],
+) -> Result<Vec<Conditional<Lease>>, StoreError> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = store.now_ms();
+    let mut leases = Vec::with_capacity(claims.len());
+    let mut items = Vec::with_capacity(claims.len());
+    let mut invocation = store.scripts.create_many.prepare_invoke();
+    for (pk, request) in claims {
+        let lease = Lease::claimed(pk.clone(), 1, &store.config, now, request);
+        items.push(new_fields(&NewItem::started(
+            &lease,
+            *request,
+            &store.config,
+            now,
+        )));
+        invocation.key(store.item_key(pk));
+        leases.push(lease);
+    }
+    invocation
+        .key(store.started_set())
+        .arg(ms_to_s(now))
+        .arg(deleted_at_ms(store.config.expires_at_s(now)))
+        .arg(json!(items).to_string());
+    let answers = store
+        .run_many("claim (batch)", &invocation, elements)
+        .await?;
+    leases
+        .into_iter()
+        .zip(answers)
+        .map(|(lease, answer)| match answer {
+            Answer::Written => Ok(Conditional::Written(lease)),
+            Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),
+        })
+        .collect()
+}
+
+/// Fenced writes together, each as alone (no effects): ONE script.
+pub(super) async fn write_fenced(
+    store: &RedisStore,
+    writes: &[(Lease, FencedWrite)],
+) -> Vec<Result<u64, StoreError>> {
+    if writes.is_empty() {
+        return Vec::new();
+    }
+    let now = store.now_ms();
+    let mut invocation = store.scripts.fenced_many.prepare_invoke();
+    let mut lua = Vec::with_capacity(writes.len());
+    let mut answers = Vec::with_capacity(writes.len());
+    for (lease, write) in writes {
+        let transition = store.transition(write, now);
+        invocation.key(store.item_key(&lease.pk));
+        lua.push(json!([
+            lease.version.to_string(),
+            lease.owner,
+            transition.deleted_at(),
+            transition.change(&Change::of([], &[])),
+        ]));
+        answers.push(transition.answer);
+    }
+    invocation
+        .key(store.started_set())
+        .arg(json!(lua).to_string());
+    match store
+        .run_many("fenced write (batch)", &invocation, elements)
+        .await
+    {
+        Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
+        Ok(written) => written
+            .into_iter()
+            .zip(writes)
+            .zip(answers)
+            .map(|((written, (lease, write)), answer)| match written {
+                Answer::Written => Ok(answer),
+                // Judged from the item found: this very write made
+                // before (sent again), or the lock lost.
+                Answer::Refused(_, found) => write.refused(lease, found_item(&found)?.as_deref()),
+            })
+            .collect(),
+    }
+}
+
+/// The outboxes of completions whose messages were sent, cleared in ONE
+/// script ([`CLEAR_OUTBOX`]).
+pub(super) async fn outbox_sent(store: &RedisStore, sent: &[Pending]) -> Result<(), StoreError> {
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let mut invocation = store.scripts.clear_outbox.prepare_invoke();
+    for pending in sent {
+        invocation.key(store.item_key(&pending.pk));
+        invocation.arg(&pending.owner);
+    }
+    invocation.key(store.unsent_set());
+    store
+        .run_many("clear outbox", &invocation, |_| Vec::new())
+        .await
+        .map(|_| ())
+}
+
+/// Complete, together with the work's own writes and increments in the
+/// same script: either all happen or none. Returns the item's new
+/// `expires_at` (epoch seconds).
+pub(super) async fn complete(
+    store: &RedisStore,
+    lease: &Lease,
+    result: Option<&str>,
+    effects: Effects<RedisEffect>,
+) -> Result<u64, StoreError> {
+    let increments = transaction_effects([&effects], super::MAX_EFFECTS)?;
+    let result = result.map(str::to_owned);
+    let change = Change::of_effects(&effects, &increments);
+    let writes = effects.writes.len();
+    let complete = FencedWrite::Complete { result };
+    let outbox = effects.outbox.as_deref();
+    store
+        .fenced("complete", lease, (&complete, outbox), change)
+        .await
+        .map_err(|refusal| refusal.into_error(writes))
+}
+
+/// Fail permanently: redeliveries are refused.
+pub(super) async fn fail(store: &RedisStore, lease: &Lease, error: &str) -> Result<(), StoreError> {
+    let error = error.to_owned();
+    store
+        .fenced(
+            "fail",
+            lease,
+            (&FencedWrite::Fail { error }, None),
+            Change::of([], &[]),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|refusal| refusal.into_error(0))
+}
+
+/// Release after a retryable error: the lock ends now, so the next claim
+/// takes the key over at once (as an extension to 0).
+pub(super) async fn release(store: &RedisStore, lease: &Lease) -> Result<(), StoreError> {
+    extend(store, lease, 0).await.map(|_| ())
+}
+
+/// Extend (heartbeat) the lease to `until_ms`; 0 releases it (the next
+/// claim takes the key over at once).
+pub(super) async fn extend(
+    store: &RedisStore,
+    lease: &Lease,
+    until_ms: u64,
+) -> Result<Lease, StoreError> {
+    let (operation, write) = match until_ms {
+        0 => ("release", FencedWrite::Release),
+        _ => ("extend", FencedWrite::Extend { until_ms }),
+    };
+    store
+        .fenced(operation, lease, (&write, None), Change::of([], &[]))
+        .await
+        .map_err(|refusal| refusal.into_error(0))?;
+    Ok(lease.until(until_ms))
+}
+
+impl RedisStore {
     /// Runs [`CREATE`] for `item`.
     pub(super) async fn create(
         &self,
@@ -191,121 +382,6 @@ impl RedisStore {
         }
     }
 
-    /// Take over: become the owner of an abandoned STARTED item, version + 1.
-    pub(super) async fn take_over_item(
-        &self,
-        observed: &StoredItem,
-        request: ClaimRequest<'_>,
-    ) -> Result<Conditional<Lease>, StoreError> {
-        let now = self.now_ms();
-        let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
-        let expires_at_s = self.config.expires_at_s(now);
-        let mut invocation = self.scripts.take_over.key(self.item_key(&observed.pk));
-        invocation
-            .key(self.started_set())
-            .arg(observed.version)
-            .arg(now)
-            .arg(&lease.owner)
-            .arg(lease.version)
-            .arg(lease.lock_expires_at_ms)
-            .arg(expires_at_s)
-            .arg(deleted_at_ms(expires_at_s))
-            .arg(self.config.scope.as_deref().unwrap_or_default());
-        match self.run("take over", &invocation).await? {
-            Answer::Written => Ok(Conditional::Written(lease)),
-            Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),
-        }
-    }
-
-    /// Claims together, each as [`Self::claim_new`] alone: ONE script.
-    pub(super) async fn claim_new_many(
-        &self,
-        claims: &[(String, ClaimRequest<'_>)],
-    ) -> Result<Vec<Conditional<Lease>>, StoreError> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now = self.now_ms();
-        let mut leases = Vec::with_capacity(claims.len());
-        let mut items = Vec::with_capacity(claims.len());
-        let mut invocation = self.scripts.create_many.prepare_invoke();
-        for (pk, request) in claims {
-            let lease = Lease::claimed(pk.clone(), 1, &self.config, now, request);
-            items.push(new_fields(&NewItem::started(
-                &lease,
-                *request,
-                &self.config,
-                now,
-            )));
-            invocation.key(self.item_key(pk));
-            leases.push(lease);
-        }
-        invocation
-            .key(self.started_set())
-            .arg(ms_to_s(now))
-            .arg(deleted_at_ms(self.config.expires_at_s(now)))
-            .arg(json!(items).to_string());
-        let answers = self
-            .run_many("claim (batch)", &invocation, elements)
-            .await?;
-        leases
-            .into_iter()
-            .zip(answers)
-            .map(|(lease, answer)| match answer {
-                Answer::Written => Ok(Conditional::Written(lease)),
-                Answer::Refused(_, found) => Ok(Conditional::Conflict(found_item(&found)?)),
-            })
-            .collect()
-    }
-
-    /// Fenced writes together, each as alone (no effects): ONE script.
-    pub(super) async fn write_fenced_many(
-        &self,
-        writes: &[(Lease, FencedWrite)],
-    ) -> Vec<Result<u64, StoreError>> {
-        if writes.is_empty() {
-            return Vec::new();
-        }
-        let now = self.now_ms();
-        let mut invocation = self.scripts.fenced_many.prepare_invoke();
-        let mut lua = Vec::with_capacity(writes.len());
-        let mut answers = Vec::with_capacity(writes.len());
-        for (lease, write) in writes {
-            let transition = self.transition(write, now);
-            invocation.key(self.item_key(&lease.pk));
-            lua.push(json!([
-                lease.version.to_string(),
-                lease.owner,
-                transition.deleted_at(),
-                transition.change(&Change::of([], &[])),
-            ]));
-            answers.push(transition.answer);
-        }
-        invocation
-            .key(self.started_set())
-            .arg(json!(lua).to_string());
-        match self
-            .run_many("fenced write (batch)", &invocation, elements)
-            .await
-        {
-            Err(err) => writes.iter().map(|_| Err(err.clone())).collect(),
-            Ok(written) => written
-                .into_iter()
-                .zip(writes)
-                .zip(answers)
-                .map(|((written, (lease, write)), answer)| match written {
-                    Answer::Written => Ok(answer),
-                    // Judged from the item found: this very write made
-                    // before (sent again), or the lock lost.
-                    Answer::Refused(_, found) => {
-                        write.refused(lease, found_item(&found)?.as_deref())
-                    }
-                })
-                .collect(),
-        }
-    }
-
     /// What a fenced write sets and deletes on the item, where it moves
     /// its deletion, and what it answers.
     fn transition(&self, write: &FencedWrite, now: u64) -> Transition {
@@ -321,12 +397,7 @@ impl RedisStore {
             .collect(),
             delete: &[attr::LOCK_EXPIRES_AT],
             expires_at_s: Some(expires_at_s),
-            // A completion answers its expiry, a failure 0 (as
-            // `Store::write_fenced` says).
-            answer: match status {
-                Status::Completed => expires_at_s,
-                _ => 0,
-            },
+            answer: write.answer(expires_at_s),
         };
         let lease_until = |until_ms: u64| Transition {
             set: vec![
@@ -335,7 +406,7 @@ impl RedisStore {
             ],
             delete: &[],
             expires_at_s: None,
-            answer: until_ms,
+            answer: write.answer(expires_at_s),
         };
         match write {
             FencedWrite::Complete { result } => finished(
@@ -366,77 +437,6 @@ impl RedisStore {
             .into_iter()
             .flat_map(|(name, value)| [name.to_owned(), value])
             .collect()
-    }
-
-    /// The outboxes of completions whose messages were sent, cleared in ONE
-    /// script ([`CLEAR_OUTBOX`]).
-    pub(super) async fn clear_outboxes(&self, sent: &[Pending]) -> Result<(), StoreError> {
-        if sent.is_empty() {
-            return Ok(());
-        }
-        let mut invocation = self.scripts.clear_outbox.prepare_invoke();
-        for pending in sent {
-            invocation.key(self.item_key(&pending.pk));
-            invocation.arg(&pending.owner);
-        }
-        invocation.key(self.unsent_set());
-        self.run_many("clear outbox", &invocation, |_| Vec::new())
-            .await
-            .map(|_| ())
-    }
-
-    /// Complete, together with the work's own writes and increments in the
-    /// same script: either all happen or none. Returns the item's new
-    /// `expires_at` (epoch seconds).
-    pub(super) async fn complete_item(
-        &self,
-        lease: &Lease,
-        result: Option<&str>,
-        effects: Effects<RedisEffect>,
-    ) -> Result<u64, StoreError> {
-        let increments = transaction_effects([&effects], super::MAX_EFFECTS)?;
-        let result = result.map(str::to_owned);
-        let change = Change::of_effects(&effects, &increments);
-        let writes = effects.writes.len();
-        let complete = FencedWrite::Complete { result };
-        let outbox = effects.outbox.as_deref();
-        self.fenced("complete", lease, (&complete, outbox), change)
-            .await
-            .map_err(|refusal| refusal.into_error(writes))
-    }
-
-    /// Fail permanently: redeliveries are refused.
-    pub(super) async fn fail_item(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
-        let error = error.to_owned();
-        self.fenced(
-            "fail",
-            lease,
-            (&FencedWrite::Fail { error }, None),
-            Change::of([], &[]),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|refusal| refusal.into_error(0))
-    }
-
-    /// Extend (heartbeat) the lease to `until_ms`; 0 releases it (the next
-    /// claim takes the key over at once).
-    pub(super) async fn extend_item(
-        &self,
-        lease: &Lease,
-        until_ms: u64,
-    ) -> Result<Lease, StoreError> {
-        let (operation, write) = match until_ms {
-            0 => ("release", FencedWrite::Release),
-            _ => ("extend", FencedWrite::Extend { until_ms }),
-        };
-        self.fenced(operation, lease, (&write, None), Change::of([], &[]))
-            .await
-            .map_err(|refusal| refusal.into_error(0))?;
-        Ok(Lease {
-            lock_expires_at_ms: until_ms,
-            ..lease.clone()
-        })
     }
 
     /// Runs [`FENCED`]: `write` on the lease's item, with `change`'s

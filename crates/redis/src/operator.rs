@@ -66,9 +66,79 @@ return 1
 /// Keys a listing's `SCAN` asks for per page.
 const SCAN_PAGE: usize = 500;
 
+/// The live items of `keys` (invalid keys skipped), in one round trip.
+pub(super) async fn batch_get(
+    store: &RedisStore,
+    keys: &[&str],
+) -> Result<HashMap<String, StoredItem>, StoreError> {
+    let valid: Vec<(&str, String)> = keys
+        .iter()
+        .filter_map(|key| Some((*key, store.pk(key).ok()?)))
+        .collect();
+    if valid.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut pipe = redis::pipe();
+    for (_, pk) in &valid {
+        pipe.hgetall(store.item_key(pk));
+    }
+    let found: Vec<HashMap<String, String>> = store.query("batch get", &pipe).await?;
+    let now = store.now_ms();
+    let mut items = HashMap::new();
+    for ((key, _), fields) in valid.into_iter().zip(found) {
+        if let Some(item) = item_of(fields)?.filter(|item| !item.is_expired(now)) {
+            items.insert(key.to_owned(), item);
+        }
+    }
+    Ok(items)
+}
+
+/// The live items under the key prefix that `listing` names: stuck
+/// keys through the set of STARTED items, unsent messages through the
+/// set of unsent items, FAILED keys by a `SCAN`.
+pub(super) async fn list(store: &RedisStore, listing: Listing) -> Result<Listed, StoreError> {
+    match listing {
+        Listing::Stuck { .. } => {
+            let set = (store.started_set(), &store.scripts.prune);
+            let started = |item: &StoredItem| item.status == Status::Started;
+            store.list_indexed(listing, set, started, "+inf").await
+        }
+        Listing::Unsent { older_than } => {
+            // Scored by `updated_at`: only those last written before.
+            let before_ms = store.now_ms().saturating_sub(older_than.as_millis() as u64);
+            let set = (store.unsent_set(), &store.scripts.prune_unsent);
+            let unsent = |item: &StoredItem| item.outbox.is_some();
+            store
+                .list_indexed(listing, set, unsent, &format!("({before_ms}"))
+                .await
+        }
+        Listing::Failed => store.scan_items(listing).await,
+    }
+}
+
+/// Operator release: the STARTED item at `version` becomes claimable at
+/// once ([`OPERATOR`]).
+pub(super) async fn release_version(
+    store: &RedisStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    store.operator_write(key, version, Status::Started).await
+}
+
+/// Operator retry: the FAILED item at `version` becomes STARTED with its
+/// lock ended ([`OPERATOR`]).
+pub(super) async fn retry_failed(
+    store: &RedisStore,
+    key: &str,
+    version: u64,
+) -> Result<(), StoreError> {
+    store.operator_write(key, version, Status::Failed).await
+}
+
 impl RedisStore {
     /// Operator release (`Started`) or retry (`Failed`) of `key` at `version`.
-    pub(super) async fn operator_write(
+    async fn operator_write(
         &self,
         key: &str,
         version: u64,
@@ -101,12 +171,6 @@ impl RedisStore {
         }
     }
 
-    /// The live item of `key`.
-    pub(super) async fn get_item(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
-        let now = self.now_ms();
-        Ok(self.stored(key).await?.filter(|item| !item.is_expired(now)))
-    }
-
     /// The item of `key` as Redis holds it, even past its TTL (for
     /// operators; the engine reads [`exactly_once_core::store::Store::get`]).
     pub async fn stored(&self, key: &str) -> Result<Option<StoredItem>, StoreError> {
@@ -115,55 +179,6 @@ impl RedisStore {
         pipe.hgetall(self.item_key(&pk));
         let (found,): (HashMap<String, String>,) = self.query("get", &pipe).await?;
         item_of(found)
-    }
-
-    /// The live items of `keys` (invalid keys skipped), in one round trip.
-    pub(super) async fn get_items(
-        &self,
-        keys: &[&str],
-    ) -> Result<HashMap<String, StoredItem>, StoreError> {
-        let valid: Vec<(&str, String)> = keys
-            .iter()
-            .filter_map(|key| Some((*key, self.pk(key).ok()?)))
-            .collect();
-        if valid.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let mut pipe = redis::pipe();
-        for (_, pk) in &valid {
-            pipe.hgetall(self.item_key(pk));
-        }
-        let found: Vec<HashMap<String, String>> = self.query("batch get", &pipe).await?;
-        let now = self.now_ms();
-        let mut items = HashMap::new();
-        for ((key, _), fields) in valid.into_iter().zip(found) {
-            if let Some(item) = item_of(fields)?.filter(|item| !item.is_expired(now)) {
-                items.insert(key.to_owned(), item);
-            }
-        }
-        Ok(items)
-    }
-
-    /// The live items under the key prefix that `listing` names: stuck
-    /// keys through the set of STARTED items, unsent messages through the
-    /// set of unsent items, FAILED keys by a `SCAN`.
-    pub(super) async fn list_items(&self, listing: Listing) -> Result<Listed, StoreError> {
-        match listing {
-            Listing::Stuck { .. } => {
-                let set = (self.started_set(), &self.scripts.prune);
-                let started = |item: &StoredItem| item.status == Status::Started;
-                self.list_indexed(listing, set, started, "+inf").await
-            }
-            Listing::Unsent { older_than } => {
-                // Scored by `updated_at`: only those last written before.
-                let before_ms = self.now_ms().saturating_sub(older_than.as_millis() as u64);
-                let set = (self.unsent_set(), &self.scripts.prune_unsent);
-                let unsent = |item: &StoredItem| item.outbox.is_some();
-                self.list_indexed(listing, set, unsent, &format!("({before_ms}"))
-                    .await
-            }
-            Listing::Failed => self.scan_items(listing).await,
-        }
     }
 
     /// The members of an index of the table's items (the set of STARTED

@@ -231,8 +231,7 @@ impl Store for MemoryStore {
         if !may_take_over(item, observed.version, &self.config, now) {
             return Ok(Conditional::Conflict(Some(Box::new(item.clone()))));
         }
-        let next = observed.version + 1;
-        let lease = Lease::claimed(observed.pk.clone(), next, &self.config, now, &request);
+        let lease = Lease::taking_over(observed, &self.config, now, &request);
         transition::take_over(item, &lease, &self.config, now);
         Ok(Conditional::Written(lease))
     }
@@ -297,10 +296,7 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         let item = Self::fenced(&mut state, lease)?;
         transition::extend(item, until_ms, now);
-        Ok(Lease {
-            lock_expires_at_ms: until_ms,
-            ..lease.clone()
-        })
+        Ok(lease.until(until_ms))
     }
 
     async fn commit(

@@ -119,6 +119,28 @@ impl Lease {
         }
     }
 
+    /// The lease a take-over of `observed` writes: the next version, the
+    /// request's owner (or a new one), for one lock timeout from `now_ms`
+    /// (not past the request's cap).
+    pub fn taking_over(
+        observed: &StoredItem,
+        config: &StoreConfig,
+        now_ms: u64,
+        request: &ClaimRequest<'_>,
+    ) -> Self {
+        let next = observed.version + 1;
+        Self::claimed(observed.pk.clone(), next, config, now_ms, request)
+    }
+
+    /// This lease, ending at `until_ms` instead (what an extension
+    /// answers).
+    pub fn until(&self, until_ms: u64) -> Self {
+        Self {
+            lock_expires_at_ms: until_ms,
+            ..self.clone()
+        }
+    }
+
     /// The lease an item of this holder's shows: `item` STARTED under its
     /// owner (what a claim sent again finds when its first write was made).
     pub fn of_item(item: &StoredItem) -> Self {
@@ -287,6 +309,17 @@ impl FencedWrite {
             Self::Complete { .. } => Some(Status::Completed),
             Self::Fail { .. } => Some(Status::Failed),
             Self::Release | Self::Extend { .. } => None,
+        }
+    }
+
+    /// What this write answers once made ([`Store::write_fenced`]): a
+    /// completion its item's new `expires_at_s`, an extension the lease's
+    /// new end, a failure or a release 0.
+    pub fn answer(&self, expires_at_s: u64) -> u64 {
+        match self {
+            Self::Complete { .. } => expires_at_s,
+            Self::Extend { until_ms } => *until_ms,
+            Self::Fail { .. } | Self::Release => 0,
         }
     }
 
