@@ -86,7 +86,9 @@ where
     }
 
     /// [`Self::handle`], with what became of each record (for tests, custom
-    /// metrics, or a wrapper of the runtime).
+    /// metrics, or a wrapper of the runtime): the event decoded, its batch
+    /// run, Lambda's answer settled, the invocation recorded (its summary
+    /// line, spans and metrics).
     pub async fn invoke(&self, event: LambdaEvent<Value>) -> Result<Invocation, InvocationError> {
         // The invocation's clock starts before its event is read.
         let report = InvocationReport::new();

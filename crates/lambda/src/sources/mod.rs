@@ -19,6 +19,12 @@
 //! and Lambda delivers the batch again whole, its finished messages as
 //! duplicates.
 //!
+//! Each source's file holds what the source knows: its facts (an `Edge`:
+//! names, `eventSource` values, how its event holds its records, whether it
+//! has a partial batch response), filled in once, and the behaviour of its
+//! record (`SourceRecord`: body, key, attributes). [`Source`] and
+//! [`Record`] dispatch to them, once each.
+//!
 //! Records are read field by field, so that an error names the field and
 //! never echoes a value: keys, attributes and payloads stay out of logs.
 
