@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use exactly_once_core::engine::{Parking, RecordOutcome};
 use exactly_once_core::store::payload_hash;
 use exactly_once_core::store::requests::RequestStats;
 
+use super::emf::{MAX_VALUES, METRICS_NAMESPACE, Metric, emf};
 use super::sources::Coordinates;
 
 /// A record's log line at `level`: a Kafka record named by `partition` and
@@ -24,9 +25,6 @@ macro_rules! record_line {
         }
     };
 }
-
-/// The CloudWatch namespace of the function's metrics.
-pub const METRICS_NAMESPACE: &str = "MskExactlyOnce";
 
 /// How keys appear in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,56 +192,15 @@ pub struct StoreRequests {
     pub latencies: Vec<f64>,
 }
 
-/// At most this many values in one metric of one EMF document.
-pub const MAX_VALUES: usize = 100;
-
-/// One metric of an EMF document: one value, or several (each counted by
-/// CloudWatch as a sample, as percentiles need).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Metric {
-    /// Its name.
-    pub name: String,
-    /// Its values (one, or at most [`MAX_VALUES`]).
-    pub values: Vec<f64>,
-    /// Its CloudWatch unit (`Count`, `Milliseconds`, `Seconds`).
-    pub unit: &'static str,
-}
-
-impl Metric {
-    /// One value.
-    pub fn one(name: &str, value: f64, unit: &'static str) -> Self {
-        Self {
-            name: name.to_owned(),
-            values: vec![value],
-            unit,
-        }
-    }
-
-    /// One count.
-    pub fn count(name: &str, count: u64) -> Self {
-        Self::one(name, count as f64, "Count")
-    }
-
-    /// `StoreLatency`: round trips, ms.
-    fn latencies(values: &[f64]) -> Self {
-        Self {
-            name: "StoreLatency".to_owned(),
-            values: values.to_vec(),
-            unit: "Milliseconds",
-        }
-    }
-}
-
 impl Default for InvocationReport {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// Every metric the function writes, by name: an invocation's documents
-/// (the outcomes' counts included) and the scheduled stuck-key check's.
-/// What alarms and dashboards may refer to.
-pub fn metric_names() -> Vec<String> {
+/// The metrics of an invocation's documents, by name (the outcomes' counts
+/// included).
+pub fn metric_names() -> impl Iterator<Item = String> {
     let fixed = [
         "Records",
         "Reported",
@@ -253,12 +210,10 @@ pub fn metric_names() -> Vec<String> {
     ];
     let stores = ["StoreRequests", "StoreLatency"];
     fixed
-        .iter()
-        .map(|name| (*name).to_owned())
+        .into_iter()
+        .map(str::to_owned)
         .chain(ALL_OUTCOMES.iter().map(|name| camel(name)))
-        .chain(stores.iter().map(|name| (*name).to_owned()))
-        .chain(super::stuck_check::METRIC_NAMES.map(str::to_owned))
-        .collect()
+        .chain(stores.into_iter().map(str::to_owned))
 }
 
 /// Every outcome name (see `Outcome::name`), so that every metric is
@@ -296,48 +251,11 @@ fn camel(name: &str) -> String {
         .collect()
 }
 
-/// An Embedded Metric Format document: one metric directive, the dimension
-/// values and metric values at the root (a number, or an array of them).
-pub fn emf(
-    namespace: &str,
-    dimensions: &[(&str, &str)],
-    metrics: &[Metric],
-    timestamp_ms: u64,
-) -> Value {
-    let mut root = Map::new();
-    for (name, value) in dimensions {
-        root.insert((*name).to_owned(), Value::String((*value).to_owned()));
-    }
-    for metric in metrics {
-        let value = match metric.values.as_slice() {
-            [one] => json!(one),
-            many => json!(many),
-        };
-        root.insert(metric.name.clone(), value);
-    }
-    let definitions: Vec<Value> = metrics
-        .iter()
-        .map(|metric| json!({ "Name": metric.name, "Unit": metric.unit }))
-        .collect();
-    let dimension_set: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
-    root.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": namespace,
-                "Dimensions": [dimension_set],
-                "Metrics": definitions,
-            }],
-        }),
-    );
-    Value::Object(root)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use exactly_once_core::engine::PoisonPolicy;
+    use serde_json::json;
 
     const REPORT: Parking = Parking {
         poison: PoisonPolicy::Report,

@@ -21,7 +21,7 @@ use exactly_once_core::clock::ms_to_s;
 use exactly_once_core::engine::Swept;
 use exactly_once_core::store::StoredItem;
 
-use super::report::{METRICS_NAMESPACE, Metric, emf};
+use super::emf::{METRICS_NAMESPACE, Metric, emf};
 
 /// The metrics of the check's documents, by name.
 pub const METRIC_NAMES: [&str; 6] = [

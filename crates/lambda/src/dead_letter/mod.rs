@@ -16,7 +16,7 @@ use std::pin::Pin;
 
 use serde_json::{Value, json};
 
-use crate::sources::{Coordinates, Source, raw_record};
+use crate::sources::{Coordinates, Shape, Source, raw_record};
 #[cfg(feature = "sqs")]
 pub use sqs::DeadLetterQueue;
 
@@ -65,13 +65,15 @@ pub fn message(event: &Value, parked: &Parked) -> Option<String> {
         None => message["offset"] = json!(at.offset),
         Some(id) => message["id"] = json!(id),
     }
-    match Source::at_top(event) {
+    match Source::at_top(event).map(|source| &source.edge().shape) {
         // Kafka and Amazon MQ name their source once, at the top.
-        Some(source @ (Source::Kafka | Source::RabbitMq | Source::ActiveMq)) => {
+        Some(Shape::Top {
+            dead_letter_fields, ..
+        }) => {
             message["eventSource"] = json!(event.get("eventSource"));
             message["eventSourceArn"] = json!(event.get("eventSourceArn"));
-            if source == Source::Kafka {
-                message["bootstrapServers"] = json!(event.get("bootstrapServers"));
+            for field in *dead_letter_fields {
+                message[*field] = json!(event.get(*field));
             }
         }
         _ => {

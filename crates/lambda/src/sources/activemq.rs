@@ -11,11 +11,52 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::properties::{PropertyValue, read_properties};
-use super::{Coordinates, Decoded, EventError, Record, Source, flag, integer, text};
+use std::borrow::Cow;
 
-/// Its `eventSource`: `aws:mq`, and `aws:amq` as older events spell it.
-pub(super) const EVENT_SOURCES: &[&str] = &["aws:mq", "aws:amq"];
+use super::fields::{flag, integer, text};
+use super::properties::{PropertyValue, read_properties};
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, MESSAGE_GROUP, Record, Shape, Source};
+
+/// ActiveMQ: `aws:mq`, and `aws:amq` as older events spell it, at the
+/// event's top; no partial batch response.
+pub(super) static EDGE: Edge = Edge {
+    name: "activemq",
+    title: "ActiveMQ",
+    event_sources: &["aws:mq", "aws:amq"],
+    partial_batch_response: false,
+    messaging_system: "activemq",
+    shape: Shape::Top {
+        decode,
+        raw_record,
+        dead_letter_fields: &[],
+    },
+};
+
+one_source!(ActiveMqMessage, ActiveMq, ActiveMq);
+
+/// Its attributes are its JMS properties; its key, the message group.
+impl SourceRecord for ActiveMqMessage {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+
+    fn key(&self) -> Option<Cow<'_, [u8]>> {
+        SourceRecord::attribute(self, MESSAGE_GROUP).map(Cow::Borrowed)
+    }
+
+    fn attribute(&self, name: &str) -> Option<&[u8]> {
+        self.property(name)?.as_bytes()
+    }
+
+    fn attribute_names(&self) -> Vec<&str> {
+        self.properties.keys().map(String::as_str).collect()
+    }
+
+    fn destination(&self) -> &str {
+        &self.destination
+    }
+}
 
 /// An ActiveMQ message, whole: what a handler gets for `aws:mq` events.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +108,7 @@ impl ActiveMqMessage {
 }
 
 /// The event's messages by destination, each in the event's order.
-pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
     let messages = match event.get("messages") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(messages)) => messages,
@@ -106,7 +147,7 @@ pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
 }
 
 /// The message at `at` as the event holds it.
-pub(super) fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
+fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
     event.get("messages")?.get(usize::try_from(at.offset).ok()?)
 }
 

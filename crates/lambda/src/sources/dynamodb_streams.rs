@@ -7,10 +7,38 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::{Coordinates, Decoded, EventError, Record, Source, arn_resource, identified, text};
+use std::borrow::Cow;
 
-/// Its `eventSource`.
-pub(super) const EVENT_SOURCE: &str = "aws:dynamodb";
+use super::fields::{arn_resource, identified, text};
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, Record, Shape, Source};
+
+/// DynamoDB Streams: `aws:dynamodb` on each record.
+pub(super) static EDGE: Edge = Edge {
+    name: "dynamodb-streams",
+    title: "DynamoDB Streams",
+    event_sources: &["aws:dynamodb"],
+    partial_batch_response: true,
+    messaging_system: "aws_dynamodb_streams",
+    shape: Shape::Records { decode },
+};
+
+one_source!(StreamRecord, DynamoDb, DynamoDbStreams);
+
+/// No attributes: a stream record has none.
+impl SourceRecord for StreamRecord {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(StreamRecord::body(self))
+    }
+
+    fn key(&self) -> Option<Cow<'_, [u8]>> {
+        Some(Cow::Owned(self.keys.to_string().into_bytes()))
+    }
+
+    fn destination(&self) -> &str {
+        self.table_name()
+    }
+}
 
 /// A DynamoDB Streams record, whole: what a handler gets for
 /// `aws:dynamodb` events. Keys and images are plain JSON.
@@ -57,7 +85,7 @@ impl StreamRecord {
 }
 
 /// The event's records, one shard in sequence order.
-pub(super) fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
     let mut unit = Vec::with_capacity(records.len());
     for (index, record) in records.iter().enumerate() {
         fn id_of(fields: &Map<String, Value>) -> Option<&str> {

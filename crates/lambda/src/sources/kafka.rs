@@ -9,17 +9,55 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Coordinates, Decoded, EventError, Record, Source};
+use std::borrow::Cow;
+
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, Record, Shape, Source};
 use crate::record::{KafkaRecord, SchemaMetadata};
 
-/// The `eventSource` of MSK and of self-managed Kafka (spelt both ways seen
-/// in the wild).
-pub(super) const EVENT_SOURCES: &[&str] =
-    &["aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"];
+/// Kafka: the `eventSource` of MSK and of self-managed Kafka (spelt both
+/// ways seen in the wild), at the event's top; a dead-letter message also
+/// carries the cluster's bootstrap servers.
+pub(super) static EDGE: Edge = Edge {
+    name: "kafka",
+    title: "Kafka",
+    event_sources: &["aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"],
+    partial_batch_response: true,
+    messaging_system: "kafka",
+    shape: Shape::Top {
+        decode,
+        raw_record,
+        dead_letter_fields: &["bootstrapServers"],
+    },
+};
+
+one_source!(KafkaRecord, Kafka, Kafka);
+
+impl SourceRecord for KafkaRecord {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.value)
+    }
+
+    fn key(&self) -> Option<Cow<'_, [u8]>> {
+        self.key.as_deref().map(Cow::Borrowed)
+    }
+
+    fn attribute(&self, name: &str) -> Option<&[u8]> {
+        self.header(name)
+    }
+
+    fn attribute_names(&self) -> Vec<&str> {
+        self.headers.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    fn destination(&self) -> &str {
+        &self.topic
+    }
+}
 
 /// The event's partitions (sorted by name), each a list of records in
 /// offset order.
-pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
     let partitions: BTreeMap<&str, &Vec<Value>> = match event.get("records") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(map)) => map
@@ -53,7 +91,7 @@ pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
 }
 
 /// The record at `at` as the event holds it.
-pub(super) fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
+fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
     event
         .get("records")?
         .get(&at.partition)?

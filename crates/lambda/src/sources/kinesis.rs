@@ -8,10 +8,38 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Coordinates, Decoded, EventError, Record, Source, arn_resource, identified, text};
+use std::borrow::Cow;
 
-/// Its `eventSource`.
-pub(super) const EVENT_SOURCE: &str = "aws:kinesis";
+use super::fields::{arn_resource, identified, text};
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, Record, Shape, Source};
+
+/// Kinesis: `aws:kinesis` on each record.
+pub(super) static EDGE: Edge = Edge {
+    name: "kinesis",
+    title: "Kinesis",
+    event_sources: &["aws:kinesis"],
+    partial_batch_response: true,
+    messaging_system: "aws_kinesis",
+    shape: Shape::Records { decode },
+};
+
+one_source!(KinesisRecord, Kinesis, Kinesis);
+
+/// No attributes: a Kinesis record has none.
+impl SourceRecord for KinesisRecord {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+
+    fn key(&self) -> Option<Cow<'_, [u8]>> {
+        Some(Cow::Borrowed(self.partition_key.as_bytes()))
+    }
+
+    fn destination(&self) -> &str {
+        self.stream_name()
+    }
+}
 
 /// A Kinesis record, whole: what a handler gets for `aws:kinesis` events.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +70,7 @@ impl KinesisRecord {
 }
 
 /// The event's records by shard, each in sequence order.
-pub(super) fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
     let mut units: Vec<(String, Vec<Decoded>)> = Vec::new();
     for (index, record) in records.iter().enumerate() {
         fn id_of(fields: &Map<String, Value>) -> Option<&str> {

@@ -10,11 +10,51 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::properties::{PropertyValue, read_properties};
-use super::{Coordinates, Decoded, EventError, Record, Source, flag, integer, text};
+use std::borrow::Cow;
 
-/// Its `eventSource`.
-pub(super) const EVENT_SOURCE: &str = "aws:rmq";
+use super::fields::{flag, integer, text};
+use super::properties::{PropertyValue, read_properties};
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, MESSAGE_GROUP, Record, Shape, Source};
+
+/// RabbitMQ: `aws:rmq` at the event's top; no partial batch response.
+pub(super) static EDGE: Edge = Edge {
+    name: "rabbitmq",
+    title: "RabbitMQ",
+    event_sources: &["aws:rmq"],
+    partial_batch_response: false,
+    messaging_system: "rabbitmq",
+    shape: Shape::Top {
+        decode,
+        raw_record,
+        dead_letter_fields: &[],
+    },
+};
+
+one_source!(RabbitMqMessage, RabbitMq, RabbitMq);
+
+/// Its attributes are its headers; its key, the JMS message group header.
+impl SourceRecord for RabbitMqMessage {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+
+    fn key(&self) -> Option<Cow<'_, [u8]>> {
+        SourceRecord::attribute(self, MESSAGE_GROUP).map(Cow::Borrowed)
+    }
+
+    fn attribute(&self, name: &str) -> Option<&[u8]> {
+        self.header(name)?.as_bytes()
+    }
+
+    fn attribute_names(&self) -> Vec<&str> {
+        self.properties.headers.keys().map(String::as_str).collect()
+    }
+
+    fn destination(&self) -> &str {
+        &self.queue
+    }
+}
 
 /// A RabbitMQ message, whole: what a handler gets for `aws:rmq` events.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +116,7 @@ impl RabbitMqMessage {
 }
 
 /// The event's messages by queue, each queue's in the event's order.
-pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
     let malformed = |problem: String| EventError::malformed(Some(Source::RabbitMq), problem);
     let queues = match event.get("rmqMessagesByQueue") {
         None | Some(Value::Null) => return Ok(Vec::new()),
@@ -118,7 +158,7 @@ pub(super) fn decode(event: &Value) -> Result<Vec<Vec<Decoded>>, EventError> {
 }
 
 /// The message at `at` as the event holds it.
-pub(super) fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
+fn raw_record<'a>(event: &'a Value, at: &Coordinates) -> Option<&'a Value> {
     event
         .get("rmqMessagesByQueue")?
         .get(&at.partition)?

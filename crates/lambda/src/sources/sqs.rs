@@ -12,10 +12,42 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Coordinates, Decoded, EventError, Record, Source, identified, text};
+use std::borrow::Cow;
 
-/// Its `eventSource`.
-pub(super) const EVENT_SOURCE: &str = "aws:sqs";
+use super::fields::{identified, text};
+use super::record::{SourceRecord, one_source};
+use super::{Coordinates, Decoded, Edge, EventError, Record, Shape, Source};
+
+/// SQS: `aws:sqs` on each record.
+pub(super) static EDGE: Edge = Edge {
+    name: "sqs",
+    title: "SQS",
+    event_sources: &["aws:sqs"],
+    partial_batch_response: true,
+    messaging_system: "aws_sqs",
+    shape: Shape::Records { decode },
+};
+
+one_source!(SqsMessage, Sqs, Sqs);
+
+/// No key: an SQS message has none.
+impl SourceRecord for SqsMessage {
+    fn body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.body)
+    }
+
+    fn attribute(&self, name: &str) -> Option<&[u8]> {
+        self.attribute(name).map(|a| a.value.as_slice())
+    }
+
+    fn attribute_names(&self) -> Vec<&str> {
+        self.message_attributes.keys().map(String::as_str).collect()
+    }
+
+    fn destination(&self) -> &str {
+        self.queue_name()
+    }
+}
 
 /// One message attribute: its type and value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +127,7 @@ impl SqsMessage {
 /// The event's messages by unit: each message alone on a standard queue;
 /// a FIFO queue's by message group, in the event's order (SQS delivers a
 /// group in order).
-pub(super) fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
+fn decode(records: &[Value]) -> Result<Vec<Vec<Decoded>>, EventError> {
     let mut units: Vec<Vec<Decoded>> = Vec::new();
     let mut unit_of: BTreeMap<String, usize> = BTreeMap::new();
     for (index, record) in records.iter().enumerate() {

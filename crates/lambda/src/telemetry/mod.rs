@@ -76,14 +76,8 @@ pub fn init(export: TracingExport) -> Result<Option<Traces>, String> {
 /// property), else of the batch's. Its attributes
 /// are OpenTelemetry's messaging conventions for the record's source.
 pub fn record_span(at: &Coordinates, record: &Record) -> Span {
-    let (system, destination) = match record {
-        Record::Kafka(record) => ("kafka", record.topic.as_str()),
-        Record::Sqs(message) => ("aws_sqs", message.queue_name()),
-        Record::Kinesis(record) => ("aws_kinesis", record.stream_name()),
-        Record::DynamoDb(record) => ("aws_dynamodb_streams", record.table_name()),
-        Record::RabbitMq(message) => ("rabbitmq", message.queue.as_str()),
-        Record::ActiveMq(message) => ("activemq", message.destination.as_str()),
-    };
+    let system = record.source().edge().messaging_system;
+    let destination = record.destination();
     let span = tracing::info_span!(
         "messaging.record",
         otel.name = %format!("{destination} process"),
