@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use crate::outbox::Pending;
 
 use crate::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Status, Store, StoreError,
-    StoredItem, increment,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Status, Store, StoreError, StoredItem,
+    increment,
 };
 
 mod group;
@@ -31,11 +31,11 @@ use super::cache::Completed;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::judge::{Found, Judged, LeaseWait, NOT_FROM_AN_ITEM};
 use super::log::{LaneLog, Ticket};
 use super::record::store_failure;
 use super::resend::{self, resending};
 use super::sizing::Answer;
-use super::waiting::LeaseWait;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
@@ -588,10 +588,10 @@ where
     }
 
     /// What the item found under a message's key (written or not by this
-    /// very attempt, under `owner`) means for it, or why to try again: the
-    /// item expired, or a live lease was waited for (as `waiting` allows).
-    /// An abandoned lock of the locking path is taken over by the locking
-    /// path.
+    /// very attempt, under `owner`) means for it (`judge.rs`), or why to
+    /// try again: the item expired, or a live lease was waited for (as
+    /// `waiting` allows). An abandoned lock of the locking path is taken
+    /// over by the locking path.
     async fn found(
         &self,
         work: &Work<H::Record>,
@@ -600,51 +600,19 @@ where
         waiting: &mut LeaseWait,
         batch: &Batch<S>,
     ) -> Result<Outcome, Again> {
-        let Some(item) = item else {
-            return Err(Again::Expired);
-        };
-        let item = *item;
-        let now = self.store.now_ms();
-        Ok(
-            match item.standing(self.store.config(), &work.payload_hash, owner, now) {
-                Standing::Expired => return Err(Again::Expired),
-                // This attempt's own write, made by a send whose answer was
-                // lost or late.
-                Standing::Ours => match item.status {
-                    Status::Completed => {
-                        let (result, unsent) = self.found_completed(&work.key, &item);
-                        Outcome::Processed {
-                            version: item.version,
-                            result,
-                            unsent,
-                        }
-                    }
-                    Status::Failed => Outcome::Failed {
-                        error: item.error.unwrap_or_default(),
-                    },
-                    // A lock-free attempt writes no STARTED item.
-                    Status::Started => Outcome::InProgress,
-                },
-                Standing::OtherScope => self.other_scope(item),
-                Standing::OtherPayload => Outcome::PayloadMismatch,
-                Standing::Completed => {
-                    let (result, unsent) = self.found_completed(&work.key, &item);
-                    Outcome::Duplicate { result, unsent }
-                }
-                Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
-                Standing::Locked => match self.lease_wait(&item, batch.guard.deadline(), waiting) {
-                    Some(wait) => {
-                        tokio::time::sleep(wait).await;
-                        return Err(Again::Waited);
-                    }
-                    None => Outcome::InProgress,
-                },
-                Standing::Abandoned => {
-                    self.claim_and_run(work, batch.guard.deadline(), &batch.leases)
-                        .await
-                }
-            },
-        )
+        let found = Found::of_item(item, &self.store, &work.payload_hash, owner);
+        match self.judge(&work.key, found, batch.guard.deadline(), waiting) {
+            Judged::Settled(outcome) => Ok(outcome),
+            Judged::Absent => Err(Again::Expired),
+            Judged::WaitAndRetry(wait) => {
+                tokio::time::sleep(wait).await;
+                Err(Again::Waited)
+            }
+            Judged::TakeOver => Ok(self
+                .claim_and_run(work, batch.guard.deadline(), &batch.leases)
+                .await),
+            Judged::Lease(_) => unreachable!("{NOT_FROM_AN_ITEM}"),
+        }
     }
 }
 
