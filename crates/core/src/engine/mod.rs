@@ -30,6 +30,7 @@ mod batched;
 mod cache;
 mod coalesce;
 mod combine;
+mod commit;
 mod deadline;
 mod deliver;
 mod footprint;
