@@ -18,7 +18,18 @@
 # MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the
 # ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh).
 
-step() { printf '\n==> %s\n' "$*"; }
+# A step's heading, with how long the step before it took and the time since
+# the first step (docs/testing.md keeps these per step).
+STEPS_STARTED="${STEPS_STARTED:-$(date +%s)}"
+STEP_STARTED="$STEPS_STARTED"
+STEP_NAME=""
+step() {
+  local now
+  now=$(date +%s)
+  [[ -z $STEP_NAME ]] || printf '\n<== %s: %d s (%d s in all)\n' "$STEP_NAME" "$((now - STEP_STARTED))" "$((now - STEPS_STARTED))"
+  STEP_NAME="$*" STEP_STARTED=$now
+  printf '\n==> %s\n' "$*"
+}
 
 local_stack() {
   local root

@@ -20,7 +20,7 @@
 //! (`log.rs`); one that is not done stops the lane as soon as it is known.
 //!
 //! **A lane waits holding nothing.** When the message at its head must wait
-//! (for another worker's live lease on its key, `waiting.rs`, or for the
+//! (for another worker's live lease on its key, `judge/waiting.rs`, or for the
 //! first copy of its key elsewhere in the container, `coalesce.rs`), the
 //! lane first records what it has under way and gives back every claim it
 //! made ahead (released together; the messages keep their place and are
@@ -42,10 +42,10 @@ use super::ahead::Ahead;
 use super::batched::WriteAnswer;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::{Footprint, Limits};
+use super::judge::{Found, Judged, LeaseWait, NOT_FROM_A_CLAIM};
 use super::lock_free::{Group, Planned};
 use super::log::{LaneLog, Ticket};
-use super::record::{Judged, Ran};
-use super::waiting::LeaseWait;
+use super::record::Ran;
 use super::{Batch, Engine, FencingToken, Message, Outcome, RecordHandler, RecordOutcome, Work};
 
 /// The longest a direct completion waits in the lane's buffer for
@@ -309,7 +309,7 @@ where
         let deadline = batch.guard.deadline();
         let claim = ahead.answer(work, &self.store, batch).await;
         let mut waiting = LeaseWait::default();
-        match self.judge_claim(&work.key, claim, deadline, &mut waiting) {
+        match self.judge(&work.key, Found::of_claim(claim), deadline, &mut waiting) {
             Judged::Lease(lease) => Ok(lease),
             Judged::Settled(outcome) => Err(outcome),
             Judged::WaitAndRetry(wait) => {
@@ -320,6 +320,7 @@ where
                 self.claim(work, deadline, &batch.leases, &mut waiting)
                     .await
             }
+            Judged::Absent | Judged::TakeOver => unreachable!("{NOT_FROM_A_CLAIM}"),
         }
     }
 

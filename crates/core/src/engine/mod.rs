@@ -17,6 +17,10 @@
 //!   the groups of lanes ready at once together (`combine.rs`), the
 //!   increments of one item merged into one update.
 //!
+//! What the store answered about a key (a claim's answer, or the item a
+//! lock-free write found in its way) is judged in one place for both paths
+//! (`judge.rs`): a lease, an outcome, or a wait for another worker's lease.
+//!
 //! On both paths, two commits touching a common item are never in flight at
 //! the same time (`footprint.rs`): the function never conflicts with
 //! itself.
@@ -26,11 +30,13 @@ mod batched;
 mod cache;
 mod coalesce;
 mod combine;
+mod commit;
 mod deadline;
 pub(crate) mod deliver;
 mod footprint;
 mod gather;
 mod handler;
+mod judge;
 mod lane;
 mod lease;
 mod lock_free;
@@ -41,7 +47,6 @@ mod record;
 mod resend;
 pub(crate) mod send;
 mod sizing;
-mod waiting;
 mod window;
 
 use std::collections::HashMap;

@@ -6,22 +6,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::Instrument as _;
 
 use crate::clock::duration_ms;
 use crate::store::outbox::{Message, Pending};
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store, StoreError, StoredItem};
+use crate::store::{ClaimRequest, Lease, Store, StoreError};
 
 use super::cache::Completed;
 use super::deadline::Deadline;
 use super::footprint::Footprint;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::judge::{Found, Judged, LeaseWait, NOT_FROM_A_CLAIM};
 use super::lease::{Held, Leases, hold};
 use super::resend::resending;
-use super::waiting::LeaseWait;
 use super::{Completion, Engine, Outcome, Work};
 
 /// What running a claimed message's business logic came to.
@@ -31,17 +29,6 @@ pub(super) enum Ran<E> {
     /// It ended otherwise, already settled (a failure recorded, the lock
     /// lost, the work cut and the key released).
     Settled(Outcome),
-}
-
-/// What a claim's answer means for its message.
-pub(super) enum Judged {
-    /// The lease to do its work.
-    Lease(Lease),
-    /// The outcome that makes the work unnecessary or impossible now.
-    Settled(Outcome),
-    /// Another worker's lease ends while records may still start: claim
-    /// again after this long.
-    WaitAndRetry(Duration),
 }
 
 /// The handler's work for one record, boxed (see [`Engine::handling`]).
@@ -131,71 +118,16 @@ where
                 self.store.claim(request).await
             })
             .await;
-            match self.judge_claim(&work.key, claim, deadline, waiting) {
+            match self.judge(&work.key, Found::of_claim(claim), deadline, waiting) {
                 Judged::Lease(lease) => {
                     leases.hold(&lease);
                     return Ok(lease);
                 }
                 Judged::Settled(outcome) => return Err(outcome),
                 Judged::WaitAndRetry(wait) => tokio::time::sleep(wait).await,
+                Judged::Absent | Judged::TakeOver => unreachable!("{NOT_FROM_A_CLAIM}"),
             }
         }
-    }
-
-    /// What the answer to a claim of `key` means; a live lease elsewhere is
-    /// waited for as `waiting` allows.
-    pub(super) fn judge_claim(
-        &self,
-        key: &str,
-        claim: Result<ClaimOutcome, StoreError>,
-        deadline: Deadline,
-        waiting: &mut LeaseWait,
-    ) -> Judged {
-        let outcome = match claim {
-            Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) => {
-                return Judged::Lease(lease);
-            }
-            Ok(ClaimOutcome::Duplicate(item)) => {
-                let (result, unsent) = self.found_completed(key, &item);
-                Outcome::Duplicate { result, unsent }
-            }
-            Ok(ClaimOutcome::InProgress(item)) => match self.lease_wait(&item, deadline, waiting) {
-                Some(wait) => return Judged::WaitAndRetry(wait),
-                None => Outcome::InProgress,
-            },
-            Ok(ClaimOutcome::PayloadMismatch(_)) => Outcome::PayloadMismatch,
-            Ok(ClaimOutcome::OtherScope(item)) => self.other_scope(item),
-            Ok(ClaimOutcome::PreviouslyFailed(item)) => {
-                Outcome::PreviouslyFailed { error: item.error }
-            }
-            Err(err) => store_failure(err),
-        };
-        Judged::Settled(outcome)
-    }
-
-    /// A key another scope holds: refused, naming both scopes.
-    pub(super) fn other_scope(&self, item: StoredItem) -> Outcome {
-        Outcome::OtherScope {
-            theirs: item.scope.unwrap_or_default(),
-            ours: self.store.config().scope.clone(),
-        }
-    }
-
-    /// How long to wait before looking again at a key another worker holds
-    /// under a live lease (`item`), as `waiting` allows (see `waiting.rs`):
-    /// a crashed container's key is then taken over here, a finished one is
-    /// a duplicate, instead of the record being reported (and redelivered
-    /// at once, again and again, until the event source mapping's retries
-    /// run out and it lands in the on-failure destination although nothing
-    /// is wrong with it). `None`: report it in progress.
-    pub(super) fn lease_wait(
-        &self,
-        item: &StoredItem,
-        deadline: Deadline,
-        waiting: &mut LeaseWait,
-    ) -> Option<Duration> {
-        let lock_timeout = self.store.config().lock_timeout;
-        waiting.next(item, self.store.now_ms(), lock_timeout, deadline)
     }
 
     /// Runs the business logic under `lease` and records its outcome, one
@@ -341,21 +273,6 @@ where
             result,
             unsent,
         }
-    }
-
-    /// A COMPLETED `item` found for `key`: its result, and the messages
-    /// still in its outbox; remembered in the cache when there are none.
-    pub(super) fn found_completed(
-        &self,
-        key: &str,
-        item: &StoredItem,
-    ) -> (Option<Arc<str>>, Option<Box<Pending>>) {
-        let completed = Completed::new(&item.payload_hash, item.result.as_deref());
-        let result = completed.result.clone();
-        if item.outbox.is_none() {
-            self.cache.insert(key, completed, item.expires_at_s);
-        }
-        (result, Pending::of_item(item).map(Box::new))
     }
 
     /// A lease claimed ahead has waited for its turn, renewed by the

@@ -5,12 +5,12 @@
 //! distinct items share one transaction ("group commit"): all or nothing,
 //! which gives the same state as committing them one after another. When a
 //! shared transaction is refused, the messages before the refused one commit
-//! again together and the refused one alone, which says what it was. Groups
-//! of several lanes ready at once may share a transaction too (`combine.rs`).
+//! again together and the refused one alone, which says what it was
+//! (`commit/`). Groups of several lanes ready at once may share a
+//! transaction too (`combine.rs`).
 //!
 //! [`CommitPath::LockFree`]: super::CommitPath::LockFree
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use crate::store::outbox::Pending;
 
 use crate::store::{
-    ClaimRequest, Commit, CommitOutcome, Conditional, Standing, Status, Store, StoreError,
-    StoredItem, increment,
+    ClaimRequest, Commit, CommitOutcome, Conditional, Status, Store, StoreError, StoredItem,
+    increment,
 };
 
 mod group;
@@ -31,11 +31,11 @@ use super::cache::Completed;
 use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
 use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
+use super::judge::{Found, Judged, LeaseWait, NOT_FROM_AN_ITEM};
 use super::log::{LaneLog, Ticket};
 use super::record::store_failure;
-use super::resend::{self, resending};
+use super::resend::resending;
 use super::sizing::Answer;
-use super::waiting::LeaseWait;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
@@ -227,137 +227,6 @@ where
         }
     }
 
-    /// Commits a group's messages in order: together while they can, the
-    /// one a shared transaction refused alone. Records their outcomes. (The
-    /// locking path's groups too: their items completed under their
-    /// leases.)
-    pub(super) async fn commit_group(
-        &self,
-        group: Group<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) {
-        if !group.members.is_empty()
-            && batch.combiner.accepts(group.members.len())
-            && log.stop_before_commit(batch).is_none()
-        {
-            let commits = group.members.iter().map(new_commit).collect();
-            if let Some(expires_at_s) = batch.combiner.commit(commits, group.footprint).await {
-                for planned in group.members {
-                    self.committed(planned, expires_at_s, log, batch);
-                }
-                return;
-            }
-        }
-        let mut members: VecDeque<Planned<H::Record, S::Effect>> = group.members.into();
-        // The sizes of the next chunks, when a refusal planned them; with
-        // none planned, all the members left commit together.
-        let mut plan: VecDeque<usize> = VecDeque::new();
-        // A group whose commit met an overloaded store is sent again, in
-        // halves (see below).
-        let mut resent = 0;
-        let deadline = batch.guard.deadline();
-        while !members.is_empty() {
-            if let Some(reason) = log.stop_before_commit(batch) {
-                for planned in members.drain(..) {
-                    let outcome = self.abandoned(&planned, reason, batch).await;
-                    log.resolve(planned.ticket, outcome, planned.started, batch);
-                }
-                return;
-            }
-            let take = plan
-                .pop_front()
-                .unwrap_or(members.len())
-                .clamp(1, members.len());
-            let mut chunk: Vec<Planned<H::Record, S::Effect>> = members.drain(..take).collect();
-            if chunk.len() == 1
-                && let Some(planned) = chunk.pop()
-            {
-                // Alone, the commit says exactly what became of it.
-                let (started, ticket) = (planned.started, planned.ticket);
-                let outcome = self.commit_alone(planned, batch).await;
-                log.resolve(ticket, outcome, started, batch);
-                continue;
-            }
-            let result = {
-                let _hold = self.items.hold(chunk.iter().map(|p| &p.footprint)).await;
-                self.commit_sized(chunk.iter().map(new_commit).collect())
-                    .await
-            };
-            match result {
-                Ok(CommitOutcome::Committed { expires_at_s, .. }) => {
-                    for planned in chunk {
-                        self.committed(planned, expires_at_s, log, batch);
-                    }
-                }
-                // Nothing was written. The ones before the refused message
-                // commit together again, then the refused one alone.
-                Ok(
-                    CommitOutcome::KeyTaken { index, .. }
-                    | CommitOutcome::EffectRefused { index, .. },
-                ) => {
-                    plan = [index, 1].into_iter().filter(|&n| n > 0).collect();
-                    requeue(&mut members, chunk);
-                }
-                // A merged increment overdraws: the messages before the
-                // first that would be refused alone commit together, then
-                // that one alone (without the numbers found: the first).
-                Ok(CommitOutcome::IncrementRefused { item, current }) => {
-                    let refused = current.and_then(|current| first_refused(&chunk, &item, current));
-                    plan = [refused.unwrap_or(0), 1]
-                        .into_iter()
-                        .filter(|&n| n > 0)
-                        .collect();
-                    requeue(&mut members, chunk);
-                }
-                // E.g. the request grew too large: the first alone, then
-                // the rest together again.
-                Err(StoreError::Rejected { .. }) => {
-                    plan = VecDeque::from([1]);
-                    requeue(&mut members, chunk);
-                }
-                // Timed out, throttled, unreachable: the store may or may not
-                // have applied it. Sending it again cannot apply an effect
-                // twice: a commit that was applied is refused as a whole (its
-                // keys are taken, its fences moved on) and each of its
-                // messages then finds its own write (a new key's item under
-                // its owner, a held key's completed at its version and
-                // owner). In halves, after a pause (`resend.rs`): an
-                // overloaded store (a burst of big transactions queued past
-                // the client's timeout) has had the time to drain; a store
-                // that fails every send fails closed.
-                Err(err) if err.is_retryable() && chunk.len() > 1 => {
-                    let Some(pause) = resend::pause(resent, &deadline) else {
-                        let outcome = self.unsettled(&chunk[0], store_failure(err), batch);
-                        let first = chunk.remove(0);
-                        log.resolve(first.ticket, outcome, first.started, batch);
-                        requeue(&mut members, chunk);
-                        continue;
-                    };
-                    tracing::warn!(
-                        records = chunk.len(),
-                        error = %err,
-                        resend = resent + 1,
-                        "group commit failed: sent again in halves"
-                    );
-                    tokio::time::sleep(pause).await;
-                    resent += 1;
-                    let half = chunk.len() / 2;
-                    plan = VecDeque::from([half, chunk.len() - half]);
-                    requeue(&mut members, chunk);
-                }
-                Err(err) => {
-                    let mut chunk = chunk.into_iter();
-                    if let Some(first) = chunk.next() {
-                        let outcome = self.unsettled(&first, store_failure(err), batch);
-                        log.resolve(first.ticket, outcome, first.started, batch);
-                    }
-                    requeue(&mut members, chunk.collect());
-                }
-            }
-        }
-    }
-
     /// What a transaction may hold now: the sizer's records, the store's
     /// actions and bytes.
     fn limits(&self) -> Limits {
@@ -366,7 +235,7 @@ where
 
     /// One transaction group, sent when the window has room for it (and a
     /// permit is free), its answer told to the sizer and the window.
-    async fn commit_sized(
+    pub(super) async fn commit_sized(
         &self,
         commits: Vec<Commit<S::Effect>>,
     ) -> Result<CommitOutcome, StoreError> {
@@ -382,7 +251,7 @@ where
     }
 
     /// Records a message committed with others.
-    fn committed(
+    pub(super) fn committed(
         &self,
         planned: Planned<H::Record, S::Effect>,
         expires_at_s: u64,
@@ -427,7 +296,7 @@ where
     }
 
     /// A message whose commit failed with `outcome`, its lease let go.
-    fn unsettled(
+    pub(super) fn unsettled(
         &self,
         planned: &Planned<H::Record, S::Effect>,
         outcome: Outcome,
@@ -441,7 +310,7 @@ where
     /// A planned message that will not be committed (the lane stopped): a
     /// held key is released at once, so that its redelivery need not wait
     /// for its lease to end.
-    async fn abandoned(
+    pub(super) async fn abandoned(
         &self,
         planned: &Planned<H::Record, S::Effect>,
         reason: StopReason,
@@ -456,7 +325,7 @@ where
 
     /// Commits one message and says exactly what became of it (a duplicate
     /// handed to the handler's `on_duplicate`).
-    async fn commit_alone(
+    pub(super) async fn commit_alone(
         &self,
         planned: Planned<H::Record, S::Effect>,
         batch: &Batch<S>,
@@ -588,10 +457,10 @@ where
     }
 
     /// What the item found under a message's key (written or not by this
-    /// very attempt, under `owner`) means for it, or why to try again: the
-    /// item expired, or a live lease was waited for (as `waiting` allows).
-    /// An abandoned lock of the locking path is taken over by the locking
-    /// path.
+    /// very attempt, under `owner`) means for it (`judge.rs`), or why to
+    /// try again: the item expired, or a live lease was waited for (as
+    /// `waiting` allows). An abandoned lock of the locking path is taken
+    /// over by the locking path.
     async fn found(
         &self,
         work: &Work<H::Record>,
@@ -600,51 +469,19 @@ where
         waiting: &mut LeaseWait,
         batch: &Batch<S>,
     ) -> Result<Outcome, Again> {
-        let Some(item) = item else {
-            return Err(Again::Expired);
-        };
-        let item = *item;
-        let now = self.store.now_ms();
-        Ok(
-            match item.standing(self.store.config(), &work.payload_hash, owner, now) {
-                Standing::Expired => return Err(Again::Expired),
-                // This attempt's own write, made by a send whose answer was
-                // lost or late.
-                Standing::Ours => match item.status {
-                    Status::Completed => {
-                        let (result, unsent) = self.found_completed(&work.key, &item);
-                        Outcome::Processed {
-                            version: item.version,
-                            result,
-                            unsent,
-                        }
-                    }
-                    Status::Failed => Outcome::Failed {
-                        error: item.error.unwrap_or_default(),
-                    },
-                    // A lock-free attempt writes no STARTED item.
-                    Status::Started => Outcome::InProgress,
-                },
-                Standing::OtherScope => self.other_scope(item),
-                Standing::OtherPayload => Outcome::PayloadMismatch,
-                Standing::Completed => {
-                    let (result, unsent) = self.found_completed(&work.key, &item);
-                    Outcome::Duplicate { result, unsent }
-                }
-                Standing::Failed => Outcome::PreviouslyFailed { error: item.error },
-                Standing::Locked => match self.lease_wait(&item, batch.guard.deadline(), waiting) {
-                    Some(wait) => {
-                        tokio::time::sleep(wait).await;
-                        return Err(Again::Waited);
-                    }
-                    None => Outcome::InProgress,
-                },
-                Standing::Abandoned => {
-                    self.claim_and_run(work, batch.guard.deadline(), &batch.leases)
-                        .await
-                }
-            },
-        )
+        let found = Found::of_item(item, &self.store, &work.payload_hash, owner);
+        match self.judge(&work.key, found, batch.guard.deadline(), waiting) {
+            Judged::Settled(outcome) => Ok(outcome),
+            Judged::Absent => Err(Again::Expired),
+            Judged::WaitAndRetry(wait) => {
+                tokio::time::sleep(wait).await;
+                Err(Again::Waited)
+            }
+            Judged::TakeOver => Ok(self
+                .claim_and_run(work, batch.guard.deadline(), &batch.leases)
+                .await),
+            Judged::Lease(_) => unreachable!("{NOT_FROM_AN_ITEM}"),
+        }
     }
 }
 
@@ -668,7 +505,8 @@ fn request<R>(work: &Work<R>) -> ClaimRequest<'_> {
     }
 }
 
-fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> Commit<E> {
+/// The commit of `planned`'s key with its effect.
+pub(super) fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> Commit<E> {
     let work = &planned.work;
     Commit {
         key: work.key.clone(),
@@ -679,27 +517,6 @@ fn new_commit<R, E: Clone>(planned: &Planned<R, E>) -> Commit<E> {
         effects: planned.completion.effects(),
         held: planned.held.clone(),
     }
-}
-
-/// Which message of `chunk`, applied alone after the ones before it, a
-/// floor of `item` refuses, starting from the numbers `current`; `None` if
-/// none would be (the numbers changed since).
-fn first_refused<R, E>(
-    chunk: &[Planned<R, E>],
-    item: &str,
-    mut current: HashMap<String, i128>,
-) -> Option<usize> {
-    chunk.iter().position(|planned| {
-        let mut after = current.clone();
-        let accepted = planned
-            .completion
-            .increments
-            .iter()
-            .filter(|increment| increment.item() == item)
-            .all(|increment| increment.apply(&mut after));
-        current = after;
-        !accepted
-    })
 }
 
 /// The error of a single message's refused effect: a write's condition, or
@@ -721,13 +538,6 @@ fn effect_refused<E>(completion: &Completion<E>, refused: CommitOutcome) -> Stor
             operation: "commit",
             message: format!("not a refused effect: {other:?}"),
         },
-    }
-}
-
-/// Puts `chunk` back in front of `members`, in order.
-fn requeue<R, E>(members: &mut VecDeque<Planned<R, E>>, chunk: Vec<Planned<R, E>>) {
-    for planned in chunk.into_iter().rev() {
-        members.push_front(planned);
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::clock::now_ms;
 use crate::store::StoredItem;
 
-use super::deadline::Deadline;
+use crate::engine::deadline::Deadline;
 
 /// The first look again comes this soon.
 const FIRST_LOOK: Duration = Duration::from_millis(10);
@@ -32,7 +32,7 @@ pub const MAX_LOOK: Duration = Duration::from_millis(500);
 
 /// One message's wait for the live leases it finds on its key.
 #[derive(Debug, Default)]
-pub(super) struct LeaseWait {
+pub(in crate::engine) struct LeaseWait {
     /// When the wait gives up (store clock, epoch ms), from the first look.
     until_ms: Option<u64>,
     /// Looks so far.
