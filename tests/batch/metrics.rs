@@ -296,7 +296,8 @@ async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
         store.release(&lease).await.expect("release");
     }
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let scheduled = serde_json::from_str(include_str!("../../events/scheduled.json")).expect("JSON");
+    let scheduled =
+        serde_json::from_str(include_str!("../../events/scheduled.json")).expect("JSON");
     let response = function
         .handle(invocation(scheduled))
         .await

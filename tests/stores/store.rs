@@ -2,9 +2,9 @@
 //! (`exactly_once::store::conformance`), and what only DynamoDB has (its attribute names,
 //! its errors).
 
+use crate::support;
 use exactly_once::store::conformance;
 use exactly_once::store::{conformance_suite, operator_conformance_suite};
-use crate::support;
 
 use std::time::Duration;
 

@@ -2,9 +2,9 @@
 //! the conformance suite (`exactly_once::store::conformance`), and what only PostgreSQL
 //! has (its columns, its schema, expired rows, its errors).
 
+use crate::support;
 use exactly_once::store::conformance;
 use exactly_once::store::{conformance_suite, operator_conformance_suite};
-use crate::support;
 
 use std::time::Duration;
 

@@ -2,10 +2,10 @@
 //! the conformance suite (`exactly_once::store::conformance`), and what only Redis has
 //! (its hash fields, its own expiry, its errors).
 
+use crate::support;
 use exactly_once::store::Operator as _;
 use exactly_once::store::conformance;
 use exactly_once::store::{conformance_suite, operator_conformance_suite};
-use crate::support;
 
 use std::time::Duration;
 

@@ -28,20 +28,20 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use container::{ClockSkew, Containers};
 use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::PoisonPolicy;
 use exactly_once::lambda::dead_letter::DeadLetterQueue;
-use ledger::LedgerMode;
-use container::{ClockSkew, Containers};
 use invariants::{check, final_items};
+use ledger::LedgerMode;
 use mapping::Mapping;
 use schedule::Schedule;
 use slow::Slowness;
-use writes::WriteLog;
 use support::faults::{Fault, Faults};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use writes::WriteLog;
 
 /// A schedule that takes longer than this has not converged.
 const SCHEDULE_LIMIT: Duration = Duration::from_secs(120);

@@ -21,7 +21,7 @@ use crate::store::{ClaimOutcome, Lease, Standing, Status, Store, StoreError, Sto
 use super::cache::Completed;
 use super::deadline::Deadline;
 use super::handler::RecordHandler;
-use super::record::store_failure;
+use super::outcome::store_failure;
 use super::{Engine, Outcome};
 
 mod waiting;

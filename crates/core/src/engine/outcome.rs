@@ -242,3 +242,12 @@ impl Outcome {
         }
     }
 }
+
+/// The outcome of a record whose store request failed: its lease lost, or
+/// the store's error (retryable or not) as it came.
+pub(super) fn store_failure(err: StoreError) -> Outcome {
+    match err {
+        StoreError::LockLost { .. } => Outcome::LockLost,
+        err => Outcome::StoreFailed(err),
+    }
+}

@@ -19,6 +19,7 @@ use super::footprint::Footprint;
 use super::handler::{ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::judge::{Found, Judged, LeaseWait, NOT_FROM_A_CLAIM};
 use super::lease::{Held, Leases, hold};
+use super::outcome::store_failure;
 use super::resend::resending;
 use super::{Completion, Engine, Outcome, Work};
 
@@ -340,12 +341,5 @@ pub(super) fn unrecorded(err: StoreError, direct: bool) -> Outcome {
         Outcome::Unrecorded(err)
     } else {
         store_failure(err)
-    }
-}
-
-pub(super) fn store_failure(err: StoreError) -> Outcome {
-    match err {
-        StoreError::LockLost { .. } => Outcome::LockLost,
-        err => Outcome::StoreFailed(err),
     }
 }

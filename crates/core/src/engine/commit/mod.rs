@@ -16,7 +16,7 @@ use crate::store::{Store, StoreError};
 use super::handler::RecordHandler;
 use super::lock_free::{Group, Planned, new_commit};
 use super::log::LaneLog;
-use super::record::store_failure;
+use super::outcome::store_failure;
 use super::resend;
 use super::{Batch, Engine, StopReason};
 

@@ -33,7 +33,7 @@ use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::judge::{Found, Judged, LeaseWait, NOT_FROM_AN_ITEM};
 use super::log::{LaneLog, Ticket};
-use super::record::store_failure;
+use super::outcome::store_failure;
 use super::resend::resending;
 use super::sizing::Answer;
 use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
