@@ -24,7 +24,8 @@
 #      answers its sample event with no record reported: a variable its
 #      Cargo.toml has no feature for would stop it at start;
 #   6. (kafka only) `sam build` with cargo-lambda builds it, nested pieces
-#      and all (x86_64: arm64 needs a toolchain download).
+#      and all (x86_64, debug: arm64 needs a toolchain download, and the
+#      release build is infra/check-artifact.sh's).
 # Needs the tools, DynamoDB Local and moto's SQS (run it from
 # infra/test.sh, or after `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
@@ -116,8 +117,12 @@ PY
     || { tail -n 30 "$work/$source.log" >&2; exit 1; }
 
   if [[ $source == kafka ]]; then
-    echo "template ($source): sam build (x86_64), the pieces of sam/ with it"
-    (cd "$project" && CARGO_LAMBDA_COMPILER=cargo CARGO_TARGET_DIR="$root/target" \
+    # SAM_BUILD_MODE=debug: `cargo lambda build` without --release (what is
+    # checked is that sam build builds the function and its nested pieces;
+    # the release build of a function is infra/check-artifact.sh's), on the
+    # dependencies the steps above built.
+    echo "template ($source): sam build (x86_64, debug), the pieces of sam/ with it"
+    (cd "$project" && SAM_BUILD_MODE=debug CARGO_LAMBDA_COMPILER=cargo CARGO_TARGET_DIR="$root/target" \
       sam build --parameter-overrides Architecture=x86_64 >&2)
     [[ -x "$project/.aws-sam/build/Function/bootstrap" ]] \
       || { echo "template: sam build made no bootstrap" >&2; exit 1; }

@@ -34,15 +34,16 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc --workspace --no-deps (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
-# Each library crate again alone, with its default features, as a user's
-# `cargo doc` builds it: a link to a module of a feature left out warns
-# only there. (The doctests, the manual's snippets among them, run in
-# `cargo test --workspace` below.)
-step "cargo doc per library crate, default features (warnings are errors)"
-for crate in exactly-once exactly-once-core exactly-once-dynamodb exactly-once-postgres \
-  exactly-once-redis exactly-once-lambda; do
-  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p "$crate"
-done
+# Each library crate again with its default features, as a user's `cargo
+# doc` builds it: a link to a module of a feature left out warns only there.
+# One command for the six: none of them turns on a feature of another (the
+# facade's default `dynamodb` asks for no feature of the edge or the core),
+# so each is documented with exactly its own defaults, and the
+# dependencies are checked once. (The doctests, the manual's snippets among
+# them, run in `cargo test --doc` below.)
+step "cargo doc of the library crates, default features (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p exactly-once -p exactly-once-core \
+  -p exactly-once-dynamodb -p exactly-once-postgres -p exactly-once-redis -p exactly-once-lambda
 
 step "cargo features (infra/check-features.sh)"
 infra/check-features.sh
@@ -89,6 +90,17 @@ TEST_STORE=redis infra/test-area.sh processes "$storms"
 step "kill storms on a Redis Cluster"
 TEST_STORE=redis-cluster infra/test-area.sh processes 'kill::.*(lock_free|transactional)_mode'
 
+# The deploy artifact: sam build of the template (x86_64, a cold release
+# build), the zip's size, and the binary answering through a Lambda Runtime
+# API stand-in, spans exported. It runs in the background from here on:
+# the steps below are mostly one process at a time (Python, Node, debug
+# builds of small crates whose dependencies are built), and the release
+# build fills the core they leave. Its output comes at the end.
+step "deploy artifact (infra/check-artifact.sh), started in the background"
+artifact_log="$(mktemp)"
+infra/check-artifact.sh >"$artifact_log" 2>&1 &
+artifact=$!
+
 step "the README's quick start, outside the repository (infra/quickstart.sh)"
 infra/quickstart.sh
 
@@ -110,10 +122,12 @@ step "the CloudFormation evaluator's checks (infra/test_cfn_eval.py)"
 step "the CDK construct (infra/cdk-check.sh)"
 infra/cdk-check.sh
 
-# sam build of the template (x86_64), the zip's size, and the binary
-# answering through a Lambda Runtime API stand-in, spans exported.
-step "deploy artifact (infra/check-artifact.sh)"
-infra/check-artifact.sh
+step "deploy artifact (infra/check-artifact.sh): its output"
+status=0
+wait "$artifact" || status=$?
+cat "$artifact_log"
+rm -f "$artifact_log"
+[[ $status == 0 ]] || { echo "deploy artifact: infra/check-artifact.sh failed ($status)" >&2; exit 1; }
 
 printf 'disk: %s free at the end, target/ took %s\n' "$(disk_left | tr -d ' ')" \
   "$(du -sh "${CARGO_TARGET_DIR:-$root/target}" | cut -f1)"
