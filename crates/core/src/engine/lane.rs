@@ -29,6 +29,12 @@
 //! leases by heartbeat, until their deadlines: release before wait breaks
 //! the "hold and wait" that such a circle needs, across containers as
 //! within one.
+//!
+//! A message's walk reads top to bottom below: its turn, its claim made
+//! ahead judged (`judge.rs`), its work run under the lease (`record.rs`),
+//! its outcome settled, or its completion grouped or buffered, handed in and
+//! answered. A message waiting for its key is claimed again alone
+//! (`alone.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -224,32 +230,6 @@ where
         }
     }
 
-    /// Before the lane waits: gives back every claim it made ahead, so that
-    /// it holds nothing another worker may be waiting for (the leases are
-    /// released together; the messages keep their place, and their claims
-    /// are taken back when the lane goes on, see `ahead.rs`).
-    async fn give_back(&mut self) {
-        if !gives_back_while_waiting() {
-            return;
-        }
-        let mut released = Vec::new();
-        for (work, step) in std::mem::take(&mut self.lane.prepared) {
-            let step = match step {
-                Step::Claiming(ahead, first_copy) => {
-                    let (ahead, lease) = ahead.give_back(self.batch).await;
-                    if let Some(lease) = lease {
-                        let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
-                        released.push((lease, origin));
-                    }
-                    Step::Claiming(ahead, first_copy)
-                }
-                step => step,
-            };
-            self.lane.prepared.push_back((work, step));
-        }
-        self.release_together(released).await;
-    }
-
     /// The message's turn: its work runs (or its first copy's outcome
     /// counts); a duplicate goes to the handler's `on_duplicate`.
     async fn turn(&mut self, work: Option<Work<H::Record>>, step: Step, ticket: Ticket) {
@@ -291,19 +271,6 @@ where
             (_, None) => Outcome::NotStarted(super::StopReason::EarlierRecordUnfinished),
         };
         self.settle(ticket, outcome, started).await;
-    }
-
-    /// Records the outcome of the message at `ticket`. One that stops the
-    /// lane first lets the messages before it in the group commit: they
-    /// finished before it.
-    async fn settle(&mut self, ticket: Ticket, outcome: Outcome, started: Instant) {
-        if !outcome.is_done(self.batch.parking) && !self.lane.group.members.is_empty() {
-            let group = std::mem::take(&mut self.lane.group);
-            self.engine
-                .commit_group(group, &mut self.log, self.batch)
-                .await;
-        }
-        self.log.resolve(ticket, outcome, started, self.batch);
     }
 
     /// The lease of a message's claim made ahead, or the outcome that makes
@@ -394,6 +361,19 @@ where
         }
     }
 
+    /// Records the outcome of the message at `ticket`. One that stops the
+    /// lane first lets the messages before it in the group commit: they
+    /// finished before it.
+    async fn settle(&mut self, ticket: Ticket, outcome: Outcome, started: Instant) {
+        if !outcome.is_done(self.batch.parking) && !self.lane.group.members.is_empty() {
+            let group = std::mem::take(&mut self.lane.group);
+            self.engine
+                .commit_group(group, &mut self.log, self.batch)
+                .await;
+        }
+        self.log.resolve(ticket, outcome, started, self.batch);
+    }
+
     /// How many fenced writes share a request now.
     fn batch_size(&self) -> usize {
         self.engine.batch_sizer.limit().min(S::MAX_BATCH).max(1)
@@ -467,6 +447,32 @@ where
             .await;
         self.hand_in();
         self.answered(true).await;
+    }
+
+    /// Before the lane waits: gives back every claim it made ahead, so that
+    /// it holds nothing another worker may be waiting for (the leases are
+    /// released together; the messages keep their place, and their claims
+    /// are taken back when the lane goes on, see `ahead.rs`).
+    async fn give_back(&mut self) {
+        if !gives_back_while_waiting() {
+            return;
+        }
+        let mut released = Vec::new();
+        for (work, step) in std::mem::take(&mut self.lane.prepared) {
+            let step = match step {
+                Step::Claiming(ahead, first_copy) => {
+                    let (ahead, lease) = ahead.give_back(self.batch).await;
+                    if let Some(lease) = lease {
+                        let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
+                        released.push((lease, origin));
+                    }
+                    Step::Claiming(ahead, first_copy)
+                }
+                step => step,
+            };
+            self.lane.prepared.push_back((work, step));
+        }
+        self.release_together(released).await;
     }
 
     /// The lane stopped: the messages prepared will not run. Their claims
