@@ -29,6 +29,12 @@
 //! leases by heartbeat, until their deadlines: release before wait breaks
 //! the "hold and wait" that such a circle needs, across containers as
 //! within one.
+//!
+//! A message's walk reads top to bottom below: its turn, its claim made
+//! ahead judged (`judge.rs`), its work run under the lease (`record.rs`),
+//! its outcome settled, or its completion grouped or buffered, handed in and
+//! answered. A message waiting for its key is claimed again alone
+//! (`alone.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -104,6 +110,19 @@ impl<R, E> Default for Lane<R, E> {
     }
 }
 
+/// One lane's run on the locking path: the engine and the batch it runs
+/// in, the lane's log of outcomes, and what the lane has under way.
+struct LaneRun<'a, H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
+    engine: &'a Engine<H, S>,
+    batch: &'a Batch<S>,
+    log: LaneLog,
+    lane: Lane<H::Record, S::Effect>,
+}
+
 impl<H, S> Engine<H, S>
 where
     S: Store,
@@ -115,57 +134,68 @@ where
         messages: Vec<Message<H::Record>>,
         batch: Arc<Batch<S>>,
     ) -> Vec<RecordOutcome> {
-        let mut log = LaneLog::new(messages.len());
+        let run = LaneRun {
+            engine: &self,
+            batch: &batch,
+            log: LaneLog::new(messages.len()),
+            lane: Lane::default(),
+        };
+        run.in_order(messages).await
+    }
+}
+
+impl<H, S> LaneRun<'_, H, S>
+where
+    S: Store,
+    H: RecordHandler<S::Effect>,
+{
+    /// The lane's messages in order, up to the first not finished: one
+    /// outcome each.
+    async fn in_order(mut self, messages: Vec<Message<H::Record>>) -> Vec<RecordOutcome> {
         let mut pending = messages.into_iter();
-        let mut lane = Lane::default();
-        let window = self.config.claim_ahead.max(1);
+        let window = self.engine.config.claim_ahead.max(1);
         loop {
-            self.answered(&mut lane, &mut log, &batch, false).await;
-            if log.stop_reason(&batch).is_some() {
-                self.abandon(&mut lane, &mut log, &batch).await;
+            self.answered(false).await;
+            if self.log.stop_reason(self.batch).is_some() {
+                self.abandon().await;
                 break;
             }
-            if lane.prepared.len() <= window / 2 {
-                let room = window - lane.prepared.len();
-                self.prepare(pending.by_ref().take(room), &mut lane, &batch);
+            if self.lane.prepared.len() <= window / 2 {
+                let room = window - self.lane.prepared.len();
+                self.prepare(pending.by_ref().take(room));
             }
             // The store not answering: no new work until the lane's own
             // requests are answered (or failed, which stops it).
-            if batch.batched.unanswered() {
-                self.record_all(&mut lane, &mut log, &batch).await;
-                batch.batched.answered().await;
+            if self.batch.batched.unanswered() {
+                self.record_all().await;
+                self.batch.batched.answered().await;
                 continue;
             }
-            self.take_back(&mut lane, &batch);
-            let Some((work, step)) = lane.prepared.pop_front() else {
+            self.take_back();
+            let Some((work, step)) = self.lane.prepared.pop_front() else {
                 break;
             };
-            let ticket = log.reserve();
-            self.turn(work, step, ticket, &mut lane, &mut log, &batch)
-                .await;
+            let ticket = self.log.reserve();
+            self.turn(work, step, ticket).await;
         }
-        self.record_all(&mut lane, &mut log, &batch).await;
-        log.finish(pending)
+        self.record_all().await;
+        self.log.finish(pending)
     }
 
     /// Settles what can be settled without a claim, and hands in the claims
     /// of the others (together: nothing yields between them).
-    fn prepare(
-        &self,
-        messages: impl Iterator<Item = Message<H::Record>>,
-        lane: &mut Lane<H::Record, S::Effect>,
-        batch: &Batch<S>,
-    ) {
+    fn prepare(&mut self, messages: impl Iterator<Item = Message<H::Record>>) {
+        let batch = self.batch;
         for message in messages {
             let work = match message {
                 Ok(work) => work,
                 Err(reason) => {
                     let invalid = Step::Done(Outcome::Invalid { reason });
-                    lane.prepared.push_back((None, invalid));
+                    self.lane.prepared.push_back((None, invalid));
                     continue;
                 }
             };
-            let step = if let Some(result) = self.known_duplicate(&work, batch) {
+            let step = if let Some(result) = self.engine.known_duplicate(&work, batch) {
                 Step::Done(Outcome::known_duplicate(result))
             } else {
                 match batch.in_flight.turn(&work.key) {
@@ -175,149 +205,93 @@ where
                     }
                 }
             };
-            lane.prepared.push_back((Some(work), step));
+            self.lane.prepared.push_back((Some(work), step));
         }
     }
 
     /// Takes back (together) the claims the lane gave back while it waited.
-    fn take_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
+    fn take_back(&mut self) {
         let given_back = |(_, step): &Prepared<H::Record>| match step {
             Step::Claiming(ahead, _) => ahead.is_given_back(),
             _ => false,
         };
-        if !lane.prepared.iter().any(given_back) {
+        if !self.lane.prepared.iter().any(given_back) {
             return;
         }
-        for (work, step) in std::mem::take(&mut lane.prepared) {
+        for (work, step) in std::mem::take(&mut self.lane.prepared) {
             let step = match (step, &work) {
-                (Step::Claiming(ahead, first_copy), Some(work)) => {
-                    Step::Claiming(ahead.take_back(work, &self.store, batch), first_copy)
-                }
+                (Step::Claiming(ahead, first_copy), Some(work)) => Step::Claiming(
+                    ahead.take_back(work, &self.engine.store, self.batch),
+                    first_copy,
+                ),
                 (step, _) => step,
             };
-            lane.prepared.push_back((work, step));
+            self.lane.prepared.push_back((work, step));
         }
-    }
-
-    /// Before the lane waits: gives back every claim it made ahead, so that
-    /// it holds nothing another worker may be waiting for (the leases are
-    /// released together; the messages keep their place, and their claims
-    /// are taken back when the lane goes on, see `ahead.rs`).
-    async fn give_back(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
-        if !gives_back_while_waiting() {
-            return;
-        }
-        let mut released = Vec::new();
-        for (work, step) in std::mem::take(&mut lane.prepared) {
-            let step = match step {
-                Step::Claiming(ahead, first_copy) => {
-                    let (ahead, lease) = ahead.give_back(batch).await;
-                    if let Some(lease) = lease {
-                        let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
-                        released.push((lease, origin));
-                    }
-                    Step::Claiming(ahead, first_copy)
-                }
-                step => step,
-            };
-            lane.prepared.push_back((work, step));
-        }
-        self.release_together(released, batch).await;
     }
 
     /// The message's turn: its work runs (or its first copy's outcome
     /// counts); a duplicate goes to the handler's `on_duplicate`.
-    async fn turn(
-        &self,
-        work: Option<Work<H::Record>>,
-        step: Step,
-        ticket: Ticket,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) {
+    async fn turn(&mut self, work: Option<Work<H::Record>>, step: Step, ticket: Ticket) {
+        let engine = self.engine;
         let started = Instant::now();
-        let deadline = batch.guard.deadline();
+        let deadline = self.batch.guard.deadline();
         let outcome = match (step, work) {
-            (Step::Done(outcome), Some(work)) => self.replayed(&work, outcome).await,
+            (Step::Done(outcome), Some(work)) => engine.replayed(&work, outcome).await,
             (Step::Done(outcome), None) => outcome,
             (Step::Waiting(first), Some(work)) => {
                 // The first copy may be this lane's own, still on its way;
                 // the lane waits holding nothing.
-                self.record_all(lane, log, batch).await;
-                self.give_back(lane, batch).await;
-                let outcome = match coalesce::wait_for_first(first, &work.payload_hash, &deadline)
-                    .await
-                {
-                    Waited::Duplicate(result) => Outcome::known_duplicate(result),
-                    Waited::OnItsOwn => self.claim_and_run(&work, deadline, &batch.leases).await,
-                    Waited::Cut => Outcome::NotStarted(super::StopReason::DeadlineNear),
-                };
-                self.replayed(&work, outcome).await
+                self.record_all().await;
+                self.give_back().await;
+                let outcome =
+                    match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
+                        Waited::Duplicate(result) => Outcome::known_duplicate(result),
+                        Waited::OnItsOwn => {
+                            engine
+                                .claim_and_run(&work, deadline, &self.batch.leases)
+                                .await
+                        }
+                        Waited::Cut => Outcome::NotStarted(super::StopReason::DeadlineNear),
+                    };
+                engine.replayed(&work, outcome).await
             }
             (Step::Claiming(ahead, first_copy), Some(work)) => {
-                match self.run_claim(&work, ahead, lane, log, batch).await {
+                match self.run_claim(&work, ahead).await {
                     Ok(lease) => {
-                        return self
-                            .run(work, lease, first_copy, ticket, started, lane, log, batch)
-                            .await;
+                        return self.run(work, lease, first_copy, ticket, started).await;
                     }
                     Err(outcome) => {
                         first_copy.settle(Settled::new(&work.payload_hash, &outcome));
-                        self.replayed(&work, outcome).await
+                        engine.replayed(&work, outcome).await
                     }
                 }
             }
             // A step other than Done always carries its message.
             (_, None) => Outcome::NotStarted(super::StopReason::EarlierRecordUnfinished),
         };
-        self.settle(ticket, outcome, started, lane, log, batch)
-            .await;
-    }
-
-    /// Records the outcome of the message at `ticket`. One that stops the
-    /// lane first lets the messages before it in the group commit: they
-    /// finished before it.
-    async fn settle(
-        &self,
-        ticket: Ticket,
-        outcome: Outcome,
-        started: Instant,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) {
-        if !outcome.is_done(batch.parking) && !lane.group.members.is_empty() {
-            let group = std::mem::take(&mut lane.group);
-            self.commit_group(group, log, batch).await;
-        }
-        log.resolve(ticket, outcome, started, batch);
+        self.settle(ticket, outcome, started).await;
     }
 
     /// The lease of a message's claim made ahead, or the outcome that makes
     /// its work unnecessary or impossible now. A key held elsewhere whose
     /// lease ends while records may still start is waited for (what the
     /// lane has under way recorded first) and claimed again alone.
-    async fn run_claim(
-        &self,
-        work: &Work<H::Record>,
-        ahead: Ahead,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) -> Result<Lease, Outcome> {
+    async fn run_claim(&mut self, work: &Work<H::Record>, ahead: Ahead) -> Result<Lease, Outcome> {
+        let (engine, batch) = (self.engine, self.batch);
         let deadline = batch.guard.deadline();
-        let claim = ahead.answer(work, &self.store, batch).await;
+        let claim = ahead.answer(work, &engine.store, batch).await;
         let mut waiting = LeaseWait::default();
-        match self.judge(&work.key, Found::of_claim(claim), deadline, &mut waiting) {
+        match engine.judge(&work.key, Found::of_claim(claim), deadline, &mut waiting) {
             Judged::Lease(lease) => Ok(lease),
             Judged::Settled(outcome) => Err(outcome),
             Judged::WaitAndRetry(wait) => {
                 // Waits holding nothing (see the module).
-                self.record_all(lane, log, batch).await;
-                self.give_back(lane, batch).await;
+                self.record_all().await;
+                self.give_back().await;
                 tokio::time::sleep(wait).await;
-                self.claim(work, deadline, &batch.leases, &mut waiting)
+                engine
+                    .claim(work, deadline, &batch.leases, &mut waiting)
                     .await
             }
             Judged::Absent | Judged::TakeOver => unreachable!("{NOT_FROM_A_CLAIM}"),
@@ -326,34 +300,30 @@ where
 
     /// Runs a claimed message's work; its completion joins the buffer or
     /// the group, any other outcome is recorded at once.
-    #[allow(clippy::too_many_arguments)]
     async fn run(
-        &self,
+        &mut self,
         work: Work<H::Record>,
         lease: Lease,
         first_copy: FirstCopy,
         ticket: Ticket,
         started: Instant,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
     ) {
+        let (engine, batch) = (self.engine, self.batch);
         let deadline = batch.guard.deadline();
         let held = lease.clone();
-        let ran = self
+        let ran = engine
             .run_claimed(&work, lease, deadline, &batch.leases)
             .await;
-        lane.last_work = started.elapsed();
+        self.lane.last_work = started.elapsed();
         match ran {
             Ran::Settled(outcome) => {
                 batch.leases.release(&held);
                 first_copy.settle(Settled::new(&work.payload_hash, &outcome));
-                let outcome = self.replayed(&work, outcome).await;
-                self.settle(ticket, outcome, started, lane, log, batch)
-                    .await;
+                let outcome = engine.replayed(&work, outcome).await;
+                self.settle(ticket, outcome, started).await;
             }
             Ran::Completed(completion, lease) if completion.is_bare() => {
-                lane.buffer.push(Direct {
+                self.lane.buffer.push(Direct {
                     ticket,
                     started,
                     work_key: work.key,
@@ -363,10 +333,10 @@ where
                     first_copy,
                     buffered: Instant::now(),
                 });
-                let full = lane.buffer.len() >= self.batch_size();
-                let waited = lane.buffer[0].buffered.elapsed() + lane.last_work;
+                let full = self.lane.buffer.len() >= self.batch_size();
+                let waited = self.lane.buffer[0].buffered.elapsed() + self.lane.last_work;
                 if full || waited >= COMPLETION_LINGER {
-                    self.hand_in(lane, batch);
+                    self.hand_in();
                 }
             }
             Ran::Completed(completion, lease) => {
@@ -380,28 +350,41 @@ where
                     ticket,
                     held: Some(lease),
                 };
-                let limits = Limits::of::<S>(self.sizer.limit());
-                if let Some(refused) = lane.group.add(planned, limits) {
-                    let full = std::mem::take(&mut lane.group);
-                    self.commit_group(full, log, batch).await;
+                let limits = Limits::of::<S>(engine.sizer.limit());
+                if let Some(refused) = self.lane.group.add(planned, limits) {
+                    let full = std::mem::take(&mut self.lane.group);
+                    engine.commit_group(full, &mut self.log, batch).await;
                     // An empty group takes any message.
-                    let _ = lane.group.add(refused, limits);
+                    let _ = self.lane.group.add(refused, limits);
                 }
             }
         }
     }
 
+    /// Records the outcome of the message at `ticket`. One that stops the
+    /// lane first lets the messages before it in the group commit: they
+    /// finished before it.
+    async fn settle(&mut self, ticket: Ticket, outcome: Outcome, started: Instant) {
+        if !outcome.is_done(self.batch.parking) && !self.lane.group.members.is_empty() {
+            let group = std::mem::take(&mut self.lane.group);
+            self.engine
+                .commit_group(group, &mut self.log, self.batch)
+                .await;
+        }
+        self.log.resolve(ticket, outcome, started, self.batch);
+    }
+
     /// How many fenced writes share a request now.
     fn batch_size(&self) -> usize {
-        self.batch_sizer.limit().min(S::MAX_BATCH).max(1)
+        self.engine.batch_sizer.limit().min(S::MAX_BATCH).max(1)
     }
 
     /// Hands in the buffer's completions, each fenced on its lease.
-    fn hand_in(&self, lane: &mut Lane<H::Record, S::Effect>, batch: &Batch<S>) {
-        if lane.buffer.is_empty() {
+    fn hand_in(&mut self) {
+        if self.lane.buffer.is_empty() {
             return;
         }
-        let buffer = std::mem::take(&mut lane.buffer);
+        let buffer = std::mem::take(&mut self.lane.buffer);
         let writes = buffer
             .iter()
             .map(|direct| {
@@ -409,21 +392,16 @@ where
                 (direct.lease.clone(), FencedWrite::Complete { result })
             })
             .collect();
-        let answers = batch.batched.write(writes);
-        lane.sent.extend(buffer.into_iter().zip(answers));
+        let answers = self.batch.batched.write(writes);
+        self.lane.sent.extend(buffer.into_iter().zip(answers));
     }
 
     /// Records the direct completions answered (all of them, waiting for
     /// the answers, when `wait`).
-    async fn answered(
-        &self,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-        wait: bool,
-    ) {
+    async fn answered(&mut self, wait: bool) {
+        let (engine, batch) = (self.engine, self.batch);
         let mut still = Vec::new();
-        for (direct, mut answer) in std::mem::take(&mut lane.sent) {
+        for (direct, mut answer) in std::mem::take(&mut self.lane.sent) {
             let written = match answer.try_recv() {
                 Ok(written) => written,
                 Err(oneshot::error::TryRecvError::Empty) if !wait => {
@@ -438,7 +416,7 @@ where
             let outcome = match written {
                 Ok(expires_at_s) => {
                     let result = direct.result.as_deref();
-                    self.remember(
+                    engine.remember(
                         &direct.work_key,
                         &direct.payload_hash,
                         result,
@@ -454,52 +432,75 @@ where
             direct
                 .first_copy
                 .settle(Settled::new(&direct.payload_hash, &outcome));
-            log.resolve(direct.ticket, outcome, direct.started, batch);
+            self.log
+                .resolve(direct.ticket, outcome, direct.started, batch);
         }
-        lane.sent = still;
+        self.lane.sent = still;
     }
 
     /// Records everything the lane has under way: the group committed, the
     /// buffer handed in, every answer waited for.
-    async fn record_all(
-        &self,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) {
-        let group = std::mem::take(&mut lane.group);
-        self.commit_group(group, log, batch).await;
-        self.hand_in(lane, batch);
-        self.answered(lane, log, batch, true).await;
+    async fn record_all(&mut self) {
+        let group = std::mem::take(&mut self.lane.group);
+        self.engine
+            .commit_group(group, &mut self.log, self.batch)
+            .await;
+        self.hand_in();
+        self.answered(true).await;
+    }
+
+    /// Before the lane waits: gives back every claim it made ahead, so that
+    /// it holds nothing another worker may be waiting for (the leases are
+    /// released together; the messages keep their place, and their claims
+    /// are taken back when the lane goes on, see `ahead.rs`).
+    async fn give_back(&mut self) {
+        if !gives_back_while_waiting() {
+            return;
+        }
+        let mut released = Vec::new();
+        for (work, step) in std::mem::take(&mut self.lane.prepared) {
+            let step = match step {
+                Step::Claiming(ahead, first_copy) => {
+                    let (ahead, lease) = ahead.give_back(self.batch).await;
+                    if let Some(lease) = lease {
+                        let origin = work.as_ref().map(|w| w.origin.clone()).unwrap_or_default();
+                        released.push((lease, origin));
+                    }
+                    Step::Claiming(ahead, first_copy)
+                }
+                step => step,
+            };
+            self.lane.prepared.push_back((work, step));
+        }
+        self.release_together(released).await;
     }
 
     /// The lane stopped: the messages prepared will not run. Their claims
     /// made ahead are released together, so that their redeliveries need
     /// not wait for the leases to end.
-    async fn abandon(
-        &self,
-        lane: &mut Lane<H::Record, S::Effect>,
-        log: &mut LaneLog,
-        batch: &Batch<S>,
-    ) {
-        let reason = log
+    async fn abandon(&mut self) {
+        let batch = self.batch;
+        let reason = self
+            .log
             .stop
             .unwrap_or(super::StopReason::EarlierRecordUnfinished);
         let mut leases = Vec::new();
-        for (work, step) in std::mem::take(&mut lane.prepared) {
+        for (work, step) in std::mem::take(&mut self.lane.prepared) {
             if let Step::Claiming(ahead, _first_copy) = step
                 && let (_, Some(lease)) = ahead.give_back(batch).await
             {
                 leases.push((lease, work.map(|w| w.origin).unwrap_or_default()));
             }
-            log.push(Outcome::NotStarted(reason), Instant::now(), batch);
+            self.log
+                .push(Outcome::NotStarted(reason), Instant::now(), batch);
         }
-        self.release_together(leases, batch).await;
+        self.release_together(leases).await;
     }
 
     /// Releases `leases` (each with its message's origin, for the log)
     /// together: no longer renewed, claimable at once by their redelivery.
-    async fn release_together(&self, leases: Vec<(Lease, String)>, batch: &Batch<S>) {
+    async fn release_together(&self, leases: Vec<(Lease, String)>) {
+        let batch = self.batch;
         for (lease, _) in &leases {
             batch.leases.release(lease);
         }

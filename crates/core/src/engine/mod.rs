@@ -5,13 +5,14 @@
 //! the edge). Lanes run concurrently; inside a lane messages finish in order,
 //! and after a message that did not finish the rest of its lane is not
 //! started. The handler chooses the path ([`CommitPath`]):
-//! - locking (`lane.rs`, `record.rs`): the business logic runs one message
-//!   after another while the claims of the next messages are already made
-//!   ("claim ahead"), many in one request (`batched.rs`); completions go
-//!   together too: direct ones in batches of fenced writes, ones with an
-//!   effect in the store in group transactions; one heartbeat renews every
-//!   lease of the batch (`lease.rs`); claims made ahead of a message that
-//!   did not finish are released at once;
+//! - locking (`lane.rs`, `record.rs`; a message on its own: `alone.rs`):
+//!   the business logic runs one message after another while the claims of
+//!   the next messages are already made ("claim ahead"), many in one
+//!   request (`batched.rs`); completions go together too: direct ones in
+//!   batches of fenced writes, ones with an effect in the store in group
+//!   transactions; one heartbeat renews every lease of the batch
+//!   (`lease.rs`); claims made ahead of a message that did not finish are
+//!   released at once;
 //! - lock-free (`lock_free/`): the handler's writes commit with the
 //!   COMPLETED item in one transaction, consecutive messages together, and
 //!   the groups of lanes ready at once together (`combine.rs`), the
@@ -26,6 +27,7 @@
 //! itself.
 
 mod ahead;
+mod alone;
 mod batched;
 mod cache;
 mod coalesce;
