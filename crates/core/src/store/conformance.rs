@@ -341,7 +341,7 @@ pub async fn takeovers_of_a_lock_that_keeps_expiring_never_share_a_version<B: Ba
             other => panic!("unexpected outcome {other:?}"),
         })
         .collect();
-    versions.sort();
+    versions.sort_unstable();
     let distinct = versions.len();
     versions.dedup();
     assert_eq!(

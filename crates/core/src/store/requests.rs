@@ -136,7 +136,7 @@ impl RequestCounter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counted> {
-        self.counted.lock().unwrap_or_else(|p| p.into_inner())
+        self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
