@@ -405,7 +405,7 @@ impl WriteLog {
                         change,
                         sent: exchange.sent,
                         received: exchange.received,
-                    }))
+                    }));
             }
             Err(message) => self
                 .unreadable
