@@ -515,7 +515,8 @@ impl Watch {
                     self.log_tail(60)
                 );
             }
-            assert!(started.elapsed() < READY_TIMEOUT, 
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
                 "the function did not answer within {} s\n{}",
                 READY_TIMEOUT.as_secs(),
                 self.log_tail(60)

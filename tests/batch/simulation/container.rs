@@ -119,7 +119,10 @@ impl Containers {
     /// sizing at work (it starts at the store's `START_SIZE` and follows its
     /// answers).
     pub fn resizes(&self) -> u64 {
-        let started = self.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let started = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         started
             .iter()
             .map(|function| function.engine().group_sizes().len() as u64 - 1)

@@ -92,7 +92,10 @@ impl WriteLog {
     }
 
     pub fn paths(&self) -> PathCounts {
-        *self.paths.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Successful (applied) writes seen so far.
@@ -101,7 +104,9 @@ impl WriteLog {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<Write>>> {
-        self.writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Applied ledger writes of `account` whose answer was lost.
@@ -158,7 +163,10 @@ impl WriteLog {
                 owner: owner.clone(),
             }];
             let lock_free = matches!(s(&item["status"]).as_deref(), Some("COMPLETED" | "FAILED"));
-            let mut paths = self.paths.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut paths = self
+                .paths
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if lock_free {
                 paths.lock_free += 1;
             } else {
@@ -361,7 +369,10 @@ impl Observer for WriteLog {
                         continue;
                     }
                     if let Some(change) = self.statement(statement) {
-                        self.paths.lock().unwrap_or_else(std::sync::PoisonError::into_inner).batched += 1;
+                        self.paths
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .batched += 1;
                         self.record(change, &exchange);
                     }
                 }

@@ -92,7 +92,12 @@ impl CompletedCache {
     /// the shared cache (one call).
     pub async fn share(&self) {
         let Some(shared) = &self.shared else { return };
-        let entries = std::mem::take(&mut *self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let entries = std::mem::take(
+            &mut *self
+                .unshared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if !entries.is_empty() {
             shared.put(entries).await;
         }
