@@ -50,7 +50,7 @@ pub fn needed(env: impl Fn(&str) -> Option<String>) -> Vec<FeatureUse> {
             variable,
             value,
             feature,
-        })
+        });
     };
     // IDEMPOTENCY_STORE: the store, DynamoDB when unset.
     let store = set("IDEMPOTENCY_STORE").unwrap_or_else(|| "dynamodb".to_owned());

@@ -62,7 +62,9 @@ impl ServiceTime {
     }
 
     fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        self.transactions.lock().unwrap_or_else(|p| p.into_inner())
+        self.transactions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

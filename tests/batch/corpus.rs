@@ -388,7 +388,7 @@ async fn run_case(case: Value, logs: Capture) -> Result<(), String> {
                 ),
             },
             (Value::Null, Some(item)) => {
-                check(false, format!("{:?} stored: {:?}", shown(key), item.status))
+                check(false, format!("{:?} stored: {:?}", shown(key), item.status));
             }
             (_, None) => check(false, format!("{:?} not stored", shown(key))),
             (wanted, Some(item)) => {

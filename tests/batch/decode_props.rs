@@ -590,7 +590,7 @@ fn check_key(spec: &KeySpec, record: &DecodedRecord) -> Result<(), TestCaseError
         match spec.missing() {
             MissingKeyPolicy::Reject => prop_assert!(got.is_err(), "{got:?}"),
             MissingKeyPolicy::RecordCoordinates => {
-                prop_assert_eq!(got, Ok("record:payments-0@7".to_owned()))
+                prop_assert_eq!(got, Ok("record:payments-0@7".to_owned()));
             }
             MissingKeyPolicy::PayloadHash => prop_assert_eq!(got, Ok(format!("sha256:{hash}"))),
         }

@@ -150,7 +150,7 @@ async fn each_payment_applies_once(path: CommitPath) {
                     let n = if i % 2 == 0 { i / 2 } else { i / 2 + 100 };
                     let owner = if n >= 100 { (p + 1) % 3 } else { p };
                     let key = format!("pay-{owner}-{}", n % 100);
-                    payment(i as i64, &key, &format!("acc-{owner}"), 10)
+                    payment(i64::from(i), &key, &format!("acc-{owner}"), 10)
                 })
                 .collect();
             (name, records)

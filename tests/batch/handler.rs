@@ -491,7 +491,7 @@ async fn a_retryable_failure_releases_the_key_and_the_redelivery_takes_it_over()
     let flaky = Flaky {
         failures: 1,
         calls: AtomicUsize::new(0),
-        seen: Default::default(),
+        seen: std::sync::Mutex::default(),
     };
     let function = support::msk::function_with(store.clone(), flaky, header_keys());
     let batch = event(vec![(

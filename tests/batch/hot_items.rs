@@ -285,7 +285,7 @@ async fn conflicts_between_containers_are_retried_and_apply_each_payment_once() 
             }
         }
         containers.push(tokio::spawn(async move {
-            invoke_until_done(&function, &event).await
+            invoke_until_done(&function, &event).await;
         }));
     }
     for container in containers {

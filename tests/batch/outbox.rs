@@ -522,7 +522,7 @@ async fn the_scheduled_sweeper_sends_what_never_came_back_and_tells_what_is_left
             written
                 .lock()
                 .expect("lines")
-                .push(serde_json::from_str(line).expect("an EMF document"))
+                .push(serde_json::from_str(line).expect("an EMF document"));
         });
     let scheduled: Value =
         serde_json::from_str(include_str!("../../events/scheduled.json")).expect("JSON");

@@ -627,7 +627,7 @@ impl Storm {
         self.announced_streams += 1;
         let client = support::sqs::client().await;
         let mut ids: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
-            Default::default();
+            std::collections::HashMap::default();
         for message in support::sqs::receive_all(&client, url).await {
             self.announcements += 1;
             let body: Value = serde_json::from_str(message.body().unwrap_or("null")).expect("JSON");

@@ -125,7 +125,7 @@ async fn crash_and_replay(aof: bool) -> Crash {
         let item = loop {
             match store.get(&key).await {
                 Err(StoreError::Unavailable { .. }) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 other => break other.expect("get"),
             }
@@ -329,7 +329,7 @@ async fn a_slow_script_blocking_redis_is_ridden_out_or_fails_closed_and_loses_no
         .await
         .expect("answered");
     assert_eq!(reported(&response), Vec::<String>::new());
-    let _ = busy.await;
+    let () = busy.await;
     assert_eq!(
         support::redis::ledger_entry(&store, &table, &a).await,
         (55, 10)

@@ -245,7 +245,7 @@ async fn kinesis_shard_resumes_at_a_failed_record_and_applies_nothing_after_it_b
     // One batch per shard.
     let (summary, batches) = run.poll(Some(shards.len()));
     assert_eq!(batches.len(), shards.len(), "{summary}");
-    let mut expected: Vec<i64> = (0..12).map(|n| 100 + n as i64).collect();
+    let mut expected: Vec<i64> = (0..12).map(|n| 100 + i64::from(n)).collect();
     for n in records.iter().skip(1).filter(|&&n| n < 12) {
         expected[*n] = 0; // the held payment and every later one of its shard
     }
@@ -300,7 +300,7 @@ async fn kinesis_shard_resumes_at_a_failed_record_and_applies_nothing_after_it_b
     assert_eq!(resumed.ids(), after);
     assert!(batches.iter().all(|b| b.reported().is_empty()));
     // Everything applied once; payment 0's second copy a duplicate.
-    let all: Vec<i64> = (0..12).map(|n| 100 + n as i64).collect();
+    let all: Vec<i64> = (0..12).map(|n| 100 + i64::from(n)).collect();
     assert_eq!(balances(&accounts).await, all);
     assert_eq!(
         run.status(&id(99)).await,

@@ -1057,7 +1057,7 @@ fn the_amazon_mq_mappings_hand_failed_batches_back_to_the_broker() {
         {
             match tagged(item) {
                 Some((tag, Value::Sequence(parts))) if tag == "If" => {
-                    accesses.push((parts[0].as_str().map(str::to_owned), untagged(&parts[1])))
+                    accesses.push((parts[0].as_str().map(str::to_owned), untagged(&parts[1])));
                 }
                 _ => accesses.push((None, untagged(item))),
             }

@@ -208,7 +208,11 @@ async fn stuck_lists_exactly_the_stale_started_keys() {
     completed(&store, "done").await;
     failed(&store, "poison").await;
     wait_for_lock_expiry().await;
-    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+    let set = |keys: &[&str]| {
+        keys.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<BTreeSet<_>>()
+    };
 
     let run = ops(store.config(), &["stuck", "--older-than", "1h"]);
     assert_eq!(run.code, 0, "{run:?}");

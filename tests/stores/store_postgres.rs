@@ -274,7 +274,7 @@ async fn a_version_1_table_upgrades_in_place_and_its_rows_stay_usable() {
     let store = PostgresStore::new(pool.clone(), config, postgres::TIMEOUT).expect("store");
     match store.claim(request("p-1", "h1")).await.expect("claim") {
         ClaimOutcome::Duplicate(item) => {
-            assert_eq!((item.result.as_deref(), item.scope), (Some("paid"), None))
+            assert_eq!((item.result.as_deref(), item.scope), (Some("paid"), None));
         }
         other => panic!("a row from before the upgrade is a duplicate, got {other:?}"),
     }

@@ -317,7 +317,7 @@ async fn tls_with_auth_connects_and_a_wrong_password_is_rejected() {
             assert!(
                 !message.contains("wrong"),
                 "no password in errors: {message}"
-            )
+            );
         }
         other => panic!("expected a rejection, got {other:?}"),
     }

@@ -119,7 +119,9 @@ impl CapacityCounter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, CapacityUnits>> {
-        self.units.lock().unwrap_or_else(|p| p.into_inner())
+        self.units
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

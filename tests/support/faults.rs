@@ -212,7 +212,7 @@ impl Faults {
     pub fn peak_records_in_flight(&self) -> usize {
         self.transactions
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .peak_keys()
     }
 
@@ -235,7 +235,9 @@ impl Faults {
     }
 
     fn rng(&self) -> std::sync::MutexGuard<'_, fastrand::Rng> {
-        self.rng.lock().unwrap_or_else(|p| p.into_inner())
+        self.rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn exchange(
@@ -273,7 +275,10 @@ impl Faults {
         let body = request.body().bytes().unwrap_or_default().to_vec();
         let ticket = {
             let items = transaction_items(&operation, &body);
-            let mut transactions = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            let mut transactions = self
+                .transactions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let conflicts = transactions.conflicts(&items);
             if conflicts.contains(&true) {
                 self.counts.add(Fault::TransactionConflict);
@@ -309,7 +314,7 @@ impl Faults {
             }
             transactions
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .answered(ticket);
             let status = response.as_ref().ok().map(|r| r.status().as_u16());
             let delivered = answer.send(response).is_ok();

@@ -49,7 +49,7 @@ fn built(kind: &str, name: &str) -> std::path::PathBuf {
     let target = format!("{kind} {name}");
     let mut built = BUILT
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((_, path)) = built.iter().find(|(built, _)| *built == target) {
         return path.clone();
     }

@@ -188,7 +188,7 @@ async fn route(
         .into_body()
         .collect()
         .await
-        .map(|body| body.to_bytes())
+        .map(http_body_util::Collected::to_bytes)
         .unwrap_or_default();
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
@@ -309,7 +309,7 @@ impl Function {
         let code = tokio::time::timeout(within, self.child.wait())
             .await
             .ok()
-            .and_then(|status| status.ok())
+            .and_then(std::result::Result::ok)
             .and_then(|status| status.code());
         for reader in self.readers.drain(..) {
             let _ = tokio::time::timeout(within, reader).await;

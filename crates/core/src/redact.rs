@@ -76,7 +76,7 @@ mod tests {
                 "wrong type or value (at line 1 column 39)",
             ),
             (r#"{"number":1,"#, "truncated JSON (at line 1 column 12)"),
-            (r#"{secret}"#, "not valid JSON (at line 1 column 2)"),
+            (r"{secret}", "not valid JSON (at line 1 column 2)"),
         ];
         for (json, expected) in cases {
             let text = error(json);

@@ -99,7 +99,7 @@ impl Store for DynamoDbStore {
     fn request_timeout(&self) -> std::time::Duration {
         let timeouts = self.client.config().timeout_config();
         timeouts
-            .and_then(|timeouts| timeouts.operation_attempt_timeout())
+            .and_then(aws_smithy_types::timeout::TimeoutConfig::operation_attempt_timeout)
             .unwrap_or(DynamoDbSettings::default().attempt_timeout)
     }
 

@@ -297,6 +297,6 @@ fn add_page(cost: &mut ListingCost, scanned: i32, capacity: Option<&ConsumedCapa
     cost.requests += 1;
     cost.read += scanned.max(0) as u64;
     cost.capacity_units += capacity
-        .and_then(|capacity| capacity.capacity_units())
+        .and_then(aws_sdk_dynamodb::types::ConsumedCapacity::capacity_units)
         .unwrap_or(0.0);
 }

@@ -110,9 +110,8 @@ fn operator_outcome<O, R>(
 where
     R: std::fmt::Debug,
 {
-    let err = match result {
-        Ok(_) => return Ok(()),
-        Err(err) => err,
+    let Err(err) = result else {
+        return Ok(());
     };
     let Some(UpdateItemError::ConditionalCheckFailedException(conflict)) = err.as_service_error()
     else {

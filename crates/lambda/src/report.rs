@@ -315,7 +315,7 @@ mod tests {
                 names.push(name);
             }
             let count = names.len();
-            names.sort();
+            names.sort_unstable();
             names.dedup();
             assert_eq!(names.len(), count, "metric names are unique");
         }

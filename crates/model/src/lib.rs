@@ -7,6 +7,8 @@
 //! - [`protocol`]: the protocol as a model of it, and its properties.
 //! - [`scopes`]: the scopes CI explores, and bigger ones on demand.
 
+#![deny(missing_docs)]
+
 pub mod checker;
 pub mod protocol;
 pub mod scopes;

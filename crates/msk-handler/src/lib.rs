@@ -472,7 +472,7 @@ mod tests {
         ] {
             match Payment::parse(payload) {
                 Err(HandlerError::Permanent(message)) => {
-                    assert!(message.starts_with(expected), "{message}")
+                    assert!(message.starts_with(expected), "{message}");
                 }
                 other => panic!("expected a permanent error, got {other:?}"),
             }

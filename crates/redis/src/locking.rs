@@ -47,7 +47,7 @@ return answers
 /// Clears the outboxes of completions whose messages were sent: `KEYS[i]`
 /// an item, `ARGV[i]` the owner it was completed under, `KEYS[#KEYS]` the
 /// set of unsent items.
-pub(super) const CLEAR_OUTBOX: &str = r#"
+pub(super) const CLEAR_OUTBOX: &str = r"
 local unsent = KEYS[#KEYS]
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
@@ -64,12 +64,12 @@ for i = 1, #KEYS - 1 do
   end
 end
 return {}
-"#;
+";
 
 /// Take over (`KEYS[2]` the set of STARTED items): `ARGV[1]` the version
 /// observed, `ARGV[2]` now (ms), then the new owner, version, lease end,
 /// `expires_at`, deletion time and this store's scope ('' for none).
-pub(super) const TAKE_OVER: &str = r#"
+pub(super) const TAKE_OVER: &str = r"
 local found = redis.call('HMGET', KEYS[1], 'version', 'status', 'lock_expires_at', 'scope')
 -- Invariant: of all takers that saw this version, exactly one wins, only
 -- while the lock is still abandoned (not renewed, not finished), and only
@@ -88,7 +88,7 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 -- Still STARTED: in the set of STARTED items.
 redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at') or ARGV[2], KEYS[1])
 return 1
-"#;
+";
 
 /// `fenced(key, started, version, owner, deleted_at_ms, change, base)`: the
 /// write of [`FENCED`], its effects' keys at `KEYS[base + 1 ..]`.

@@ -17,7 +17,7 @@ use exactly_once_core::store::{Listed, Listing, Status, Store, StoreError, Store
 /// `ARGV[2]` the version the operator saw, `ARGV[3]` now (ms). A STARTED
 /// item's lock ends now; a FAILED item becomes STARTED with its lock ended,
 /// its error kept as `last_error`. Answers 1, or the item found.
-pub(super) const OPERATOR: &str = r#"
+pub(super) const OPERATOR: &str = r"
 local found = redis.call('HMGET', KEYS[1], 'status', 'version')
 -- Invariant: only the item in the status and at the version the operator
 -- saw changes; one taken over or finished since does not.
@@ -33,12 +33,12 @@ redis.call('HSET', KEYS[1], 'lock_expires_at', '0', 'updated_at', ARGV[3])
 -- STARTED (again): in the set of STARTED items.
 redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'created_at') or ARGV[3], KEYS[1])
 return 1
-"#;
+";
 
 /// Prune the set of STARTED items (`KEYS[1]`) of the members `KEYS[2..]`
 /// whose item is gone (deleted by Redis past its TTL) or no longer STARTED
 /// (replaced by the lock-free path after it expired). Answers 1.
-pub(super) const PRUNE: &str = r#"
+pub(super) const PRUNE: &str = r"
 for i = 2, #KEYS do
   -- Invariant: only a member whose item is not STARTED leaves the set;
   -- every write that makes an item STARTED adds it, atomically.
@@ -47,12 +47,12 @@ for i = 2, #KEYS do
   end
 end
 return 1
-"#;
+";
 
 /// Prune the set of unsent items (`KEYS[1]`) of the members `KEYS[2..]`
 /// whose item has nothing left to send (cleared, gone past its TTL, or
 /// replaced). Answers 1.
-pub(super) const PRUNE_UNSENT: &str = r#"
+pub(super) const PRUNE_UNSENT: &str = r"
 for i = 2, #KEYS do
   -- Invariant: only a member whose item holds no outbox leaves the set;
   -- every write of an outbox adds it, atomically.
@@ -61,7 +61,7 @@ for i = 2, #KEYS do
   end
 end
 return 1
-"#;
+";
 
 /// Keys a listing's `SCAN` asks for per page.
 const SCAN_PAGE: usize = 500;

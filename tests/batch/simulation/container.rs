@@ -65,7 +65,7 @@ impl ClockSkew {
         let offset = self
             .rng
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .i64(-max..=max);
         if offset != 0 {
             self.skewed.fetch_add(1, Ordering::Relaxed);
@@ -110,7 +110,7 @@ impl Containers {
         });
         self.started
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(Arc::clone(&function));
         function
     }
@@ -119,7 +119,10 @@ impl Containers {
     /// sizing at work (it starts at the store's `START_SIZE` and follows its
     /// answers).
     pub fn resizes(&self) -> u64 {
-        let started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let started = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         started
             .iter()
             .map(|function| function.engine().group_sizes().len() as u64 - 1)

@@ -194,7 +194,7 @@ impl Mapping {
             let from = self.committed[partition];
             batch.extend((from..log.min(from + room)).map(|offset| (partition, offset)));
         }
-        batch.sort();
+        batch.sort_unstable();
         batch
     }
 
@@ -363,28 +363,25 @@ impl Mapping {
         let mut task =
             tokio::spawn(async move { function.invoke(LambdaEvent::new(event, context)).await });
         let ms = abort_in.map_or(deadline_in, |abort| abort.min(deadline_in));
-        let joined = match tokio::time::timeout(Duration::from_millis(ms), &mut task).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                task.abort();
-                let cause = if Some(ms) == abort_in {
-                    self.counts.aborted += 1;
-                    "crash"
-                } else {
-                    self.counts.deadline_kills += 1;
-                    "deadline"
-                };
-                for &at in batch {
-                    self.last_cause.insert(at, cause.into());
-                }
-                // The crashed container is replaced by a cold one; what
-                // else it ran ends with it.
-                if chaos.shared_container {
-                    self.background.abort_all();
-                }
-                self.poller = self.containers.start();
-                return Answer::Failed;
+        let Ok(joined) = tokio::time::timeout(Duration::from_millis(ms), &mut task).await else {
+            task.abort();
+            let cause = if Some(ms) == abort_in {
+                self.counts.aborted += 1;
+                "crash"
+            } else {
+                self.counts.deadline_kills += 1;
+                "deadline"
+            };
+            for &at in batch {
+                self.last_cause.insert(at, cause.into());
             }
+            // The crashed container is replaced by a cold one; what
+            // else it ran ends with it.
+            if chaos.shared_container {
+                self.background.abort_all();
+            }
+            self.poller = self.containers.start();
+            return Answer::Failed;
         };
         match joined {
             // Amazon MQ: no partial batch response, the batch fails whole

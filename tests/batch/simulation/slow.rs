@@ -32,7 +32,10 @@ impl Slowness {
         if self.probability == 0.0 {
             return None;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if rng.f64() >= self.probability {
             return None;
         }

@@ -92,7 +92,10 @@ impl WriteLog {
     }
 
     pub fn paths(&self) -> PathCounts {
-        *self.paths.lock().unwrap_or_else(|p| p.into_inner())
+        *self
+            .paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Successful (applied) writes seen so far.
@@ -101,13 +104,15 @@ impl WriteLog {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<Write>>> {
-        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+        self.writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Applied ledger writes of `account` whose answer was lost.
     pub fn lost_ledger_answers(&self, account: &str) -> u64 {
         let lost = self.lost_ledger_answers.lock();
-        let lost = lost.unwrap_or_else(|p| p.into_inner());
+        let lost = lost.unwrap_or_else(std::sync::PoisonError::into_inner);
         lost.get(account).copied().unwrap_or(0)
     }
 
@@ -121,7 +126,7 @@ impl WriteLog {
             let mut lost = self
                 .lost_ledger_answers
                 .lock()
-                .unwrap_or_else(|p| p.into_inner());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             *lost.entry(account.to_owned()).or_default() += 1;
         }
     }
@@ -134,7 +139,7 @@ impl WriteLog {
         let mut tokens = self
             .transaction_tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         !tokens.insert(token.to_owned())
     }
 
@@ -158,7 +163,10 @@ impl WriteLog {
                 owner: owner.clone(),
             }];
             let lock_free = matches!(s(&item["status"]).as_deref(), Some("COMPLETED" | "FAILED"));
-            let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+            let mut paths = self
+                .paths
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if lock_free {
                 paths.lock_free += 1;
             } else {
@@ -261,7 +269,7 @@ impl WriteLog {
         let mut violations = self
             .unreadable
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         for (pk, writes) in self.lock().iter() {
             violations.extend(check_key(pk, writes, items.get(pk)));
@@ -345,7 +353,7 @@ impl Observer for WriteLog {
                 Err(err) => {
                     self.unreadable
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(format!("an unreadable {} body: {err}", exchange.operation));
                     return;
                 }
@@ -361,7 +369,10 @@ impl Observer for WriteLog {
                         continue;
                     }
                     if let Some(change) = self.statement(statement) {
-                        self.paths.lock().unwrap_or_else(|p| p.into_inner()).batched += 1;
+                        self.paths
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .batched += 1;
                         self.record(change, &exchange);
                     }
                 }
@@ -405,12 +416,12 @@ impl WriteLog {
                         change,
                         sent: exchange.sent,
                         received: exchange.received,
-                    }))
+                    }));
             }
             Err(message) => self
                 .unreadable
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(message),
         }
     }

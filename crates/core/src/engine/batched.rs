@@ -259,12 +259,17 @@ impl<S: Store> Sender<S> {
         let sent = Instant::now();
         self.store
             .claim_many(&claims, |i, outcome| {
-                let sender = senders.lock().unwrap_or_else(|p| p.into_inner())[i].take();
+                let sender = senders
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)[i]
+                    .take();
                 let Some(sender) = sender else { return };
                 let outcome = match outcome {
                     Err(err) if err.is_retryable() => {
                         overloaded.store(true, Ordering::Relaxed);
-                        let mut again = again.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut again = again
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                         again.push(((claims[i].clone(), sender), err));
                         return;
                     }
@@ -284,7 +289,9 @@ impl<S: Store> Sender<S> {
             })
             .await;
         self.observe(claims.len(), sent, overloaded.into_inner(), admitted);
-        again.into_inner().unwrap_or_else(|p| p.into_inner())
+        again
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One lot of fenced writes; those the store did not answer come back

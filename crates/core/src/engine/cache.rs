@@ -92,7 +92,12 @@ impl CompletedCache {
     /// the shared cache (one call).
     pub async fn share(&self) {
         let Some(shared) = &self.shared else { return };
-        let entries = std::mem::take(&mut *self.unshared.lock().unwrap_or_else(|p| p.into_inner()));
+        let entries = std::mem::take(
+            &mut *self
+                .unshared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if !entries.is_empty() {
             shared.put(entries).await;
         }
@@ -105,7 +110,7 @@ impl CompletedCache {
             .entries
             .as_ref()?
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (completed, expires_at_s) = entries.get(key)?.clone();
         if expires_at_s < ms_to_s(now_ms) {
             entries.pop(key);
@@ -121,7 +126,7 @@ impl CompletedCache {
             let entry = (key.to_owned(), (completed.clone(), expires_at_s));
             self.unshared
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(entry);
         }
         self.insert_local(key, completed, expires_at_s);
@@ -136,7 +141,7 @@ impl CompletedCache {
         if let Some(entries) = self.entries.as_ref().filter(|_| !too_large) {
             entries
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .put(key.to_owned(), (completed, expires_at_s));
         }
     }

@@ -62,7 +62,7 @@ impl Running {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Waiters>> {
         self.keys
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -116,7 +116,7 @@ impl InFlight {
         let mut keys = self
             .keys
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(waiters) = keys.get(key) {
             return Turn::Later(waiters.clone());
         }

@@ -70,7 +70,7 @@ impl Deadline {
     pub async fn cut(&self) {
         match self.cut_at_ms() {
             Some(at) => {
-                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
             }
             None => std::future::pending().await,
         }

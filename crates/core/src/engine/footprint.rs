@@ -262,7 +262,9 @@ impl ItemLocks {
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -49,7 +49,9 @@ impl<T: Send + 'static> Gather<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue<T>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Hands in `items`; a flusher sends them soon.

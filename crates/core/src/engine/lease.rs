@@ -60,7 +60,9 @@ impl Default for Leases {
 
 impl Leases {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Holds `lease` until [`Self::release`]: the heartbeat renews it.

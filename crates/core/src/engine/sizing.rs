@@ -188,7 +188,9 @@ impl Sizer {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Aimd> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records a request may hold now.

@@ -341,7 +341,7 @@ pub async fn takeovers_of_a_lock_that_keeps_expiring_never_share_a_version<B: Ba
             other => panic!("unexpected outcome {other:?}"),
         })
         .collect();
-    versions.sort();
+    versions.sort_unstable();
     let distinct = versions.len();
     versions.dedup();
     assert_eq!(
@@ -373,7 +373,7 @@ pub async fn a_takeover_from_a_stale_observation_is_refused<B: Backend>(backend:
         .expect("take over")
     {
         Conditional::Conflict(Some(item)) => {
-            assert_eq!((item.version, &item.owner), (2, &winner.owner))
+            assert_eq!((item.version, &item.owner), (2, &winner.owner));
         }
         other => panic!("a takeover from version 1 must be refused at version 2, got {other:?}"),
     }
@@ -711,7 +711,7 @@ pub async fn increments_of_one_item_merge_and_keep_every_floor<B: Backend>(backe
         assert!(
             matches!(outcome, CommitOutcome::Committed { .. }),
             "{outcome:?}"
-        )
+        );
     };
     committed(
         store
@@ -1161,7 +1161,7 @@ pub async fn claimers_of_two_scopes_racing_on_a_fresh_key_have_one_winner<B: Bac
             ClaimOutcome::Acquired(_) => {}
             ClaimOutcome::InProgress(_) if *scope == winners[0] => {}
             ClaimOutcome::OtherScope(item) if *scope != winners[0] => {
-                assert_eq!(item.scope.as_deref(), Some(winners[0]))
+                assert_eq!(item.scope.as_deref(), Some(winners[0]));
             }
             other => panic!("{scope}: {other:?} (winner {})", winners[0]),
         }
@@ -1509,7 +1509,7 @@ pub async fn a_claim_sent_again_recognises_its_own_item<B: Backend>(backend: &B)
     };
     store
         .claim_many(std::slice::from_ref(&claim), |_, outcome| {
-            answers.lock().expect("answers").push(outcome)
+            answers.lock().expect("answers").push(outcome);
         })
         .await;
     match answers.into_inner().expect("answers").as_slice() {
@@ -1695,7 +1695,7 @@ where
         Err(StoreError::NotInState {
             version: 2, found, ..
         }) => {
-            assert_eq!(found, "STARTED at version 1")
+            assert_eq!(found, "STARTED at version 1");
         }
         other => panic!("expected not in state, got {other:?}"),
     }

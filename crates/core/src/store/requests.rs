@@ -136,7 +136,9 @@ impl RequestCounter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counted> {
-        self.counted.lock().unwrap_or_else(|p| p.into_inner())
+        self.counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

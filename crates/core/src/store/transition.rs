@@ -58,14 +58,14 @@ pub fn operator_may(found: &StoredItem, expected: Status, version: u64) -> bool 
 /// owner, lease and TTL, one more attempt, and this store's scope if it had
 /// none.
 pub fn take_over(item: &mut StoredItem, lease: &Lease, config: &StoreConfig, now_ms: u64) {
-    item.owner = lease.owner.clone();
+    item.owner.clone_from(&lease.owner);
     item.version = lease.version;
     item.lock_expires_at_ms = Some(lease.lock_expires_at_ms);
     item.expires_at_s = config.expires_at_s(now_ms);
     item.updated_at_ms = Some(now_ms);
     item.attempts = Some(item.attempts.unwrap_or(0) + 1);
     if item.scope.is_none() {
-        item.scope = config.scope.clone();
+        item.scope.clone_from(&config.scope);
     }
 }
 

@@ -275,13 +275,13 @@ mod tests {
         let message = Message::new("arn:aws:kinesis:eu-west-1:1:stream/s", "{}");
         match Destinations::new().check(&message) {
             Err(SendError::Unsupported(reason)) => {
-                assert!(reason.contains("`kinesis`"), "{reason}")
+                assert!(reason.contains("`kinesis`"), "{reason}");
             }
             other => panic!("expected Unsupported, got {other:?}"),
         }
         match Destinations::new().check(&Message::new("queue", "{}")) {
             Err(SendError::Unsupported(reason)) => {
-                assert!(reason.contains("not a destination"), "{reason}")
+                assert!(reason.contains("not a destination"), "{reason}");
             }
             other => panic!("expected Unsupported, got {other:?}"),
         }

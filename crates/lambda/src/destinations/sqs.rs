@@ -39,7 +39,10 @@ impl SqsSender {
             |count, output| {
                 answers_by_index(
                     count,
-                    output.successful().iter().map(|ok| ok.id()),
+                    output
+                        .successful()
+                        .iter()
+                        .map(aws_sdk_sqs::types::SendMessageBatchResultEntry::id),
                     output
                         .failed()
                         .iter()

@@ -99,7 +99,7 @@ impl Protocol {
                     }
                     Write::Release => transition::extend(&mut keyed.item, 0, now),
                     Write::Extend { until_ms } => {
-                        transition::extend(&mut keyed.item, *until_ms, now)
+                        transition::extend(&mut keyed.item, *until_ms, now);
                     }
                 }
                 Reply::Made

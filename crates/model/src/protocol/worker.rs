@@ -237,12 +237,12 @@ impl Protocol {
             (Op::Commit { members }, Slot::Completing { lease: held, .. }, reply)
                 if members.iter().any(|(_, l)| *l == LeaseKey::of(&held)) =>
             {
-                self.settle_commit(state, w, members, reply)
+                self.settle_commit(state, w, members, reply);
             }
             (Op::CommitNew { members }, Slot::Committing { owner, .. }, reply)
                 if members.iter().any(|(_, o)| *o == owner) =>
             {
-                self.settle_commit_new(state, w, members, reply)
+                self.settle_commit_new(state, w, members, reply);
             }
             (
                 Op::Fenced {
