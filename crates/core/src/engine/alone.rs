@@ -36,7 +36,7 @@ where
         let elapsed = std::time::Duration::ZERO;
         let mut alone = [((), super::RecordOutcome { outcome, elapsed })];
         super::deliver::deliver(&self.store, self.sender(), &mut alone, deadline).await;
-        let [(_, recorded)] = alone;
+        let [((), recorded)] = alone;
         recorded.outcome
     }
 

@@ -385,7 +385,7 @@ where
             let (leases, store) = (Arc::clone(&leases), self.store.clone());
             let sizer = Arc::clone(&self.batch_sizer);
             tokio::spawn(requests::inherit(async move {
-                leases.beat(&store, &sizer, deadline).await
+                leases.beat(&store, &sizer, deadline).await;
             }))
             .abort_handle()
         };
