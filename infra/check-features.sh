@@ -36,7 +36,8 @@ fi
 echo "features: msk-handler compiles no guard mutations"
 
 for features in "" dynamodb postgres redis sqs sns eventbridge kinesis opentelemetry avro protobuf conformance; do
-  echo "features: cargo check -p exactly-once --no-default-features --features '$features'"
+  started=$SECONDS
   cargo check -q -p exactly-once --lib --no-default-features --features "$features"
+  echo "features: cargo check -p exactly-once --no-default-features --features '$features' ($((SECONDS - started)) s)"
 done
 echo "features: OK"
