@@ -48,7 +48,9 @@ for module in "${wanted[@]}"; do
   timings+=("$module $(($(date +%s) - started)) s")
 done
 
-printf '\ntests/%s, seconds per module: %s\n' "$area" "$(IFS=,; echo "${timings[*]}")"
+printf '\ntests/%s, seconds per module:' "$area"
+printf ' %s,' "${timings[@]}"
+printf '\n'
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "test-area: tests/$area failed in: ${failed[*]}" >&2
   exit 1

@@ -42,7 +42,10 @@ pub fn example(name: &str) -> std::path::PathBuf {
 }
 
 /// The executable of `cargo build <kind> <name>`, built once per test
-/// process.
+/// process. Built with the workspace's test targets (`--workspace --tests`,
+/// fresh after `cargo test`): its dependencies then resolve their features
+/// as the tests' own build did (dev-dependencies included), and nothing is
+/// compiled a second time with other features.
 fn built(kind: &str, name: &str) -> std::path::PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, std::path::PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
@@ -55,7 +58,7 @@ fn built(kind: &str, name: &str) -> std::path::PathBuf {
     }
     let output = std::process::Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", kind, name, "--all-features"])
+        .args(["build", "--quiet", "--workspace", "--tests", kind, name, "--all-features"])
         .arg("--message-format=json")
         .output()
         .expect("run cargo build");
