@@ -28,9 +28,6 @@ local_stack idempotency-test ledger-test
 step "cargo fmt --check"
 cargo fmt --check
 
-step "cargo clippy --workspace --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets -- -D warnings
-
 step "cargo doc --workspace --no-deps (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
@@ -53,6 +50,22 @@ infra/check-features.sh
 step "cargo package --workspace"
 cargo package --workspace --no-verify --offline --allow-dirty --quiet \
   --exclude msk-handler --exclude exactly-once-ops --exclude exactly-once-model
+
+# Clippy's lints (`cargo clippy --workspace --all-targets -- -D warnings`)
+# on the build the tests run: `cargo clippy` is `cargo check` with
+# clippy-driver as the rustc of the workspace's own crates
+# (RUSTC_WORKSPACE_WRAPPER, its arguments in CLIPPY_ARGS); the same wrapper
+# on `cargo test --no-run` lints every target of the workspace as it is
+# built, warnings as errors, and spares a check build of every dependency
+# beside the test build. Every cargo command until the tail below keeps
+# these variables (a build without them is another build); the tail's
+# release build, the crates built outside the workspace and
+# check-features.sh's checks are built without them.
+step "cargo build of every target, clippy's lints on (cargo clippy --workspace --all-targets -- -D warnings)"
+export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+cargo test --workspace --all-targets --no-run
 
 # Every crate's unit tests, the examples', the model checker's (crates/model)
 # and the doctests, then the integration tests: one binary per area of tests/
@@ -89,6 +102,8 @@ step "kill storms on Redis"
 TEST_STORE=redis infra/test-area.sh processes "$storms"
 step "kill storms on a Redis Cluster"
 TEST_STORE=redis-cluster infra/test-area.sh processes 'kill::.*(lock_free|transactional)_mode'
+
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 
 # The deploy artifact: sam build of the template (x86_64, a cold release
 # build), the zip's size, and the binary answering through a Lambda Runtime
