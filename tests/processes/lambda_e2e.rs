@@ -335,7 +335,7 @@ impl Env {
         for name in ["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
             var(name);
         }
-        match Command::new("cargo")
+        match support::cargo("cargo")
             .args(["lambda", "--version"])
             .stdin(Stdio::null())
             .output()
@@ -435,7 +435,7 @@ impl Watch {
         let port = free_port();
         let log = work.join("watch.log");
         let log_file = fs::File::create(&log).unwrap();
-        let mut command = Command::new("cargo");
+        let mut command = support::cargo("cargo");
         command
             .current_dir(root)
             .args(["lambda", "watch", "--ignore-changes"])
@@ -565,7 +565,7 @@ impl Watch {
 
     /// `cargo lambda invoke`, killed after `timeout` (then `None`).
     fn try_invoke(&self, file: &Path, timeout: Duration) -> Option<Answer> {
-        let mut child = Command::new("cargo")
+        let mut child = support::cargo("cargo")
             .args(["lambda", "invoke", "msk-handler", "--output-format", "json"])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
             .arg(self.port.to_string())

@@ -56,9 +56,17 @@ fn built(kind: &str, name: &str) -> std::path::PathBuf {
     if let Some((_, path)) = built.iter().find(|(built, _)| *built == target) {
         return path.clone();
     }
-    let output = std::process::Command::new(env!("CARGO"))
+    let output = cargo(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--workspace", "--tests", kind, name, "--all-features"])
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--tests",
+            kind,
+            name,
+            "--all-features",
+        ])
         .arg("--message-format=json")
         .output()
         .expect("run cargo build");
@@ -70,11 +78,44 @@ fn built(kind: &str, name: &str) -> std::path::PathBuf {
     let path = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["target"]["name"] == name)
+        // The binary itself, not the unit tests `--tests` builds of it.
+        .filter(|message| message["target"]["name"] == name && message["profile"]["test"] == false)
         .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
         .unwrap_or_else(|| panic!("cargo build {target} named no executable"));
     built.push((target, path.clone()));
     path
+}
+
+/// `program` (cargo, or `cargo` for cargo-lambda) started from a test as
+/// from the shell that ran `cargo test`: without the variables cargo sets
+/// for a test process (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `OUT_DIR`, ...).
+/// Build scripts watch some of them (ring's `rerun-if-env-changed`), so a
+/// build started with them rebuilds ring and every crate above it, and the
+/// next `cargo test` rebuilds them back.
+pub fn cargo(program: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let set_for_tests = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+            || matches!(
+                name,
+                "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if set_for_tests {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 /// A variable `infra/test.sh` exports; a clear failure without it.
