@@ -27,6 +27,11 @@ use crate::settings::FunctionSettings;
 use crate::sources::{self, Batch, EventError, FromRecord, Source};
 use crate::stuck_check;
 
+/// The target of the function's own log lines and spans: the crate's, as
+/// before they moved into this module (a log filter, a subscriber that
+/// prints targets, or a test may name it).
+const TARGET: &str = "exactly_once_lambda";
+
 /// Where a function's EMF documents go, one JSON line each.
 pub type MetricsWriter = Arc<dyn Fn(&str) + Send + Sync>;
 

@@ -25,6 +25,7 @@ where
     pub(super) fn record(&self, context: &Context, ran: &Ran, answer: &Answer) {
         let report = &answer.report;
         tracing::info!(
+            target: super::TARGET,
             request_id = %context.request_id,
             records = report.records,
             finished = report.finished,

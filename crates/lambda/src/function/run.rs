@@ -151,6 +151,7 @@ where
 fn batch_span(batch: &Batch) -> Span {
     let source = batch.source.map_or("", Source::name);
     tracing::info_span!(
+        target: super::TARGET,
         "messaging.batch",
         otel.name = %format!("{source} batch"),
         messaging.batch.message_count = batch.records().count(),

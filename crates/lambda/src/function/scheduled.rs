@@ -29,6 +29,7 @@ where
             .await
             .map_err(InvocationError::Sweep)?;
         tracing::info!(
+            target: super::TARGET,
             unsent = swept.found,
             sent = swept.sent,
             oldest_left_age_s = swept.oldest_left_age_s,
@@ -68,6 +69,7 @@ where
         for item in listed.items.iter().filter(|item| item.lock_expired(now)) {
             let key = item.pk.strip_prefix(prefix.as_str()).unwrap_or(&item.pk);
             tracing::warn!(
+                target: super::TARGET,
                 key = %self.settings.log_keys.show(key),
                 version = item.version,
                 owner = %item.owner,
@@ -77,6 +79,7 @@ where
         }
         let keys = StartedKeys::of(&listed.items, now);
         tracing::info!(
+            target: super::TARGET,
             started = keys.started,
             stuck = keys.stuck,
             oldest_age_s = keys.oldest_age_s,

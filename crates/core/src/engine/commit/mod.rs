@@ -94,6 +94,9 @@ where
                 Answered::Resend(err) => match resend::pause(resent, &deadline) {
                     Some(pause) => {
                         tracing::warn!(
+                            // Where this line was logged before commit/ was cut
+                            // out of it: log filters name it.
+                            target: "exactly_once_core::engine::lock_free",
                             records = chunk.len(),
                             error = %err,
                             resend = resent + 1,
