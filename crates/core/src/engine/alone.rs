@@ -30,7 +30,7 @@ where
         let leases = Leases::default();
         let outcome = tokio::select! {
             outcome = self.claim_and_run(work, deadline, &leases) => outcome,
-            () = leases.beat(&self.store, &self.batch_sizer, deadline) => unreachable!("the heartbeat never ends"),
+            () = leases.beat(&self.store, &self.pacing.batches.sizer, deadline) => unreachable!("the heartbeat never ends"),
         };
         let outcome = self.replayed(work, outcome).await;
         let elapsed = std::time::Duration::ZERO;
@@ -79,7 +79,7 @@ where
                 owner: Some(&owner),
             };
             let claim = resending("claim", deadline, || async {
-                let _permit = self.permits.acquire().await;
+                let _permit = self.pacing.permit().await;
                 self.store.claim(request).await
             })
             .await;

@@ -1,29 +1,29 @@
 //! The locking path's requests, batched across a batch's lanes: claims
 //! ([`Store::claim_many`]) and fenced writes without an effect (direct
 //! completions, failures, releases, claims taken back:
-//! [`Store::write_fenced`]; the heartbeat's renewals go apart, `lease.rs`). What the lanes hand in at about the same
-//! moment goes together ([`Gather`]), in lots of what the batch sizer
-//! allows now (within the store's batch), side by side as the window of
-//! records in flight admits them; each lot's answer teaches both. Every
-//! claim and write is still judged on its own: a conflict is settled alone,
-//! a fence that fails fails for its own write only. One the store did not
-//! answer (timed out, throttled, unreachable) is sent again (`resend.rs`),
-//! and recognises its own earlier write.
+//! [`Store::write_fenced`]; the heartbeat's renewals go apart, `lease.rs`).
+//! What the lanes hand in at about the same moment goes together
+//! ([`Gather`]), in lots of the size the engine's pacing of batched
+//! requests allows now (within the store's batch), side by side as its
+//! window of records in flight admits them (`pacing.rs`); each lot's answer
+//! teaches both. Every claim and write is still judged on its own: a
+//! conflict is settled alone, a fence that fails fails for its own write
+//! only. One the store did not answer (timed out, throttled, unreachable) is
+//! sent again (`resend.rs`), and recognises its own earlier write.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::deadline::Deadline;
 use super::gather::Gather;
 use super::lease::Leases;
+use super::pacing::Pacing;
 use super::resend;
-use super::sizing::{Answer, Sizer};
-use super::window::Window;
+use super::sizing::Answer;
 use crate::store::{
     Claim, ClaimOutcome, FencedWrite, Lease, Store, StoreError, distinct_rounds, requests,
 };
@@ -40,26 +40,16 @@ type Handed<T, A> = (T, oneshot::Sender<Result<A, StoreError>>);
 /// answered with the error once no re-send may go.
 type Unanswered<T, A> = Vec<(Handed<T, A>, StoreError)>;
 
-/// What the engine's batched requests share: the store, the bound on
-/// requests in flight, the sizer of their lots and the window of their
-/// records in flight, the batch's leases and deadline.
+/// What the engine's batched requests share: the store, the engine's
+/// pacing (their lots sized and their records in flight bounded by its
+/// `batches` pace), the batch's leases and deadline.
 struct Sender<S> {
     store: S,
-    permits: Arc<Semaphore>,
-    sizer: Arc<Sizer>,
-    window: Arc<Window>,
+    pacing: Arc<Pacing>,
     leases: Arc<Leases>,
     deadline: Deadline,
     /// Lots waiting to be sent again (the store did not answer them).
     unanswered: Arc<watch::Sender<usize>>,
-}
-
-/// What the engine's batched requests are sent with: the container's
-/// bound on requests in flight, sizer and window.
-pub(super) struct Pacing {
-    pub permits: Arc<Semaphore>,
-    pub sizer: Arc<Sizer>,
-    pub window: Arc<Window>,
 }
 
 /// A batch's gatherers of claims and of fenced writes.
@@ -73,16 +63,14 @@ pub(super) struct Batched {
 impl Batched {
     pub fn new<S: Store>(
         store: S,
-        pacing: Pacing,
+        pacing: Arc<Pacing>,
         leases: Arc<Leases>,
         deadline: Deadline,
     ) -> Self {
         let unanswered = Arc::new(watch::channel(0).0);
         let sender = Arc::new(Sender {
             store,
-            permits: pacing.permits,
-            sizer: pacing.sizer,
-            window: pacing.window,
+            pacing,
             leases,
             deadline,
             unanswered: Arc::clone(&unanswered),
@@ -204,7 +192,7 @@ impl<S: Store> Sender<S> {
         let mut handed = handed;
         let mut sent = 0;
         loop {
-            let size = self.sizer.limit().min(S::MAX_BATCH).max(1);
+            let size = self.pacing.batches.sizer.limit().min(S::MAX_BATCH).max(1);
             let rounds = distinct_rounds(handed.iter().map(|(t, _)| item(t)));
             let mut slots: Vec<Option<Handed<T, A>>> = handed.into_iter().map(Some).collect();
             let mut again = Vec::new();
@@ -254,41 +242,40 @@ impl<S: Store> Sender<S> {
         let senders = Mutex::new(senders.into_iter().map(Some).collect::<Vec<_>>());
         let again = Mutex::new(Vec::new());
         let overloaded = AtomicBool::new(false);
-        let admitted = self.window.admit(claims.len()).await;
-        let _permit = self.permits.acquire().await;
-        let sent = Instant::now();
-        self.store
-            .claim_many(&claims, |i, outcome| {
-                let sender = senders
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)[i]
-                    .take();
-                let Some(sender) = sender else { return };
-                let outcome = match outcome {
-                    Err(err) if err.is_retryable() => {
-                        overloaded.store(true, Ordering::Relaxed);
-                        let mut again = again
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        again.push(((claims[i].clone(), sender), err));
-                        return;
-                    }
-                    outcome => outcome,
-                };
-                if let Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) = &outcome
-                {
-                    self.leases.hold(lease);
+        let request = self.store.claim_many(&claims, |i, outcome| {
+            let sender = senders
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)[i]
+                .take();
+            let Some(sender) = sender else { return };
+            let outcome = match outcome {
+                Err(err) if err.is_retryable() => {
+                    overloaded.store(true, Ordering::Relaxed);
+                    let mut again = again
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    again.push(((claims[i].clone(), sender), err));
+                    return;
                 }
-                // A lane that stopped waiting never hears of its lease: not
-                // renewed, it ends by itself.
-                if let Err(Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease))) =
-                    sender.send(outcome)
-                {
-                    self.leases.release(&lease);
-                }
+                outcome => outcome,
+            };
+            if let Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease)) = &outcome {
+                self.leases.hold(lease);
+            }
+            // A lane that stopped waiting never hears of its lease: not
+            // renewed, it ends by itself.
+            if let Err(Ok(ClaimOutcome::Acquired(lease) | ClaimOutcome::TakenOver(lease))) =
+                sender.send(outcome)
+            {
+                self.leases.release(&lease);
+            }
+        });
+        let pacing = &self.pacing;
+        pacing
+            .send(&pacing.batches, claims.len(), request, |()| {
+                served_unless(overloaded.load(Ordering::Relaxed))
             })
             .await;
-        self.observe(claims.len(), sent, overloaded.into_inner(), admitted);
         again
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -302,14 +289,21 @@ impl<S: Store> Sender<S> {
         lot: Vec<Handed<(Lease, FencedWrite), u64>>,
     ) -> Unanswered<(Lease, FencedWrite), u64> {
         let (writes, senders): (Vec<_>, Vec<_>) = lot.into_iter().unzip();
-        let admitted = self.window.admit(writes.len()).await;
-        let _permit = self.permits.acquire().await;
-        let sent = Instant::now();
-        let answers = self.store.write_fenced(&writes).await;
-        let overloaded = answers
-            .iter()
-            .any(|answer| answer.as_ref().is_err_and(StoreError::is_retryable));
-        self.observe(writes.len(), sent, overloaded, admitted);
+        let pacing = &self.pacing;
+        let answers = pacing
+            .send(
+                &pacing.batches,
+                writes.len(),
+                self.store.write_fenced(&writes),
+                |answers| {
+                    served_unless(
+                        answers
+                            .iter()
+                            .any(|answer| answer.as_ref().is_err_and(StoreError::is_retryable)),
+                    )
+                },
+            )
+            .await;
         let mut again = Vec::new();
         for ((write, sender), answer) in writes.into_iter().zip(senders).zip(answers) {
             match answer {
@@ -321,21 +315,14 @@ impl<S: Store> Sender<S> {
         }
         again
     }
+}
 
-    fn observe(
-        &self,
-        records: usize,
-        sent: Instant,
-        overloaded: bool,
-        admitted: super::window::Admitted<'_>,
-    ) {
-        let answer = if overloaded {
-            Answer::Overloaded
-        } else {
-            Answer::Served
-        };
-        let elapsed = sent.elapsed();
-        self.sizer.observe(records, elapsed, answer);
-        admitted.answered(elapsed, answer);
+/// What a batched request's answer teaches: overloaded if the store turned
+/// any of its items away (throttled, timed out), served otherwise.
+fn served_unless(overloaded: bool) -> Answer {
+    if overloaded {
+        Answer::Overloaded
+    } else {
+        Answer::Served
     }
 }

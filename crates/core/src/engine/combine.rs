@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::footprint::{Footprint, ItemLocks, Limits};
 use super::gather::Gather;
-use super::sizing::{Answer, Sizer};
-use super::window::Window;
+use super::pacing::Pacing;
+use super::sizing::Answer;
 use crate::store::{Commit, CommitOutcome, Store, requests};
 
 /// One lane's group, waiting to be combined.
@@ -30,41 +30,30 @@ pub(super) struct Submission<E> {
 /// What sends shared transactions.
 struct Sender<S: Store> {
     store: S,
-    permits: Arc<Semaphore>,
+    /// How many records a shared transaction may hold now, and how many
+    /// may be in flight: the engine's groups' pace.
+    pacing: Arc<Pacing>,
     items: Arc<ItemLocks>,
-    /// How many records a shared transaction may hold now, and what it
-    /// learns from each.
-    sizer: Arc<Sizer>,
-    /// How many records may be in flight, likewise.
-    window: Arc<Window>,
 }
 
 /// Shared by the lanes of one batch.
 pub(super) struct Combiner<S: Store> {
     gather: Arc<Gather<Submission<S::Effect>>>,
-    sizer: Arc<Sizer>,
+    pacing: Arc<Pacing>,
 }
 
 impl<S: Store> Combiner<S> {
-    pub fn new(
-        store: S,
-        permits: Arc<Semaphore>,
-        items: Arc<ItemLocks>,
-        sizer: Arc<Sizer>,
-        window: Arc<Window>,
-    ) -> Self {
+    pub fn new(store: S, pacing: Arc<Pacing>, items: Arc<ItemLocks>) -> Self {
         let sender = Arc::new(Sender {
             store,
-            permits,
+            pacing: Arc::clone(&pacing),
             items,
-            sizer: Arc::clone(&sizer),
-            window,
         });
         let gather = Gather::new(Arc::new(move |waiting| {
             let sender = Arc::clone(&sender);
             Box::pin(async move { sender.send_all(waiting).await })
         }));
-        Self { gather, sizer }
+        Self { gather, pacing }
     }
 
     /// Stops the flusher: its batch is gone (the invocation ended or was
@@ -75,7 +64,7 @@ impl<S: Store> Combiner<S> {
 
     /// Whether a group of `records` may share a transaction with others.
     pub fn accepts(&self, records: usize) -> bool {
-        records < self.sizer.limit()
+        records < self.pacing.groups.sizer.limit()
     }
 
     /// Commits `commits` with other lanes' groups if it can: `Some` with the
@@ -100,7 +89,7 @@ impl<S: Store> Sender<S> {
     /// The groups handed in at once, in shared transactions side by side.
     async fn send_all(self: Arc<Self>, waiting: Vec<Submission<S::Effect>>) {
         let mut sends = JoinSet::new();
-        for shared in pack(waiting, Limits::of::<S>(self.sizer.limit())) {
+        for shared in pack(waiting, Limits::of::<S>(self.pacing.groups.sizer.limit())) {
             if shared.len() < 2 {
                 // No partner: the lane commits alone, without delay.
                 for submission in shared {
@@ -123,19 +112,18 @@ impl<S: Store> Sender<S> {
             commits.extend(submission.commits);
             answers.push(submission.done);
         }
-        let committed = {
-            let records = commits.len();
-            let admitted = self.window.admit(records).await;
-            let _permit = self.permits.acquire().await;
-            let sent = std::time::Instant::now();
-            let result = self.store.commit(commits).await;
-            let (elapsed, answer) = (sent.elapsed(), Answer::of(&result));
-            self.sizer.observe(records, elapsed, answer);
-            admitted.answered(elapsed, answer);
-            match result {
-                Ok(CommitOutcome::Committed { expires_at_s, .. }) => Some(expires_at_s),
-                _ => None,
-            }
+        let (pacing, records) = (&self.pacing, commits.len());
+        let result = pacing
+            .send(
+                &pacing.groups,
+                records,
+                self.store.commit(commits),
+                Answer::of,
+            )
+            .await;
+        let committed = match result {
+            Ok(CommitOutcome::Committed { expires_at_s, .. }) => Some(expires_at_s),
+            _ => None,
         };
         for answer in answers {
             // A lane that stopped waiting (its task ended) needs no answer.

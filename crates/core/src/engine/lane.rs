@@ -350,7 +350,7 @@ where
                     ticket,
                     held: Some(lease),
                 };
-                let limits = Limits::of::<S>(engine.sizer.limit());
+                let limits = Limits::of::<S>(engine.pacing.groups.sizer.limit());
                 if let Some(refused) = self.lane.group.add(planned, limits) {
                     let full = std::mem::take(&mut self.lane.group);
                     engine.commit_group(full, &mut self.log, batch).await;
@@ -376,7 +376,13 @@ where
 
     /// How many fenced writes share a request now.
     fn batch_size(&self) -> usize {
-        self.engine.batch_sizer.limit().min(S::MAX_BATCH).max(1)
+        self.engine
+            .pacing
+            .batches
+            .sizer
+            .limit()
+            .min(S::MAX_BATCH)
+            .max(1)
     }
 
     /// Hands in the buffer's completions, each fenced on its lease.

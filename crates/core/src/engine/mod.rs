@@ -44,6 +44,7 @@ mod lease;
 mod lock_free;
 mod log;
 mod outcome;
+mod pacing;
 mod precheck;
 mod record;
 mod resend;
@@ -54,7 +55,6 @@ mod window;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
@@ -80,9 +80,8 @@ use combine::Combiner;
 use deadline::BatchGuard;
 use footprint::ItemLocks;
 use lease::Leases;
+use pacing::Pacing;
 use send::Sender;
-use sizing::Sizer;
-use window::Window;
 
 /// One message ready to run.
 #[derive(Debug, Clone)]
@@ -224,21 +223,15 @@ pub struct Engine<H, S> {
     handler: H,
     config: EngineConfig,
     cache: CompletedCache,
-    permits: Arc<Semaphore>,
+    /// How fast it sends: the bound on requests in flight, and for
+    /// transaction groups and batched requests how many records one holds
+    /// and how many are in flight at once, learned from the store's answers.
+    pacing: Arc<Pacing>,
     /// The items of the commits in flight, across batches.
     items: Arc<ItemLocks>,
     /// The first copies of keys running, across batches (the invocations
     /// a container serves at once).
     running: Arc<Running>,
-    /// Records per transaction group, learned from the store's answers.
-    sizer: Arc<Sizer>,
-    /// Claims (and fenced writes) per batched request, likewise.
-    batch_sizer: Arc<Sizer>,
-    /// Records in transaction groups in flight at once, likewise.
-    window: Arc<Window>,
-    /// Records of batched claims and fenced writes in flight at once,
-    /// likewise.
-    batch_window: Arc<Window>,
     /// Sends the messages handlers emit ([`Completion::emit`]).
     sender: Option<Arc<dyn Sender>>,
 }
@@ -250,29 +243,11 @@ where
 {
     /// An engine running `handler` over `store`.
     pub fn new(store: S, handler: H, config: EngineConfig) -> Self {
-        let group_cap = config.max_records_per_transaction.min(S::MAX_EFFECTS);
-        let max_in_flight = config.max_in_flight.max(1);
-        let slow = slow_answer(store.request_timeout());
         Self {
             cache: CompletedCache::new(config.completed_cache),
-            permits: Arc::new(Semaphore::new(max_in_flight)),
+            pacing: Arc::new(Pacing::new::<S>(&config, store.request_timeout())),
             items: Arc::default(),
             running: Arc::default(),
-            sizer: Arc::new(Sizer::groups(S::START_SIZE, group_cap, slow)),
-            // Never below one full group nor MAX_IN_FLIGHT records: groups
-            // shrunk to one record still go MAX_IN_FLIGHT at once.
-            window: Arc::new(Window::new(
-                WINDOW_GROUPS * group_cap,
-                group_cap.max(max_in_flight)..=max_in_flight * group_cap,
-                slow,
-            )),
-            batch_sizer: Arc::new(Sizer::batches(S::START_SIZE, S::MAX_BATCH)),
-            // As for groups: a few full batches at first, at most
-            // MAX_IN_FLIGHT of them, never below one.
-            batch_window: Arc::new(Window::batches(
-                WINDOW_GROUPS * S::MAX_BATCH,
-                S::MAX_BATCH..=max_in_flight * S::MAX_BATCH,
-            )),
             store,
             handler,
             config,
@@ -324,37 +299,37 @@ where
     /// learns it from the store's answers, within
     /// [`EngineConfig::max_records_per_transaction`]).
     pub fn group_size(&self) -> usize {
-        self.sizer.limit()
+        self.pacing.groups.sizer.limit()
     }
 
     /// Every change of [`Self::group_size`] so far, the first being where it
     /// started: what the benchmark charts.
     pub fn group_sizes(&self) -> Vec<Resized> {
-        self.sizer.history()
+        self.pacing.groups.sizer.history()
     }
 
     /// How many claims (or fenced writes) one batched request may hold now,
     /// within the store's batch ([`Store::MAX_BATCH`]).
     pub fn claim_batch_size(&self) -> usize {
-        self.batch_sizer.limit().min(S::MAX_BATCH)
+        self.pacing.batches.sizer.limit().min(S::MAX_BATCH)
     }
 
     /// How many records transaction groups in flight may hold at once now
     /// (learned from the store's answers as [`Self::group_size`] is).
     pub fn records_in_flight_limit(&self) -> usize {
-        self.window.limit()
+        self.pacing.groups.window.limit()
     }
 
     /// Every change of [`Self::records_in_flight_limit`] so far, the first
     /// being where it started.
     pub fn records_in_flight_limits(&self) -> Vec<Resized> {
-        self.window.history()
+        self.pacing.groups.window.history()
     }
 
     /// Every change of [`Self::claim_batch_size`] so far, the first being
     /// where it started.
     pub fn claim_batch_sizes(&self) -> Vec<Resized> {
-        self.batch_sizer.history()
+        self.pacing.batches.sizer.history()
     }
 
     /// How much it does at once, what it remembers, what it parks.
@@ -383,9 +358,9 @@ where
         let batched = self.batched(&leases, deadline);
         let heartbeat = {
             let (leases, store) = (Arc::clone(&leases), self.store.clone());
-            let sizer = Arc::clone(&self.batch_sizer);
+            let pacing = Arc::clone(&self.pacing);
             tokio::spawn(requests::inherit(async move {
-                leases.beat(&store, &sizer, deadline).await;
+                leases.beat(&store, &pacing.batches.sizer, deadline).await;
             }))
             .abort_handle()
         };
@@ -394,10 +369,8 @@ where
             in_flight: InFlight::new(Arc::clone(&self.running)),
             combiner: Combiner::new(
                 self.store.clone(),
-                Arc::clone(&self.permits),
+                Arc::clone(&self.pacing),
                 Arc::clone(&self.items),
-                Arc::clone(&self.sizer),
-                Arc::clone(&self.window),
             ),
             batched,
             leases,
@@ -453,12 +426,12 @@ where
     /// The gatherers of a batch's claims and fenced writes, holding the
     /// leases they acquire in `leases`.
     fn batched(&self, leases: &Arc<Leases>, deadline: Deadline) -> Batched {
-        let pacing = batched::Pacing {
-            permits: Arc::clone(&self.permits),
-            sizer: Arc::clone(&self.batch_sizer),
-            window: Arc::clone(&self.batch_window),
-        };
-        Batched::new(self.store.clone(), pacing, Arc::clone(leases), deadline)
+        Batched::new(
+            self.store.clone(),
+            Arc::clone(&self.pacing),
+            Arc::clone(leases),
+            deadline,
+        )
     }
 
     /// The stored result of `work`'s key if it is known COMPLETED for its

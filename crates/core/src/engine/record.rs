@@ -50,7 +50,7 @@ where
         deadline: Deadline,
         leases: &Leases,
     ) -> Ran<S::Effect> {
-        let _permit = self.permits.acquire().await;
+        let _permit = self.pacing.permit().await;
         let lease = match self.refresh(leases.latest(&lease), deadline, leases).await {
             Ok(lease) => lease,
             Err(outcome) => return Ran::Settled(outcome),

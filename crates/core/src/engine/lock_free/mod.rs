@@ -230,7 +230,7 @@ where
     /// What a transaction may hold now: the sizer's records, the store's
     /// actions and bytes.
     fn limits(&self) -> Limits {
-        Limits::of::<S>(self.sizer.limit())
+        Limits::of::<S>(self.pacing.groups.sizer.limit())
     }
 
     /// One transaction group, sent when the window has room for it (and a
@@ -239,15 +239,15 @@ where
         &self,
         commits: Vec<Commit<S::Effect>>,
     ) -> Result<CommitOutcome, StoreError> {
-        let records = commits.len();
-        let admitted = self.window.admit(records).await;
-        let _permit = self.permits.acquire().await;
-        let sent = Instant::now();
-        let result = self.store.commit(commits).await;
-        let (elapsed, answer) = (sent.elapsed(), Answer::of(&result));
-        self.sizer.observe(records, elapsed, answer);
-        admitted.answered(elapsed, answer);
-        result
+        let (pacing, records) = (&self.pacing, commits.len());
+        pacing
+            .send(
+                &pacing.groups,
+                records,
+                self.store.commit(commits),
+                Answer::of,
+            )
+            .await
     }
 
     /// Records a message committed with others.
@@ -436,7 +436,7 @@ where
         while rounds < COMMIT_ROUNDS {
             // Sent again, a failure made recognises itself (its owner).
             let result = resending("fail", deadline, || async {
-                let _permit = self.permits.acquire().await;
+                let _permit = self.pacing.permit().await;
                 self.store.fail_new(request(work), &owner, &error).await
             })
             .await;
