@@ -79,8 +79,10 @@ local_stack() {
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
   # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR, RABBITMQ_LOCAL_DIR,
   # ACTIVEMQ_LOCAL_DIR).
+  # What the caller runs beside the servers (LOCAL_STACK_BEFORE_STOP: a
+  # command) is stopped first.
   # shellcheck disable=SC2064 # expand $root now
-  trap "$slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop; '$root/infra/rabbitmq-local.sh' stop; '$root/infra/activemq-local.sh' stop" EXIT
+  trap "eval \"\${LOCAL_STACK_BEFORE_STOP:-}\"; $slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop; '$root/infra/rabbitmq-local.sh' stop; '$root/infra/activemq-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"

@@ -27,12 +27,17 @@ trap 'rm -rf "$work"' EXIT
 
 echo "quickstart: the README's blocks into a new crate ($work/payments)"
 python3 "$root/infra/quickstart_crate.py" "$root/README.md" "$work/payments" "$root"
-# The checkout's lock: the versions the project is tested with, and its
-# compiled dependencies shared through its target directory.
+# The checkout's lock: the versions the project is tested with. The builds
+# go to the checkout's target directory (CARGO_TARGET_DIR if set: infra/
+# test.sh gives these checks one of their own), for the host's triple
+# named, as infra/template-check.sh's builds and sam build's name it: a
+# dependency with the same features is built once for all of them.
 cp "$root/Cargo.lock" "$work/payments/"
-export CARGO_TARGET_DIR="$root/target"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+CARGO_BUILD_TARGET="$(rustc -vV | sed -n 's/^host: //p')"
+export CARGO_BUILD_TARGET
 (cd "$work/payments" && cargo build --quiet)
-binary="$root/target/debug/payments"
+binary="$CARGO_TARGET_DIR/$CARGO_BUILD_TARGET/debug/payments"
 
 echo "quickstart: what it compiles"
 tree="$(cd "$work/payments" && cargo tree -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
@@ -113,6 +118,19 @@ for name in filter(None, listed.decode().split("\0")):
         shutil.copy2(source, copy / name)
 PY
 touch "$work/copied"
+watches() { # the crate's cargo lambda watch processes
+  local pid
+  for pid in $(pgrep -f "cargo-lambda lambda watch"); do
+    [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$work/payments" ]] && echo "$pid"
+  done
+  return 0
+}
+stop_watches() {
+  local pids
+  pids="$(watches)"
+  # shellcheck disable=SC2086 # one pid a word
+  [[ -z $pids ]] || kill $pids 2>/dev/null || true
+}
 run_block() { # name file heading processed duplicate: runs the first ```sh block after heading
   local name="$1" block output status=0
   block="$(python3 - "$2" "$3" <<'PY'
@@ -126,10 +144,11 @@ PY
   # A watch that never listens must not hold CI: 15 minutes (the first
   # invoke builds the crate), then the block fails with its log.
   output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
-  # A block that failed midway leaves its watch running: stop it, and let
-  # it leave port 9000 to the next block's.
-  pkill -f "cargo-lambda lambda watch" 2>/dev/null || true
-  for _ in $(seq 50); do pgrep -f "cargo-lambda lambda watch" >/dev/null || break; sleep 0.2; done
+  # A block that failed midway leaves its watch running: stop it (the
+  # crate's, not a test's beside this script), and let it leave port 9000
+  # to the next block's.
+  stop_watches
+  for _ in $(seq 50); do [[ -z "$(watches)" ]] && break; sleep 0.2; done
   echo "$output"
   if [[ $status != 0 ]] || [[ "$(grep -c '^{"batchItemFailures":\[\]}$' <<<"$output")" != 2 ]] ||
     ! grep -qE "^ *$4 outcome=\"processed\"\$" <<<"$output" ||

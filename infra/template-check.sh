@@ -37,6 +37,12 @@ export PATH="$EXACTLY_ONCE_TOOLS/venv/bin:$PATH" SAM_CLI_TELEMETRY=0
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
+# Every build below in the checkout's target directory (CARGO_TARGET_DIR if
+# set), for the host's triple named: `sam build` (cargo lambda build)
+# always names one, so its build finds the dependencies the tests built.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+CARGO_BUILD_TARGET="$(rustc -vV | sed -n 's/^host: //p')"
+export CARGO_BUILD_TARGET
 
 # TEMPLATE_SOURCES: a few of them, while working on one.
 read -r -a sources <<< "${TEMPLATE_SOURCES:-kafka sqs kinesis dynamodb-streams rabbitmq activemq}"
@@ -105,14 +111,14 @@ PY
 
   echo "template ($source): cargo test on DynamoDB Local"
   cp "$root/Cargo.lock" "$project/"
-  (cd "$project" && cargo fmt --check && CARGO_TARGET_DIR="$root/target" cargo test --quiet)
+  (cd "$project" && cargo fmt --check && cargo test --quiet)
 
   echo "template ($source): started with its template.yaml's environment"
-  (cd "$project" && CARGO_TARGET_DIR="$root/target" cargo build --quiet)
+  (cd "$project" && cargo build --quiet)
   params=()
   for value in "${values[@]}"; do params+=(--parameter "$value"); done
   "$EXACTLY_ONCE_TOOLS/venv/bin/python" "$root/infra/template_run.py" \
-    --template "$project/template.yaml" --bootstrap "$root/target/debug/msk-payments" \
+    --template "$project/template.yaml" --bootstrap "$CARGO_TARGET_DIR/$CARGO_BUILD_TARGET/debug/msk-payments" \
     --event "$project/events/payments.json" --log "$work/$source.log" "${params[@]}" \
     || { tail -n 30 "$work/$source.log" >&2; exit 1; }
 
@@ -120,9 +126,9 @@ PY
     # SAM_BUILD_MODE=debug: `cargo lambda build` without --release (what is
     # checked is that sam build builds the function and its nested pieces;
     # the release build of a function is infra/check-artifact.sh's), on the
-    # dependencies the steps above built.
+    # dependencies the steps above built (the same triple: x86_64 here).
     echo "template ($source): sam build (x86_64, debug), the pieces of sam/ with it"
-    (cd "$project" && SAM_BUILD_MODE=debug CARGO_LAMBDA_COMPILER=cargo CARGO_TARGET_DIR="$root/target" \
+    (cd "$project" && SAM_BUILD_MODE=debug CARGO_LAMBDA_COMPILER=cargo \
       sam build --parameter-overrides Architecture=x86_64 >&2)
     [[ -x "$project/.aws-sam/build/Function/bootstrap" ]] \
       || { echo "template: sam build made no bootstrap" >&2; exit 1; }

@@ -1,6 +1,9 @@
-//! End-to-end test of the `msk-handler` binary as Lambda runs it: started by
-//! `cargo lambda watch` (which emulates the Lambda Runtime API) and invoked
-//! with `cargo lambda invoke`, against the DynamoDB tables of infra/test.sh.
+//! End-to-end test of the `msk-handler` binary as Lambda runs it: polling
+//! the Lambda Runtime API of `cargo lambda watch --only-lambda-apis` and
+//! invoked with `cargo lambda invoke`, against the DynamoDB tables of
+//! infra/test.sh. The binary is the one the tests' build built (`cargo
+//! lambda watch` building a crate itself is the quick start's:
+//! infra/quickstart.sh runs the README's blocks).
 //!
 //! Needs what infra/test.sh provides: cargo-lambda on PATH ($EXACTLY_ONCE_TOOLS/venv/bin),
 //! DynamoDB Local (`AWS_ENDPOINT_URL_DYNAMODB`), its tables
@@ -36,9 +39,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-/// The first invocation builds the function (`cargo run`): minutes on a cold
-/// target directory on two cores.
-const READY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Until the function, started beside the watch, answers (seconds on a
+/// loaded machine).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// One invocation of a ready function.
 const INVOKE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Variables the function reads that this test does not set: removed from the
@@ -422,10 +425,13 @@ async fn read_balances(
     balances
 }
 
-/// `cargo lambda watch` in its own process group; killed with its children
-/// (cargo run, the function) when dropped.
+/// `cargo lambda watch --only-lambda-apis` in its own process group, and
+/// the function in the same group, polling the watch's Runtime API as
+/// `msk-handler`: both killed when dropped.
 struct Watch {
     child: Child,
+    /// The function, once started.
+    function: Option<Child>,
     port: u16,
     log: PathBuf,
 }
@@ -435,16 +441,34 @@ impl Watch {
         let port = free_port();
         let log = work.join("watch.log");
         let log_file = fs::File::create(&log).unwrap();
-        let mut command = support::cargo("cargo");
-        command
+        // From the workspace's root: the watch takes invocations for the
+        // binaries its manifest names.
+        let child = support::cargo("cargo")
             .current_dir(root)
-            .args(["lambda", "watch", "--ignore-changes"])
+            .args(["lambda", "watch", "--only-lambda-apis"])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
             .arg(port.to_string())
-            .args(["--bin", "msk-handler"]);
-        // cargo lambda watch sets no AWS_REGION: pass what the function needs
-        // explicitly. (--env-var splits on commas: none of these hold one.)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file.try_clone().unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start cargo lambda watch: {err}"));
+        let mut watch = Self {
+            child,
+            function: None,
+            port,
+            log,
+        };
+        watch.wait_listening();
+        // The variables `cargo lambda watch` gives a function it starts, and
+        // what the function needs.
+        let runtime_api = format!("http://127.0.0.1:{port}/.rt/msk-handler");
         let vars = [
+            ("AWS_LAMBDA_RUNTIME_API", runtime_api),
+            ("AWS_LAMBDA_FUNCTION_NAME", "msk-handler".to_owned()),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "1".to_owned()),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "4096".to_owned()),
             ("IDEMPOTENCY_TABLE", env.idempotency_table.clone()),
             ("LEDGER_TABLE", env.ledger_table.clone()),
             ("IDEMPOTENCY_KEY_PREFIX", key_prefix.to_owned()),
@@ -460,37 +484,51 @@ impl Watch {
             ),
             ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
         ];
-        for (name, value) in vars {
-            assert!(!value.contains(','), "{name} holds a comma: {value}");
-            command.arg("--env-var").arg(format!("{name}={value}"));
-        }
+        let mut function = Command::new(support::binary("msk-handler"));
         for name in FUNCTION_SETTINGS {
-            command.env_remove(name);
+            function.env_remove(name);
         }
-        let child = command
+        let function = function
+            .envs(vars)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
-            .process_group(0)
+            .process_group(i32::try_from(watch.child.id()).expect("a pid"))
             .spawn()
-            .unwrap_or_else(|err| panic!("cannot start cargo lambda watch: {err}"));
+            .unwrap_or_else(|err| panic!("cannot start msk-handler: {err}"));
+        watch.function = Some(function);
         progress(&format!(
-            "cargo lambda watch on 127.0.0.1:{port} (pid {}, log {})",
-            child.id(),
-            log.display()
+            "cargo lambda watch on 127.0.0.1:{port} and msk-handler polling it (group {}, log {})",
+            watch.child.id(),
+            watch.log.display()
         ));
-        Self { child, port, log }
+        watch
     }
 
-    /// Waits until an empty Kafka event gets its answer: the function is built
-    /// and running.
+    /// Waits until the watch listens (the function's first poll must find
+    /// it).
+    fn wait_listening(&self) {
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "cargo lambda watch did not listen on {} within {} s\n{}",
+                self.port,
+                READY_TIMEOUT.as_secs(),
+                self.log_tail(60)
+            );
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until an empty Kafka event gets its answer: the function is
+    /// running.
     fn wait_ready(&mut self, work: &Path) {
         let probe = work.join("probe.json");
         fs::write(&probe, r#"{"eventSource": "aws:kafka", "records": {}}"#).unwrap();
         let started = Instant::now();
-        let mut next_note = Duration::from_secs(15);
         progress(&format!(
-            "waiting for the function (the first build may take minutes; up to {} s)",
+            "waiting for the function (up to {} s)",
             READY_TIMEOUT.as_secs()
         ));
         loop {
@@ -521,20 +559,6 @@ impl Watch {
                 READY_TIMEOUT.as_secs(),
                 self.log_tail(60)
             );
-            if started.elapsed() >= next_note {
-                let last = fs::read_to_string(&self.log)
-                    .unwrap_or_default()
-                    .lines()
-                    .rfind(|l| l.contains("Compiling") || l.contains("Finished"))
-                    .unwrap_or("")
-                    .trim()
-                    .to_owned();
-                progress(&format!(
-                    "still waiting ({} s) {last}",
-                    started.elapsed().as_secs()
-                ));
-                next_note += Duration::from_secs(15);
-            }
             sleep(Duration::from_millis(500));
         }
     }
@@ -638,9 +662,12 @@ impl Drop for Watch {
             }
             sleep(Duration::from_millis(100));
         }
-        // The group's other members (cargo run, the function) too.
+        // The group's other member, the function, too.
         signal("-KILL");
         let _ = self.child.wait();
+        if let Some(function) = &mut self.function {
+            let _ = function.wait();
+        }
     }
 }
 
