@@ -108,12 +108,11 @@ pub(super) async fn complete(
     result: Option<&str>,
     effects: Effects<TransactWriteItem>,
 ) -> Result<u64, StoreError> {
-    match effects.writes.is_empty() && effects.increments.is_empty() {
-        true => {
-            let texts = (result, effects.outbox.as_deref());
-            complete_alone(store, lease, texts).await
-        }
-        false => complete_with(store, lease, result, effects).await,
+    if effects.touches_items() {
+        complete_with(store, lease, result, effects).await
+    } else {
+        let texts = (result, effects.outbox.as_deref());
+        complete_alone(store, lease, texts).await
     }
 }
 

@@ -368,7 +368,14 @@ impl<E> From<Vec<E>> for Effects<E> {
 impl<E> Effects<E> {
     /// Nothing to write beside the completion.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.increments.is_empty() && self.outbox.is_none()
+        !self.touches_items() && self.outbox.is_none()
+    }
+
+    /// Whether items other than the key's are written (writes or
+    /// increments): a completion that must commit in one transaction with
+    /// them. Messages alone ride on the key's own write.
+    pub fn touches_items(&self) -> bool {
+        !self.writes.is_empty() || !self.increments.is_empty()
     }
 }
 

@@ -24,11 +24,12 @@ use crate::store::{
 };
 
 mod group;
+mod lane;
 
 pub(super) use group::{Group, Planned};
 
 use super::cache::Completed;
-use super::coalesce::{self, FirstCopy, Settled, Turn, Waited};
+use super::coalesce::{FirstCopy, Settled, Turn};
 use super::footprint::{Footprint, Limits};
 use super::handler::{Completion, ConditionFailure, FencingToken, HandlerError, RecordHandler};
 use super::judge::{Found, Judged, LeaseWait, NOT_FROM_AN_ITEM};
@@ -36,7 +37,7 @@ use super::log::{LaneLog, Ticket};
 use super::outcome::store_failure;
 use super::resend::resending;
 use super::sizing::Answer;
-use super::{Batch, Engine, Message, Outcome, RecordOutcome, StopReason, Work};
+use super::{Batch, Engine, Message, Outcome, StopReason, Work};
 
 /// A claim-free commit finds the key's item gone (expired) and tries again
 /// at most this often.
@@ -71,63 +72,6 @@ where
     S: Store,
     H: RecordHandler<S::Effect>,
 {
-    /// Runs a lane on the lock-free path, in order, stopping at the first
-    /// message not finished.
-    pub(super) async fn run_lane_lock_free(
-        self: Arc<Self>,
-        lane: Vec<Message<H::Record>>,
-        batch: Arc<Batch<S>>,
-    ) -> Vec<RecordOutcome> {
-        let mut log = LaneLog::new(lane.len());
-        let mut pending = lane.into_iter();
-        let mut group = Group::default();
-        while log.stop_reason(&batch).is_none() {
-            let Some(item) = pending.next() else { break };
-            let started = Instant::now();
-            let ticket = log.reserve();
-            let next = match self.plan_next(item, &batch, started, ticket).await {
-                Next::Planned(planned) => match group.add(*planned, self.limits()) {
-                    None => continue,
-                    Some(refused) => Next::Planned(Box::new(refused)),
-                },
-                next => next,
-            };
-            // Anything else commits the group before it, in order.
-            self.commit_group(std::mem::take(&mut group), &mut log, &batch)
-                .await;
-            let outcome = match (log.stop_reason(&batch), next) {
-                (Some(reason), _) => Outcome::NotStarted(reason),
-                (None, Next::Invalid(reason)) => Outcome::Invalid { reason },
-                (None, Next::Planned(planned)) => {
-                    // An empty group takes any message.
-                    let _ = group.add(*planned, self.limits());
-                    continue;
-                }
-                (None, Next::Known(work, result)) => {
-                    self.replayed(&work, Outcome::known_duplicate(result)).await
-                }
-                (None, Next::Unplanned(work, why, first_copy)) => {
-                    let outcome = self.refused(&work, why, &batch).await;
-                    first_copy.settle(Settled::new(&work.payload_hash, &outcome));
-                    self.replayed(&work, outcome).await
-                }
-                (None, Next::Copy(work, first)) => {
-                    let deadline = batch.guard.deadline();
-                    match coalesce::wait_for_first(first, &work.payload_hash, &deadline).await {
-                        Waited::Duplicate(result) => {
-                            self.replayed(&work, Outcome::known_duplicate(result)).await
-                        }
-                        Waited::OnItsOwn => self.plan_and_commit(work, &batch, ticket).await,
-                        Waited::Cut => Outcome::NotStarted(StopReason::DeadlineNear),
-                    }
-                }
-            };
-            log.resolve(ticket, outcome, started, &batch);
-        }
-        self.commit_group(group, &mut log, &batch).await;
-        log.finish(pending)
-    }
-
     /// Settles what needs no write, or computes the message's effect.
     async fn plan_next(
         &self,
