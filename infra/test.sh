@@ -2,13 +2,16 @@
 # The project's one test command (CI runs it through .ci/run).
 # Installs the tools, starts DynamoDB Local with the template's tables, a
 # PostgreSQL cluster, a redis-server, a RabbitMQ node and an ActiveMQ broker
-# (infra/local-stack.sh), then runs rustfmt, clippy, the docs,
-# the feature checks, the tests of every crate (the PostgreSQL and Redis ones
-# among them: tests/store_postgres.rs, store_redis.rs, ledger_stores.rs,
-# postgres_faults.rs, redis_faults.rs; and tests/sources.rs, the function on
-# SQS and Kinesis of moto's server, DynamoDB Local's streams, RabbitMQ and
-# ActiveMQ through infra/poller.py), the README's quick start built
-# outside the repository, the link check and the template validation.
+# (infra/local-stack.sh), starts the deploy checks beside everything else
+# at a lower priority (infra/deploy-checks.sh: the deploy artifact, the
+# README's quick start built outside the repository, the templates, the
+# links, the template validation, the CDK construct), then runs rustfmt,
+# the docs, the feature checks, clippy's lints on the build of every
+# target, and the tests of every crate: the unit tests and the model
+# checker, then the integration tests area by area (infra/test-area.sh),
+# again on the locking path, in key ordering and the kill storms on every
+# store. docs/testing.md says what each test shows and how long each step
+# takes.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -68,8 +68,9 @@ impl Pacing {
     }
 
     /// Sends one request of `records` records at `pace`: once its window
-    /// admits them and a permit is free. What `answer` reads in its result
-    /// teaches the sizer and the window.
+    /// admits them and a permit is free (`request` is a future: nothing of
+    /// it runs before its turn). What `answer` reads in its result teaches
+    /// the sizer and the window.
     pub async fn send<T>(
         &self,
         pace: &Pace,
