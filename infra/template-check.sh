@@ -39,7 +39,8 @@ trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 # Every build below in the checkout's target directory (CARGO_TARGET_DIR if
 # set), for the host's triple named: `sam build` (cargo lambda build)
-# always names one, so its build finds the dependencies the tests built.
+# always names one, so its build finds the dependencies the builds above
+# built.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 CARGO_BUILD_TARGET="$(rustc -vV | sed -n 's/^host: //p')"
 export CARGO_BUILD_TARGET
