@@ -18,16 +18,29 @@
 # MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the
 # ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh).
 
-# A step's heading, with how long the step before it took and the time since
-# the first step (docs/testing.md keeps these per step).
+# A step's heading, with how long the step before it took, the time since
+# the first step, and the CPU the step used: its own processes' (user and
+# system of this shell's children that ended, /proc/$$/stat) and the whole
+# machine's (/proc/stat: with the deploy checks beside the tests, what both
+# lanes used). A run is bound by CPU: docs/testing.md keeps these per step.
 STEPS_STARTED="${STEPS_STARTED:-$(date +%s)}"
 STEP_STARTED="$STEPS_STARTED"
 STEP_NAME=""
+STEP_TICKS="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+step_cpu() { # "OWN MACHINE" in seconds
+  local own machine
+  own="$(sed 's/^.*) //' "/proc/$$/stat" 2>/dev/null | awk -v hz="$STEP_TICKS" '{ printf "%d", ($14 + $15) / hz }')"
+  machine="$(awk -v hz="$STEP_TICKS" '/^cpu / { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat 2>/dev/null)"
+  echo "${own:-0} ${machine:-0}"
+}
+read -r STEP_CPU_OWN STEP_CPU_MACHINE < <(step_cpu)
 step() {
-  local now
+  local now own machine
   now=$(date +%s)
-  [[ -z $STEP_NAME ]] || printf '\n<== %s: %d s (%d s in all)\n' "$STEP_NAME" "$((now - STEP_STARTED))" "$((now - STEPS_STARTED))"
-  STEP_NAME="$*" STEP_STARTED=$now
+  read -r own machine < <(step_cpu)
+  [[ -z $STEP_NAME ]] || printf '\n<== %s: %d s (%d s in all), CPU %d s (the machine %d s)\n' "$STEP_NAME" \
+    "$((now - STEP_STARTED))" "$((now - STEPS_STARTED))" "$((own - STEP_CPU_OWN))" "$((machine - STEP_CPU_MACHINE))"
+  STEP_NAME="$*" STEP_STARTED=$now STEP_CPU_OWN=$own STEP_CPU_MACHINE=$machine
   printf '\n==> %s\n' "$*"
 }
 
