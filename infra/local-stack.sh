@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced by infra/test.sh and infra/bench.sh (bash): the project's tools, the
 # dummy AWS environment, a DynamoDB Local of the caller's own with the tables
-# of template.yaml, a PostgreSQL cluster, a redis-server, a RabbitMQ node and
-# an ActiveMQ broker of its own, all stopped when the caller exits.
+# of template.yaml, a PostgreSQL cluster, a redis-server, a RabbitMQ node, an
+# ActiveMQ broker and a Kafka broker of its own, all stopped when the caller
+# exits.
 #
 #   source infra/local-stack.sh
 #   local_stack IDEMPOTENCY_TABLE_NAME LEDGER_TABLE_NAME
@@ -11,12 +12,13 @@
 # LEDGER_TABLE, DATABASE_URL (the SQL tables take the same names; the
 # PostgreSQL tests migrate them), REDIS_URL and REDIS_CLUSTER_URL, and
 # puts $EXACTLY_ONCE_TOOLS/venv/bin (cargo-lambda; python3 with boto3, PyYAML,
-# pika and stomp.py) on PATH.
+# pika, stomp.py and kafka-python) on PATH.
 # The batch sources of tests/processes/sources.rs (infra/poller.py): Kinesis on the
 # same moto server as SQS (AWS_ENDPOINT_URL_KINESIS), DynamoDB Streams on
 # DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS), Amazon
 # MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the
-# ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh).
+# ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh); Kafka on a
+# tansu broker (KAFKA_BOOTSTRAP_SERVERS, infra/kafka-local.sh).
 
 # A step's heading, with how long the step before it took, the time since
 # the first step, and the CPU the step used: its own processes' (user and
@@ -89,13 +91,17 @@ local_stack() {
   step "Amazon MQ's brokers: RabbitMQ (infra/rabbitmq-local.sh) and ActiveMQ (infra/activemq-local.sh)"
   eval "$("$root/infra/rabbitmq-local.sh" start)"
   eval "$("$root/infra/activemq-local.sh" start)"
+  # Amazon MSK's and self-managed Kafka's: tansu, built once into the tools
+  # (a debug build: infra/tools.sh kafka) on its first start.
+  step "a Kafka broker (infra/kafka-local.sh)"
+  eval "$("$root/infra/kafka-local.sh" start)"
   # Stops exactly the servers started above (DYNAMODB_LOCAL_PID, SQS_LOCAL_PID,
   # POSTGRES_LOCAL_DATA, REDIS_LOCAL_DIR, REDIS_CLUSTER_DIR, RABBITMQ_LOCAL_DIR,
-  # ACTIVEMQ_LOCAL_DIR).
+  # ACTIVEMQ_LOCAL_DIR, KAFKA_LOCAL_DIR).
   # What the caller runs beside the servers (LOCAL_STACK_BEFORE_STOP: a
   # command) is stopped first.
   # shellcheck disable=SC2064 # expand $root now
-  trap "eval \"\${LOCAL_STACK_BEFORE_STOP:-}\"; $slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop; '$root/infra/rabbitmq-local.sh' stop; '$root/infra/activemq-local.sh' stop" EXIT
+  trap "eval \"\${LOCAL_STACK_BEFORE_STOP:-}\"; $slowed'$root/infra/dynamodb-local.sh' stop; '$root/infra/sqs-local.sh' stop; '$root/infra/postgres-local.sh' stop; '$root/infra/redis-local.sh' stop; REDIS_LOCAL_DIR='$REDIS_CLUSTER_DIR' '$root/infra/redis-local.sh' stop; '$root/infra/rabbitmq-local.sh' stop; '$root/infra/activemq-local.sh' stop; '$root/infra/kafka-local.sh' stop" EXIT
   echo "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB"
   echo "AWS_ENDPOINT_URL_SQS=$AWS_ENDPOINT_URL_SQS"
   echo "AWS_ENDPOINT_URL_KINESIS=$AWS_ENDPOINT_URL_KINESIS"
@@ -105,6 +111,7 @@ local_stack() {
   echo "REDIS_CLUSTER_URL=$REDIS_CLUSTER_URL"
   echo "RABBITMQ_URL=$RABBITMQ_URL"
   echo "ACTIVEMQ_STOMP_URL=$ACTIVEMQ_STOMP_URL"
+  echo "KAFKA_BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP_SERVERS"
 
   step "tables from template.yaml"
   "$root/infra/local_tables.py" --table "IdempotencyTable=$1" --table "LedgerTable=$2"

@@ -1,32 +1,34 @@
 #!/usr/bin/env python3
 """A local stand-in for Lambda's event source mappings of SQS (standard and
-FIFO), Kinesis, DynamoDB Streams and Amazon MQ (RabbitMQ, ActiveMQ): it
-polls a real local queue, stream or broker (moto's server for SQS and
-Kinesis, DynamoDB Local's own stream, a RabbitMQ node and an ActiveMQ
-broker of infra/rabbitmq-local.sh and infra/activemq-local.sh), builds the
-event exactly as Lambda does, hands it to the function's real binary through
-a Lambda Runtime API stand-in (infra/runtime_api.py's `Function`, kept warm
-between invocations), and acts on the response as the mapping does. Python
-3 with boto3, pika and stomp.py (infra/tools.sh installs them into
-$EXACTLY_ONCE_TOOLS/venv).
+FIFO), Kinesis, DynamoDB Streams, Amazon MQ (RabbitMQ, ActiveMQ) and Kafka
+(Amazon MSK, self-managed Kafka): it polls a real local queue, stream or
+broker (moto's server for SQS and Kinesis, DynamoDB Local's own stream, a
+RabbitMQ node, an ActiveMQ broker and a Kafka-protocol broker of
+infra/rabbitmq-local.sh, infra/activemq-local.sh and infra/kafka-local.sh),
+builds the event exactly as Lambda does, hands it to the function's real
+binary through a Lambda Runtime API stand-in (infra/runtime_api.py's
+`Function`, kept warm between invocations), and acts on the response as the
+mapping does. Python 3 with boto3, kafka-python, pika and stomp.py
+(infra/tools.sh installs them into $EXACTLY_ONCE_TOOLS/venv).
 
-    infra/poller.py create  SOURCE NAME [--shards N] [--key ATTRIBUTE] [--max-redeliveries N]
+    infra/poller.py create  SOURCE NAME [--shards N] [--partitions N] [--key ATTRIBUTE]
+                            [--max-redeliveries N]
     infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
     infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
                             [--batch-size N] [--batching-window S] [--max-batches N]
                             [--redelivery-delay S] [--timeout S] [--checkpoint FILE]
                             [--transcript FILE] [--events FILE] [--function-log FILE]
-                            [--env NAME=VALUE ...]
+                            [--consumer-group GROUP] [--env NAME=VALUE ...]
 
-SOURCE is sqs, sqs-fifo, kinesis, dynamodb-streams, rabbitmq or activemq;
-NAME the queue (a FIFO queue's ends in .fifo), the stream, or the table
-whose stream is read. Endpoints come from AWS_ENDPOINT_URL_SQS,
+SOURCE is sqs, sqs-fifo, kinesis, dynamodb-streams, rabbitmq, activemq,
+msk or self-managed-kafka; NAME the queue (a FIFO queue's ends in .fifo),
+the stream, the table whose stream is read, or the topic. Endpoints come from AWS_ENDPOINT_URL_SQS,
 AWS_ENDPOINT_URL_KINESIS and AWS_ENDPOINT_URL_DYNAMODB
 (AWS_ENDPOINT_URL_DYNAMODB_STREAMS if set), RABBITMQ_URL
 (amqp://USER:PASSWORD@127.0.0.1:PORT/VHOST) and ACTIVEMQ_STOMP_URL
-(stomp://127.0.0.1:PORT); the poller refuses to run without one, and the
-brokers' must be loopback addresses, so it never reaches real AWS or a
-real broker.
+(stomp://127.0.0.1:PORT) and KAFKA_BOOTSTRAP_SERVERS (127.0.0.1:PORT); the
+poller refuses to run without one, and the brokers' must be loopback
+addresses, so it never reaches real AWS or a real broker.
 
 What `poll` does, per source (as the event source mapping does):
 
@@ -78,12 +80,20 @@ What `poll` does, per source (as the event source mapping does):
     rolled-back batch before anything else). STOMP does not carry the
     message's broker times: brokerInTime is its timestamp, brokerOutTime
     the moment the poller received it.
+- Kafka (MSK, self-managed): see `Kafka`: one consumer group per mapping,
+  batches of one or more partitions, offsets committed after the
+  function answered (at the lowest reported offset of a partition), an
+  invocation error retrying the batch, pollers of one group sharing the
+  partitions (a rebalance when one joins or leaves). The summary adds
+  "committed" (each partition's committed offset), "consumer_group",
+  "rebalances" and "commits_refused".
 
 It stops when drained (SQS: no message visible, in flight or delayed;
 streams: every shard read to its end, nothing to retry; RabbitMQ: nothing
 ready in the queue, nothing held; ActiveMQ: nothing in the queue (a
 browser's count), nothing held, every message it sent back seen again or
-in the dead-letter queue), after --max-batches batches, or after --timeout
+in the dead-letter queue; Kafka: the group's committed offset of every
+partition at the partition's end, nothing waiting to come again), after --max-batches batches, or after --timeout
 seconds (exit 1). It prints one line per batch on stderr and, at the end,
 a JSON summary on stdout: {"source", "batches", "records", "reported",
 "invocation_errors", "error_types" (errorType: count), "invalid_responses",
@@ -115,6 +125,7 @@ from tools_home import VENV_PYTHON  # noqa: E402
 
 try:
     import boto3
+    import kafka
     import pika
     import stomp
     from boto3.dynamodb.types import TypeSerializer
@@ -122,12 +133,14 @@ except ImportError:
     # Started by another python3: again with the venv's (infra/tools.sh).
     if VENV_PYTHON.exists() and pathlib.Path(sys.executable) != VENV_PYTHON:
         os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])
-    sys.exit("poller: boto3, pika or stomp.py not found; run infra/tools.sh")
+    sys.exit("poller: boto3, kafka-python, pika or stomp.py not found; run infra/tools.sh")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import runtime_api  # noqa: E402  (infra/runtime_api.py, beside this file)
 
-SOURCES = ("sqs", "sqs-fifo", "kinesis", "dynamodb-streams", "rabbitmq", "activemq")
+SOURCES = ("sqs", "sqs-fifo", "kinesis", "dynamodb-streams", "rabbitmq", "activemq", "msk",
+           "self-managed-kafka")
+KAFKA = ("msk", "self-managed-kafka")
 ACCOUNT = "123456789012"
 INVOKE_IDENTITY = f"arn:aws:iam::{ACCOUNT}:role/lambda-role"
 # How long a received SQS message stays in flight while the function runs
@@ -189,6 +202,13 @@ def seconds_number(value):
 MAX_REDELIVERIES = 6
 
 
+def is_loopback(host):
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def broker_endpoint(variable):
     """A local broker's URL from `variable`; refuses to run without one, or
     with one whose host is not a loopback address."""
@@ -196,11 +216,7 @@ def broker_endpoint(variable):
     if not url:
         sys.exit(f"poller: {variable} is not set (a local broker's URL; infra/local-stack.sh exports it)")
     host = urllib.parse.urlsplit(url).hostname or ""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(host):
         sys.exit(f"poller: {variable} names {host or 'no host'}, not a loopback address")
     return url
 
@@ -339,6 +355,51 @@ class Stomp(stomp.ConnectionListener):
         self.connection.disconnect()
 
 
+# ---------------------------------------------------------------- Kafka
+
+# What one event of Lambda's Kafka mappings holds at most (6 MB).
+KAFKA_MAX_EVENT_BYTES = 6 * 1024 * 1024
+
+
+def kafka_servers():
+    """KAFKA_BOOTSTRAP_SERVERS (host:port[,host:port]); refuses to run
+    without it, or with a host that is not a loopback address."""
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not servers:
+        sys.exit("poller: KAFKA_BOOTSTRAP_SERVERS is not set (a local broker's host:port; "
+                 "infra/kafka-local.sh exports it)")
+    for server in servers.split(","):
+        host = server.rsplit(":", 1)[0].strip("[]")
+        if not is_loopback(host):
+            sys.exit(f"poller: KAFKA_BOOTSTRAP_SERVERS names {host or 'no host'}, not a loopback address")
+    return servers
+
+
+def kafka_cluster_arn(servers):
+    """An Amazon MSK cluster's ARN for the local broker at `servers`."""
+    return f"arn:aws:kafka:{region()}:{ACCOUNT}:cluster/local/{uuid.uuid5(uuid.NAMESPACE_URL, servers)}"
+
+
+def signed_bytes(data):
+    """Bytes as Java's signed bytes: how Lambda's Kafka event writes a header value."""
+    return [b - 256 if b >= 128 else b for b in data]
+
+
+def kafka_bytes(message, name):
+    """`name` of a message of --messages as bytes: NAME (text) or NAME_base64; None when neither."""
+    if f"{name}_base64" in message:
+        return base64.b64decode(message[f"{name}_base64"])
+    value = message.get(name)
+    return None if value is None else value.encode("utf-8")
+
+
+def kafka_header(value):
+    """A header of --messages: text, or {"bytes": [...]} (signed or not)."""
+    if isinstance(value, dict):
+        return bytes(b % 256 for b in value["bytes"])
+    return value.encode("utf-8")
+
+
 # ---------------------------------------------------------------- create
 
 
@@ -359,6 +420,12 @@ def create(args):
         kinesis.get_waiter("stream_exists").wait(StreamName=args.name, WaiterConfig={"Delay": 0.2})
         description = kinesis.describe_stream(StreamName=args.name)["StreamDescription"]
         out = {"arn": description["StreamARN"], "shards": [s["ShardId"] for s in description["Shards"]]}
+    elif args.source in KAFKA:
+        servers = kafka_servers()
+        admin = kafka.KafkaAdminClient(bootstrap_servers=servers, client_id="poller")
+        admin.create_topics([kafka.admin.NewTopic(args.name, num_partitions=args.partitions, replication_factor=1)])
+        admin.close()
+        out = {"arn": kafka_cluster_arn(servers), "partitions": args.partitions}
     elif args.source == "rabbitmq":
         # The broker counts deliveries and dead-letters (quorum queues):
         # a message returned more than `limit` times goes to NAME.dlq.
@@ -407,6 +474,10 @@ def messages_of_event(source, event):
                 for m in messages]
     if source == "activemq":
         return [activemq_message_of_event(m) for m in event["messages"]]
+    if source in KAFKA:
+        return [{"key_base64": r.get("key"), "value_base64": r.get("value"), "partition": r["partition"],
+                 "headers": [{name: {"bytes": value} for name, value in h.items()} for h in r.get("headers", [])]}
+                for records in event["records"].values() for r in records]
     messages = []
     for record in event["Records"]:
         if source in ("sqs", "sqs-fifo"):
@@ -496,6 +567,27 @@ def produce_activemq(name, messages):
     return [{"destination": f"/queue/{name}"} for _ in messages]
 
 
+def produce_kafka(name, messages):
+    """Sends each record alone and waits for its acknowledgement (acks=all):
+    one record per produce request, so a fetch from any offset finds it
+    (tansu returns nothing to a fetch that starts inside a batch of
+    several: docs/testing.md). The partition is the key's (the producer's
+    default partitioner) unless the message names one."""
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_servers(), acks="all", linger_ms=0,
+                                   max_in_flight_requests_per_connection=1, client_id="poller")
+    results = []
+    for m in messages:
+        headers = m.get("headers", [])
+        if isinstance(headers, dict):
+            headers = [{name: value} for name, value in headers.items()]
+        sent = producer.send(name, key=kafka_bytes(m, "key"), value=kafka_bytes(m, "value"),
+                             headers=[(n, kafka_header(v)) for h in headers for n, v in h.items()],
+                             partition=m.get("partition")).get(timeout=30)
+        results.append({"partition": sent.partition, "offset": sent.offset})
+    producer.close()
+    return results
+
+
 def produce(args):
     if args.from_event:
         with open(args.from_event, encoding="utf-8") as f:
@@ -504,7 +596,9 @@ def produce(args):
         with open(args.messages, encoding="utf-8") as f:
             messages = json.load(f)
     results = []
-    if args.source == "rabbitmq":
+    if args.source in KAFKA:
+        results = produce_kafka(args.name, messages)
+    elif args.source == "rabbitmq":
         results = produce_rabbitmq(args.name, messages)
     elif args.source == "activemq":
         results = produce_activemq(args.name, messages)
@@ -602,10 +696,21 @@ class Invoker:
             self.function = None
 
 
-def reported_ids(kind, answer, ids):
+def kafka_identifier(identifier):
+    """A Kafka item's identifier in a partial batch response,
+    {"partition": "<topic>-<partition>", "offset": N}, as the poller names
+    the record ("<topic>-<partition>:N"); None for any other shape."""
+    if isinstance(identifier, dict) and isinstance(identifier.get("partition"), str) \
+            and isinstance(identifier.get("offset"), int) and not isinstance(identifier.get("offset"), bool):
+        return f"{identifier['partition']}:{identifier['offset']}"
+    return None
+
+
+def reported_ids(kind, answer, ids, identify=None):
     """The identifiers to treat as failed, and whether the response was
     invalid: an invocation error fails the batch; so does, as Lambda has
-    it, a response naming an item that is not in the batch."""
+    it, a response naming an item that is not in the batch. `identify`
+    reads an item's identifier (Kafka's is an object)."""
     if kind == "error":
         return list(ids), False
     if answer is None or answer == {}:
@@ -618,6 +723,8 @@ def reported_ids(kind, answer, ids):
     reported = []
     for failure in failures:
         identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if identify is not None:
+            identifier = identify(identifier)
         if not isinstance(identifier, str) or identifier not in ids:
             return list(ids), True
         reported.append(identifier)
@@ -634,7 +741,7 @@ class Batches:
         self.transcript = open(args.transcript, "a", encoding="utf-8") if args.transcript else None
         self.events = open(args.events, "a", encoding="utf-8") if args.events else None
 
-    def deliver(self, unit, event, ids, payloads, extra=None):
+    def deliver(self, unit, event, ids, payloads, extra=None, identify=None):
         """Invokes the function with `event` (Lambda's event of one batch,
         whose records `ids` name); the reported identifiers (every one after
         an invocation error or an invalid response) and the error, if any."""
@@ -645,7 +752,7 @@ class Batches:
         started = time.monotonic()
         kind, answer = self.invoker.invoke(event)
         took_ms = round((time.monotonic() - started) * 1000)
-        reported, invalid = reported_ids(kind, answer, ids)
+        reported, invalid = reported_ids(kind, answer, ids, identify)
         summary["batches"] += 1
         summary["records"] += len(ids)
         summary["reported"] += len(reported)
@@ -1227,12 +1334,194 @@ class ActiveMq(Broker):
         self.broker.close()
 
 
+class Kafka:
+    """Amazon MSK and self-managed Kafka: the mapping's consumer group
+    (--consumer-group, by default the mapping's own), subscribed to the
+    topic; up to --batch-size records (at most 6 MB) of one or more
+    partitions gathered for --batching-window seconds from the first, in
+    offset order per partition, Lambda's event of them. Offsets are
+    committed only after the function answered: past the batch for a
+    partition with nothing reported; at the lowest reported offset for one
+    with failures (that record and every later one come again, after
+    --redelivery-delay); an invocation error retries the batch. Another
+    poller of the same group joining or leaving rebalances the partitions:
+    a batch still running when its partitions moved commits nothing (the
+    broker refuses a commit of a member that left its generation, counted
+    "commits_refused"), and its records come again to their new owner."""
+
+    def __init__(self, args, batches):
+        self.args = args
+        self.batches = batches
+        self.servers = kafka_servers()
+        self.self_managed = args.source == "self-managed-kafka"
+        self.arn = kafka_cluster_arn(self.servers)
+        self.group = args.consumer_group or f"lambda-{uuid.uuid5(uuid.NAMESPACE_URL, self.arn + args.name)}"
+        self.consumer = kafka.KafkaConsumer(
+            bootstrap_servers=self.servers, group_id=self.group, client_id=f"poller-{os.getpid()}",
+            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=args.batch_size,
+            fetch_max_bytes=KAFKA_MAX_EVENT_BYTES, max_partition_fetch_bytes=KAFKA_MAX_EVENT_BYTES,
+            session_timeout_ms=10_000, heartbeat_interval_ms=1_000,
+            max_poll_interval_ms=int((args.invoke_timeout + 30) * 1000))
+        self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
+        self.paused_until = {}
+        self.looked_at, self.at_ends = 0.0, False
+        self.counts = {"commits_refused": 0, "rebalances": 0}
+        self.closing = False
+
+    @staticmethod
+    def partition_name(tp):
+        return f"{tp.topic}-{tp.partition}"
+
+    def record(self, r):
+        record = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                  "timestampType": "LOG_APPEND_TIME" if r.timestamp_type == 1 else "CREATE_TIME"}
+        if r.key is not None:
+            record["key"] = base64.b64encode(r.key).decode("ascii")
+        record["value"] = base64.b64encode(r.value or b"").decode("ascii")
+        record["headers"] = [{name: signed_bytes(value or b"")} for name, value in r.headers or []]
+        return record
+
+    def resume_due(self):
+        now = time.monotonic()
+        due = [tp for tp, until in self.paused_until.items() if until <= now]
+        for tp in due:
+            del self.paused_until[tp]
+        assigned = self.consumer.assignment()
+        due = [tp for tp in due if tp in assigned]
+        if due:
+            self.consumer.resume(*due)
+
+    def gather(self):
+        """{TopicPartition: [records]}: up to --batch-size records, at most
+        6 MB in the event, gathered for --batching-window from the first."""
+        batch, count, size, first = {}, 0, 0, None
+        while count < self.args.batch_size:
+            wait = POLL_INTERVAL if first is None else self.args.batching_window - (time.monotonic() - first)
+            if wait <= 0:
+                break
+            polled = self.consumer.poll(timeout_ms=int(wait * 1000), max_records=self.args.batch_size - count)
+            if not polled:
+                if first is None:
+                    break
+                continue
+            first = first or time.monotonic()
+            for tp, records in polled.items():
+                for i, r in enumerate(records):
+                    # base64 makes 4 bytes of 3; the rest of the record's fields are small.
+                    grows = 4 * (len(r.key or b"") + len(r.value or b"")) // 3 + 200
+                    if size + grows > KAFKA_MAX_EVENT_BYTES and count:
+                        # The rest of this partition comes in a later batch.
+                        self.consumer.seek(tp, r.offset)
+                        break
+                    batch.setdefault(tp, []).append(records[i])
+                    count += 1
+                    size += grows
+            if size >= KAFKA_MAX_EVENT_BYTES:
+                break
+        return batch
+
+    def step(self):
+        self.resume_due()
+        batch = self.gather()
+        if not batch:
+            return None
+        event = {"eventSource": "SelfManagedKafka" if self.self_managed else "aws:kafka"}
+        if not self.self_managed:
+            event["eventSourceArn"] = self.arn
+        event["bootstrapServers"] = self.servers
+        event["records"] = {self.partition_name(tp): [self.record(r) for r in records]
+                            for tp, records in batch.items()}
+        ids = [f"{self.partition_name(tp)}:{r.offset}" for tp, records in batch.items() for r in records]
+        payloads = [(r.value or b"").decode("utf-8", errors="replace") for records in batch.values() for r in records]
+        unit = ",".join(self.partition_name(tp) for tp in batch)
+        reported, error = self.batches.deliver(unit, event, ids, payloads, identify=kafka_identifier)
+        commits, again = {}, {}
+        for tp, records in batch.items():
+            failed = [r.offset for r in records if f"{self.partition_name(tp)}:{r.offset}" in reported]
+            if error is not None:
+                again[tp] = records[0].offset
+            elif failed:
+                again[tp] = commits[tp] = min(failed)
+            else:
+                commits[tp] = records[-1].offset + 1
+        self.commit(commits)
+        assigned = self.consumer.assignment()
+        for tp, offset in again.items():
+            if tp in assigned:
+                self.consumer.seek(tp, offset)
+                self.consumer.pause(tp)
+                self.paused_until[tp] = time.monotonic() + self.args.redelivery_delay
+        self.at_ends = False
+        return True
+
+    def commit(self, offsets):
+        """Commits `offsets` for the group; a member that lost its
+        partitions in a rebalance is refused by the broker (counted)."""
+        if not offsets:
+            return
+        try:
+            self.consumer.commit({tp: kafka.structs.OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()})
+        except kafka.errors.CommitFailedError as refused:
+            self.counts["commits_refused"] += 1
+            print(f"poller: commit refused ({type(refused).__name__}): the partitions moved to another member",
+                  file=sys.stderr, flush=True)
+
+    def partitions(self):
+        return [kafka.TopicPartition(self.args.name, p)
+                for p in sorted(self.consumer.partitions_for_topic(self.args.name) or [])]
+
+    def drained(self):
+        """The group's committed offset of every partition of the topic is
+        the partition's end (whichever poller of the group committed it),
+        and nothing waits here to come again. Asked when a poll found
+        nothing, at most twice a second."""
+        if self.paused_until:
+            return False
+        if time.monotonic() - self.looked_at >= 0.5:
+            self.looked_at = time.monotonic()
+            partitions = self.partitions()
+            ends = self.consumer.end_offsets(partitions)
+            self.at_ends = bool(partitions) and all(
+                (self.consumer.committed(tp) or 0) >= ends[tp] for tp in partitions)
+        return self.at_ends
+
+    def finish(self, summary):
+        committed = {self.partition_name(tp): self.consumer.committed(tp) for tp in self.partitions()}
+        summary.update(self.counts)
+        summary["consumer_group"] = self.group
+        summary["committed"] = committed
+        self.closing = True
+        self.consumer.close(autocommit=False)
+
+
+class KafkaRebalance(kafka.ConsumerRebalanceListener):
+    """Partitions handed to another member are forgotten here (their
+    pauses too); their records come again to whichever member has them.
+    Counts the rebalances that took partitions away while polling
+    ("rebalances"; tansu may rebalance a group of one member as it forms)."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def on_partitions_revoked(self, revoked):
+        if revoked and not self.source.closing:
+            self.source.counts["rebalances"] += 1
+        for tp in revoked:
+            self.source.paused_until.pop(tp, None)
+        print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
+              file=sys.stderr, flush=True)
+
+    def on_partitions_assigned(self, assigned):
+        print(f"poller: rebalance: assigned {sorted(self.source.partition_name(tp) for tp in assigned)}",
+              file=sys.stderr, flush=True)
+
+
 def poll(args):
     stats = Stats(args.source, args.name)
     invoker = Invoker(args)
     batches = Batches(args, stats, invoker)
     kind = {"sqs": Sqs, "sqs-fifo": Sqs, "kinesis": Kinesis, "dynamodb-streams": DynamoDbStreams,
-            "rabbitmq": RabbitMq, "activemq": ActiveMq}[args.source]
+            "rabbitmq": RabbitMq, "activemq": ActiveMq, "msk": Kafka, "self-managed-kafka": Kafka}[args.source]
     if args.source == "sqs-fifo" and not args.name.endswith(".fifo"):
         sys.exit("poller: a FIFO queue's name ends in .fifo")
     source = kind(args, batches)
@@ -1276,6 +1565,7 @@ def main():
     c.add_argument("source", choices=SOURCES)
     c.add_argument("name")
     c.add_argument("--shards", type=int, default=2, help="Kinesis: the stream's shards")
+    c.add_argument("--partitions", type=int, default=2, help="Kafka: the topic's partitions")
     c.add_argument("--key", default="payment_id", help="DynamoDB: the table's hash key (a string)")
     c.add_argument("--max-redeliveries", type=int, help=f"RabbitMQ: the queue's x-delivery-limit "
                    f"(default {MAX_REDELIVERIES}); ActiveMQ's is the broker's ({MAX_REDELIVERIES})")
@@ -1286,6 +1576,8 @@ def main():
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--messages", help='a JSON list: SQS {"body", "attributes": {name: text}, '
                       '"group", "deduplication_id"}; Kinesis {"data" | "data_base64", "partition_key"}; '
+                      'Kafka {"key" | "key_base64", "value" | "value_base64", "headers": {name: text or '
+                      '{"bytes": [...]}} or a list of one-entry maps, "partition"}; '
                       'DynamoDB {"put": item} | {"delete": key} (plain JSON) or {"put_item"} | '
                       '{"delete_key"} (typed); RabbitMQ {"body" | "data_base64", "headers": {name: text, '
                       'number or {"bytes": [...]}}, "message_id", "content_type", "timestamp" (epoch s), '
@@ -1301,7 +1593,9 @@ def main():
     q.add_argument("--function-name", default="msk-handler")
     q.add_argument("--batch-size", type=int, default=10)
     q.add_argument("--batching-window", type=float, default=0.5,
-                   help="Amazon MQ: seconds to gather a batch in (Lambda's default: 0.5)")
+                   help="Amazon MQ, Kafka: seconds to gather a batch in (Lambda's default: 0.5)")
+    q.add_argument("--consumer-group", help="Kafka: the mapping's consumer group (ConsumerGroupId; "
+                   "default: one of the topic's own, the same for every poller of it)")
     q.add_argument("--max-batches", type=int, help="stop after this many batches (default: until drained)")
     q.add_argument("--redelivery-delay", type=float, default=1.0,
                    help="seconds before reported records come again (SQS: whole seconds; "

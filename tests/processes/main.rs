@@ -11,6 +11,7 @@ mod support;
 mod brokers;
 mod concurrency;
 mod flaky_start;
+mod kafka;
 mod kill;
 mod lambda_e2e;
 mod overlap;

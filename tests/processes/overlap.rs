@@ -14,12 +14,14 @@
 //! invocation waited out its deadline's safety margin (25 s here) and
 //! reported most of its records.
 //!
-//! The time bound asserted (a third of the deadline) is not a speed
-//! target: it tells "answered when done" from "answered when the deadline
-//! forced it, or after waiting out lease after lease" (the code before this
-//! took 11 to 24 s, reporting up to 190 of 200 records in 4 of the 6
-//! cases), with room for a machine several times slower than the
-//! development one (2 to 4 s there).
+//! "Answered when done", not "when the deadline forced it", is asserted by
+//! what the answer and the metrics say, not by a time: nothing reported and
+//! no record left not started (`NotStarted`), which a deadline reached
+//! leaves behind. The code before this reported up to 190 of 200 records
+//! in 4 of the 6 cases (and took 11 to 24 s); a time bound (a third of
+//! the deadline) once stood here and failed on a loaded machine (10.5 s,
+//! every record done). The times are printed (2 to 4 s on a quiet
+//! development machine).
 
 use crate::support;
 
@@ -97,12 +99,13 @@ async fn overlapping_deliveries_settle_at_once(store: Store, mode: &str) {
             Ok(0),
             "{mode} on {store:?}: answered after {took:?}: {counts:?}"
         );
-        assert!(
-            *took < DEADLINE / 3,
-            "{mode} on {store:?}: answered after {took:?}, not before its deadline forced it"
-        );
     }
     let sum = |name| docs.iter().map(|doc| metric(doc, name)).sum::<f64>();
+    assert_eq!(
+        sum("NotStarted"),
+        0.0,
+        "{mode} on {store:?}: the deadline left records not started: {counts:?}"
+    );
     // Each payment run once (by a first claim, or a take-over of a claim
     // another container gave back while it waited), a duplicate elsewhere.
     assert_eq!(

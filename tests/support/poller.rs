@@ -34,6 +34,7 @@ impl Run {
             "rabbitmq" => super::env("RABBITMQ_URL"),
             "activemq" => super::env("ACTIVEMQ_STOMP_URL"),
             "kinesis" => super::env("AWS_ENDPOINT_URL_KINESIS"),
+            "msk" | "self-managed-kafka" => super::env("KAFKA_BOOTSTRAP_SERVERS"),
             _ => super::env("AWS_ENDPOINT_URL_SQS"),
         };
         // Built first: a build must not eat into a lease the test holds.
@@ -115,6 +116,20 @@ impl Run {
     /// [`Self::poll`], giving up after `timeout` seconds (the summary says
     /// whether it drained).
     pub fn poll_within(&self, max_batches: Option<usize>, timeout: u64) -> (Value, Vec<Batch>) {
+        self.poll_args(max_batches, timeout, &[])
+    }
+
+    /// [`Self::poll`] with more of the poller's arguments (`--events FILE`).
+    pub fn poll_with(&self, max_batches: Option<usize>, extra: &[&str]) -> (Value, Vec<Batch>) {
+        self.poll_args(max_batches, 60, extra)
+    }
+
+    fn poll_args(
+        &self,
+        max_batches: Option<usize>,
+        timeout: u64,
+        extra: &[&str],
+    ) -> (Value, Vec<Batch>) {
         let timeout = timeout.to_string();
         let transcript = self
             .dir
@@ -152,6 +167,7 @@ impl Run {
         for e in &self.env {
             args.extend(["--env", e]);
         }
+        args.extend(extra);
         let summary = self.poller_exiting(&args, &[0, 1]);
         let batches = std::fs::read_to_string(&transcript)
             .unwrap_or_default()

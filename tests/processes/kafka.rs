@@ -1,0 +1,318 @@
+//! The shipped function (`msk-handler`, the demo ledger) on a real
+//! Kafka-protocol broker of the tests' own (`infra/kafka-local.sh`: tansu,
+//! in memory, a free loopback port), driven by `infra/poller.py` as
+//! Lambda's Kafka event source mapping drives it: one consumer group per
+//! mapping, batches of one or more partitions, offsets committed only after
+//! the function answered, a partition resuming at its lowest reported
+//! offset, pollers of one group sharing the partitions.
+//!
+//! What a user sees is asserted: the balances, the items, what each batch
+//! carried and where each partition resumed, and the group's committed
+//! offsets at the end of every partition. A record "fails" because this test
+//! holds its key under a live lease, as another worker would.
+//!
+//! Needs what infra/test.sh provides: DynamoDB Local with its tables,
+//! `KAFKA_BOOTSTRAP_SERVERS`, python3 with kafka-python on PATH
+//! ($EXACTLY_ONCE_TOOLS/venv/bin).
+
+use crate::support;
+
+use std::collections::BTreeMap;
+
+use exactly_once::store::{Status, payload_hash};
+use serde_json::{Value, json};
+use support::msk::{account, balance};
+use support::poller::{Batch, Run};
+
+/// A payment's JSON text, as producers write it.
+fn payment(id: &str, account: &str, amount: i64) -> String {
+    json!({"payment_id": id, "account_id": account, "amount_cents": amount, "currency": "EUR"})
+        .to_string()
+}
+
+/// A Kafka record of `value`, keyed by the account (its partition), the
+/// payment's id in the `idempotency-key` header.
+fn record(id: &str, account: &str, value: String) -> Value {
+    json!({"key": account, "value": value, "headers": {"idempotency-key": id}})
+}
+
+/// Where each partition ends: one past the highest offset the broker
+/// acknowledged in it.
+fn ends(produced: &[Value]) -> BTreeMap<String, i64> {
+    let mut ends = BTreeMap::new();
+    for sent in produced {
+        let partition = sent["partition"].as_i64().expect("a partition");
+        let offset = sent["offset"].as_i64().expect("an offset");
+        let end = ends.entry(partition.to_string()).or_insert(0);
+        *end = (*end).max(offset + 1);
+    }
+    ends
+}
+
+/// The group's committed offsets of the poller's summary, by partition
+/// number.
+fn committed(summary: &Value, topic: &str) -> BTreeMap<String, i64> {
+    summary["committed"]
+        .as_object()
+        .expect("committed offsets")
+        .iter()
+        .filter_map(|(name, offset)| {
+            let partition = name.strip_prefix(topic)?.strip_prefix('-')?;
+            // null: nothing ever committed (a partition without records).
+            Some((partition.to_owned(), offset.as_i64()?))
+        })
+        .collect()
+}
+
+/// The poller's batches, each record named `partition:offset`.
+fn delivered(batches: &[Batch]) -> Vec<String> {
+    batches.iter().flat_map(Batch::ids).collect()
+}
+
+/// Twelve payments over three accounts (the accounts are the record keys,
+/// so the partitions), two of them produced twice (a producer's retry: the
+/// same payment at two offsets) and a poison record; another worker holds
+/// one payment. While it holds it, its partition stops there: the held
+/// record and every later record of that partition are reported, batch
+/// after batch, and nothing of them applied; every other partition is
+/// applied and committed to its end. Once the worker lets go, the mapping
+/// resumes that partition at the held record: it is applied, the copies
+/// are found done, and every partition's committed offset is its end.
+async fn a_partition_resumes_at_its_reported_record_and_every_payment_lands_once(
+    source: &'static str,
+) {
+    let run = Run::new(source, &["--partitions", "3"], &[]);
+    let topic = run.name.clone();
+    let accounts = [account(), account(), account()];
+    let id = |n: usize| format!("{}-{n}", run.prefix.trim_end_matches('#'));
+    let amount = |n: usize| (n as i64 + 1) * 100;
+    let bodies: Vec<String> = (0..12)
+        .map(|n| payment(&id(n), &accounts[n % 3], amount(n)))
+        .collect();
+    let mut records: Vec<Value> = (0..12)
+        .map(|n| record(&id(n), &accounts[n % 3], bodies[n].clone()))
+        .collect();
+    records.push(record(&id(0), &accounts[0], bodies[0].clone()));
+    records.push(record(&id(4), &accounts[1], bodies[4].clone()));
+    // Poison: not JSON, with a key.
+    records.push(record(&id(99), &accounts[2], "{\"payment_id\":".to_owned()));
+    let produced = run.produce(&Value::Array(records));
+    let name = |i: usize| {
+        format!(
+            "{topic}-{}:{}",
+            produced[i]["partition"], produced[i]["offset"]
+        )
+    };
+    let partition = produced[4]["partition"].clone();
+    let offset = |i: usize| produced[i]["offset"].as_i64().expect("an offset");
+    // The held record and what follows it in its partition.
+    let behind = |i: usize| produced[i]["partition"] == partition && offset(i) >= offset(4);
+    let held = run.hold(&id(4), &payload_hash(bodies[4].as_bytes())).await;
+
+    // Held: the partition is retried from the held record, batch after
+    // batch, until the poller gives up (6 s).
+    let (summary, batches) = run.poll_within(None, 6);
+    assert_eq!(summary["drained"], json!(false), "{summary}");
+    assert_eq!(summary["invocation_errors"], json!(0), "{summary}");
+    let mut first: Vec<String> = delivered(&batches);
+    first.sort();
+    first.dedup();
+    let mut all: Vec<String> = (0..produced.len()).map(name).collect();
+    all.sort();
+    assert_eq!(first, all, "every record delivered: {summary}");
+    let mut reported: Vec<String> = batches.iter().flat_map(Batch::reported).collect();
+    reported.sort();
+    reported.dedup();
+    let mut expected: Vec<String> = (0..produced.len())
+        .filter(|&i| behind(i))
+        .map(name)
+        .collect();
+    expected.sort();
+    assert_eq!(reported, expected, "{summary}");
+    let mut committed_now = ends(&produced);
+    committed_now.insert(partition.to_string(), offset(4));
+    assert_eq!(committed(&summary, &topic), committed_now, "{summary}");
+    for (a, acc) in accounts.iter().enumerate() {
+        let applied: i64 = (0..12)
+            .filter(|&n| n % 3 == a && !behind(n))
+            .map(amount)
+            .sum();
+        assert_eq!(balance(acc).await, applied, "{acc} while held");
+    }
+    assert_eq!(run.status(&id(4)).await, Some(Status::Started));
+
+    run.release(&held).await;
+    let (summary, batches) = run.poll(None);
+    assert_eq!(summary["drained"], json!(true), "{summary}");
+    assert_eq!(summary["invocation_errors"], json!(0), "{summary}");
+    // Only the held record's partition comes again, from the held record.
+    let again = delivered(&batches);
+    assert_eq!(again.first(), Some(&name(4)), "{summary}");
+    let mut again_sorted = again.clone();
+    again_sorted.sort();
+    assert_eq!(again_sorted, expected, "{summary}");
+    assert!(batches.iter().all(|b| b.reported().is_empty()), "{summary}");
+    assert_eq!(committed(&summary, &topic), ends(&produced), "{summary}");
+
+    for (a, acc) in accounts.iter().enumerate() {
+        let applied: i64 = (0..12).filter(|&n| n % 3 == a).map(amount).sum();
+        assert_eq!(balance(acc).await, applied, "{acc}");
+    }
+    for n in 0..12 {
+        assert_eq!(run.status(&id(n)).await, Some(Status::Completed), "{n}");
+    }
+    assert_eq!(run.status(&id(99)).await, Some(Status::Failed));
+}
+
+#[tokio::test]
+async fn msk_partition_resumes_at_its_reported_record_and_every_payment_lands_once() {
+    a_partition_resumes_at_its_reported_record_and_every_payment_lands_once("msk").await;
+}
+
+#[tokio::test]
+async fn self_managed_kafka_partition_resumes_at_its_reported_record_and_every_payment_lands_once()
+{
+    a_partition_resumes_at_its_reported_record_and_every_payment_lands_once("self-managed-kafka")
+        .await;
+}
+
+/// The event is Lambda's: the source's `eventSource` (and the MSK
+/// cluster's ARN), the broker list, records by `<topic>-<partition>` in
+/// offset order, the key and value in base64, the headers as Java's signed
+/// bytes in their order (a repeated name twice), the timestamp type.
+#[tokio::test]
+async fn the_event_is_lambdas_kafka_event_with_every_header_in_order() {
+    let run = Run::new("msk", &["--partitions", "1"], &[]);
+    let acc = account();
+    let id = format!("{}-1", run.prefix.trim_end_matches('#'));
+    let body = payment(&id, &acc, 700);
+    let produced = run.produce(&json!([{
+        "key": acc, "value": body,
+        "headers": [{"idempotency-key": id}, {"trace": "ключ"}, {"trace": {"bytes": [0, 255]}}],
+    }]));
+    let events = run.dir.join("events.jsonl");
+    let (summary, _) = run.poll_with(None, &["--events", events.to_str().expect("UTF-8")]);
+    assert_eq!(summary["drained"], json!(true), "{summary}");
+    let event: Value = serde_json::from_str(
+        std::fs::read_to_string(&events)
+            .expect("the events")
+            .lines()
+            .next()
+            .expect("one event"),
+    )
+    .expect("JSON");
+    assert_eq!(event["eventSource"], json!("aws:kafka"));
+    assert!(
+        event["eventSourceArn"]
+            .as_str()
+            .is_some_and(|arn| arn.starts_with("arn:aws:kafka:")),
+        "{event}"
+    );
+    assert_eq!(
+        event["bootstrapServers"],
+        json!(support::env("KAFKA_BOOTSTRAP_SERVERS"))
+    );
+    let records = &event["records"][format!("{}-0", run.name)];
+    let r = &records[0];
+    assert_eq!(r["topic"], json!(run.name));
+    assert_eq!(
+        (&r["partition"], &r["offset"]),
+        (&json!(0), &produced[0]["offset"])
+    );
+    assert_eq!(r["timestampType"], json!("CREATE_TIME"));
+    assert!(
+        r["timestamp"]
+            .as_i64()
+            .is_some_and(|t| t > 1_700_000_000_000),
+        "{r}"
+    );
+    let b64 = |text: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    assert_eq!(r["key"], json!(b64(&acc)));
+    assert_eq!(r["value"], json!(b64(&body)));
+    let signed = |bytes: &[u8]| -> Vec<i64> { bytes.iter().map(|&b| i64::from(b as i8)).collect() };
+    assert_eq!(
+        r["headers"],
+        json!([
+            {"idempotency-key": signed(id.as_bytes())},
+            {"trace": signed("ключ".as_bytes())},
+            {"trace": signed(&[0, 255])},
+        ])
+    );
+    assert_eq!(balance(&acc).await, 700);
+}
+
+/// Two pollers of one consumer group (two mappings' pollers, each with a
+/// container of its own), the second joining while the first is delivering:
+/// the group rebalances, the partitions are shared, a batch still running
+/// when its partitions moved commits nothing and comes again to the new
+/// owner. Every payment lands once and every partition's committed offset
+/// is its end.
+///
+/// Ignored: fails today on tansu 0.6.0 with kafka-python 3.0.12. The
+/// second member joins (the first is rebalanced down to half the
+/// partitions) but never receives its own assignment: its SyncGroup never
+/// completes, it joins again, the group rebalances in a loop, and the other
+/// half of the partitions is consumed by nobody (the pollers give up after
+/// 60 s, those partitions' offsets short of their ends). docs/testing.md
+/// ("A Kafka broker") has the evidence; `cargo test --test processes --
+/// --ignored kafka::` runs it.
+#[tokio::test]
+#[ignore = "fails today: tansu 0.6.0 never completes a second member's SyncGroup (docs/testing.md)"]
+async fn a_poller_joining_the_group_rebalances_it_and_every_payment_lands_once() {
+    let run = Run::new("msk", &["--partitions", "4"], &[]);
+    let topic = run.name.clone();
+    let accounts: Vec<String> = (0..8).map(|_| account()).collect();
+    let id = |n: usize| format!("{}-{n}", run.prefix.trim_end_matches('#'));
+    let records: Vec<Value> = (0..400)
+        .map(|n| {
+            let acc = &accounts[n % accounts.len()];
+            record(&id(n), acc, payment(&id(n), acc, 100))
+        })
+        .collect();
+    let produced = run.produce(&Value::Array(records));
+
+    let small = ["--batch-size", "5", "--batching-window", "0.05"];
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| run.poll_with(None, &small));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let second = s.spawn(|| run.poll_with(None, &small));
+        (
+            first.join().expect("the first poller"),
+            second.join().expect("the second poller"),
+        )
+    });
+    for (summary, _) in [&first, &second] {
+        assert_eq!(summary["drained"], json!(true), "{summary}");
+        assert_eq!(summary["invocation_errors"], json!(0), "{summary}");
+    }
+    // The second poller took partitions over: both delivered.
+    assert!(
+        first.0["records"].as_i64() > Some(0) && second.0["records"].as_i64() > Some(0),
+        "one poller delivered everything: {} / {}",
+        first.0,
+        second.0
+    );
+    let mut seen = delivered(&first.1);
+    seen.extend(delivered(&second.1));
+    let copies = seen.len() - 400;
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 400, "every record delivered");
+    eprintln!("kafka: {copies} records delivered twice across the rebalance");
+    // The group's offsets as the poller that stopped last read them.
+    let mut at_end = committed(&first.0, &topic);
+    for (partition, offset) in committed(&second.0, &topic) {
+        let end = at_end.entry(partition).or_insert(offset);
+        *end = (*end).max(offset);
+    }
+    assert_eq!(at_end, ends(&produced), "{} / {}", first.0, second.0);
+    for acc in &accounts {
+        assert_eq!(balance(acc).await, 50 * 100, "{acc}");
+    }
+    for n in 0..400 {
+        assert_eq!(run.status(&id(n)).await, Some(Status::Completed), "{n}");
+    }
+}
