@@ -8,8 +8,8 @@
 #
 #   infra/test-area.sh AREA [MODULE ...] [-- TEST-ARGS ...]
 #
-# MODULE: only these modules (default: every module the binary lists), each
-# run alone; `MODULE::REGEX` only the tests of MODULE whose names, after
+# MODULE: only these modules (default: every module the binary lists but
+# those TEST_AREA_EXCEPT names, space-separated), each run alone; `MODULE::REGEX` only the tests of MODULE whose names, after
 # `MODULE::`, start with a match of the extended REGEX (e.g.
 # `'kill::.*(lock_free|transactional)_mode'`).
 # TEST-ARGS go to the test binary (e.g. `-- --nocapture`). Every module runs
@@ -33,7 +33,7 @@ mapfile -t tests < <(cargo test --quiet --workspace --test "$area" -- --list --f
   | sed -n 's/: test$//p')
 [[ ${#tests[@]} -gt 0 ]] || { echo "test-area: $area lists no test" >&2; exit 1; }
 if [[ ${#wanted[@]} -eq 0 ]]; then
-  mapfile -t wanted < <(printf '%s\n' "${tests[@]%%::*}" | sort -u)
+  mapfile -t wanted < <(printf '%s\n' "${tests[@]%%::*}" | sort -u | grep -vxF -f <(tr ' ' '\n' <<<"${TEST_AREA_EXCEPT:-}" | grep .) || true)
 fi
 
 failed=()

@@ -99,9 +99,13 @@ step "cargo test: unit tests, examples, the model checker"
 cargo test --workspace --lib --bins --examples --test model --test mutations
 step "cargo test --doc"
 cargo test --workspace --doc
+# processes::slow_store runs last, alone, once the deploy checks have ended
+# (below): it holds a function to the template's 120 s timeout behind a slow
+# proxy, which needs the CPU a function has on Lambda; beside the deploy
+# checks' builds it once finished 855 of 1,000 payments in time.
 for area in repository stores batch processes; do
   step "tests/$area (infra/test-area.sh $area)"
-  infra/test-area.sh "$area"
+  TEST_AREA_EXCEPT=slow_store infra/test-area.sh "$area"
 done
 
 # The batch tests again on the locking path (the default run is on the
@@ -142,6 +146,9 @@ LOCAL_STACK_BEFORE_STOP=""
 cat "$deploy_log"
 rm -f "$deploy_log"
 [[ $status == 0 ]] || { echo "the deploy checks (infra/deploy-checks.sh) failed ($status)" >&2; exit 1; }
+
+step "tests/processes/slow_store, alone (infra/test-area.sh processes slow_store)"
+infra/test-area.sh processes slow_store
 
 printf 'disk: %s free at the end, target/ took %s\n' "$(disk_left | tr -d ' ')" \
   "$(du -sh "${CARGO_TARGET_DIR:-$root/target}" | cut -f1)"
