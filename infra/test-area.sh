@@ -9,8 +9,9 @@
 #   infra/test-area.sh AREA [MODULE ...] [-- TEST-ARGS ...]
 #
 # MODULE: only these modules (default: every module the binary lists but
-# those TEST_AREA_EXCEPT names, space-separated), each run alone; `MODULE::REGEX` only the tests of MODULE whose names, after
-# `MODULE::`, start with a match of the extended REGEX (e.g.
+# those TEST_AREA_EXCEPT names, space-separated), each run alone;
+# `MODULE::REGEX` only the tests of MODULE whose names, after `MODULE::`,
+# start with a match of the extended REGEX (e.g.
 # `'kill::.*(lock_free|transactional)_mode'`).
 # TEST-ARGS go to the test binary (e.g. `-- --nocapture`). Every module runs
 # even after one failed; the script fails at the end, naming them, and
