@@ -13,7 +13,7 @@ cd "$root"
 echo "features: the DynamoDB-only tree"
 tree="$(cargo tree -p exactly-once --no-default-features --features dynamodb -e normal --prefix none)"
 forbidden=(tokio-postgres redis opentelemetry apache-avro prost aws-sdk-s3 aws-sdk-sqs aws-sdk-sns aws-sdk-eventbridge aws-sdk-kinesis
-  aws-sdk-lambda aws-sdk-secretsmanager clap)
+  aws-sdk-lambda aws-sdk-secretsmanager clap rskafka rsasl)
 status=0
 for name in "${forbidden[@]}"; do
   # A crate line starts with its name and a space (`redis v1.8.0`); names
@@ -35,7 +35,7 @@ if cargo tree -p msk-handler -e features -i exactly-once-core | grep -q '"mutati
 fi
 echo "features: msk-handler compiles no guard mutations"
 
-for features in "" dynamodb postgres redis sqs sns eventbridge kinesis opentelemetry avro protobuf conformance; do
+for features in "" dynamodb postgres redis sqs sns eventbridge kinesis kafka opentelemetry avro protobuf conformance; do
   started=$SECONDS
   cargo check -q -p exactly-once --lib --no-default-features --features "$features"
   echo "features: cargo check -p exactly-once --no-default-features --features '$features' ($((SECONDS - started)) s)"

@@ -14,11 +14,13 @@ mapping does. Python 3 with boto3, kafka-python, pika and stomp.py
     infra/poller.py create  SOURCE NAME [--shards N] [--partitions N] [--key ATTRIBUTE]
                             [--max-redeliveries N]
     infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
+    infra/poller.py read    msk|self-managed-kafka TOPIC [--timeout S]
     infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
                             [--batch-size N] [--batching-window S] [--max-batches N]
                             [--redelivery-delay S] [--timeout S] [--checkpoint FILE]
                             [--transcript FILE] [--events FILE] [--function-log FILE]
                             [--consumer-group GROUP] [--env NAME=VALUE ...]
+                            [--kill-chance P [--kill-within S] [--kill-seed N]]
 
 SOURCE is sqs, sqs-fifo, kinesis, dynamodb-streams, rabbitmq, activemq,
 msk or self-managed-kafka; NAME the queue (a FIFO queue's ends in .fifo),
@@ -97,7 +99,9 @@ partition at the partition's end, nothing waiting to come again), after --max-ba
 seconds (exit 1). It prints one line per batch on stderr and, at the end,
 a JSON summary on stdout: {"source", "batches", "records", "reported",
 "invocation_errors", "error_types" (errorType: count), "invalid_responses",
-"drained", "seconds", ...}; Amazon MQ adds "redelivered" (deliveries
+"drained", "kills", "seconds", ...}; "kills" counts the function's processes
+--kill-chance SIGKILLed mid-invocation (each an invocation error,
+"Runtime.Gone", the batch retried as the source retries a failed one); Amazon MQ adds "redelivered" (deliveries
 flagged redelivered), "left" (messages still in the queue) and
 "dead_lettered" (messages in its dead-letter queue, read back from the
 broker). --transcript writes one JSON line per batch: the records
@@ -115,7 +119,9 @@ import json
 import os
 import pathlib
 import queue
+import random
 import sys
+import threading
 import time
 import urllib.parse
 import uuid
@@ -400,6 +406,45 @@ def kafka_header(value):
     return value.encode("utf-8")
 
 
+# ---------------------------------------------------------------- read
+
+
+def text_or_bytes(data):
+    """Bytes as text when they are UTF-8, else {"bytes": [...]}; None stays None."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"bytes": list(data)}
+
+
+def read(args):
+    """Every record of a Kafka topic from its start to its end, read outside
+    any consumer group (nothing committed): what reached the next hop."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=kafka_servers(), group_id=None,
+                                   enable_auto_commit=False, client_id="poller-read")
+    partitions = [kafka.TopicPartition(args.name, p)
+                  for p in sorted(consumer.partitions_for_topic(args.name) or [])]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    ends = consumer.end_offsets(partitions)
+    records = []
+    deadline = time.monotonic() + args.timeout
+    while any(consumer.position(tp) < ends[tp] for tp in partitions) and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=200).values():
+            records.extend({
+                "partition": r.partition, "offset": r.offset, "key": text_or_bytes(r.key),
+                "value": text_or_bytes(r.value),
+                "headers": [[name, text_or_bytes(value)] for name, value in r.headers],
+            } for r in batch)
+    complete = all(consumer.position(tp) >= ends[tp] for tp in partitions)
+    consumer.close()
+    print(json.dumps({"records": records, "ends": {str(tp.partition): ends[tp] for tp in partitions},
+                      "complete": complete}))
+    return 0 if complete else 1
+
+
 # ---------------------------------------------------------------- create
 
 
@@ -678,17 +723,35 @@ class Invoker:
             self.env[name] = value
         self.log = open(args.function_log, "ab") if args.function_log else None
         self.function = None
+        # --kill-chance: a seeded storm, the same kills on every run.
+        self.storm = random.Random(args.kill_seed)
+        self.kills = 0
 
     def invoke(self, event):
         """("response" | "error", JSON) for `event`."""
         if self.function is None:
             self.function = runtime_api.Function(self.args.bootstrap, self.args.function_name,
                                                  env=self.env, output=self.log)
+        kill = None
+        if self.storm.random() < self.args.kill_chance:
+            # SIGKILL mid-invocation, as a crashed or timed-out execution
+            # environment ends: the batch fails and comes again.
+            kill = threading.Timer(self.storm.uniform(0, self.args.kill_within), self.kill,
+                                   args=(self.function,))
+            kill.start()
         try:
             return self.function.invoke(json.dumps(event).encode("utf-8"), self.args.invoke_timeout)
         except runtime_api.Gone as gone:
             self.close()
             return "error", {"errorType": "Runtime.Gone", "errorMessage": json.dumps(gone.detail)}
+        finally:
+            if kill is not None:
+                kill.cancel()
+
+    def kill(self, function):
+        if function.process.poll() is None:
+            function.process.kill()
+            self.kills += 1
 
     def close(self):
         if self.function is not None:
@@ -1363,7 +1426,9 @@ class Kafka:
             session_timeout_ms=10_000, heartbeat_interval_ms=1_000,
             max_poll_interval_ms=int((args.invoke_timeout + 30) * 1000))
         self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
-        self.paused_until = {}
+        # {TopicPartition: (offset, until)}: a partition to come again
+        # from `offset` once `until` has passed (--redelivery-delay).
+        self.held = {}
         self.looked_at, self.at_ends = 0.0, False
         self.counts = {"commits_refused": 0, "rebalances": 0}
         self.closing = False
@@ -1381,15 +1446,23 @@ class Kafka:
         record["headers"] = [{name: signed_bytes(value or b"")} for name, value in r.headers or []]
         return record
 
-    def resume_due(self):
+    def release_due(self):
         now = time.monotonic()
-        due = [tp for tp, until in self.paused_until.items() if until <= now]
-        for tp in due:
-            del self.paused_until[tp]
-        assigned = self.consumer.assignment()
-        due = [tp for tp in due if tp in assigned]
-        if due:
-            self.consumer.resume(*due)
+        for tp in [tp for tp, (_, until) in self.held.items() if until <= now]:
+            del self.held[tp]
+
+    def hold_back(self, tp, records):
+        """Whether `tp` is held (its records, fetched early, dropped and the
+        partition sought back to its held offset). Not pause(): with
+        kafka-python 3.0.12 on tansu a partition paused while its fetched
+        records were buffered stays silent for good after resume(), sought
+        or not; a partition only sought is fetched again."""
+        held = self.held.get(tp)
+        if held is None:
+            return False
+        if records:
+            self.consumer.seek(tp, held[0])
+        return True
 
     def gather(self):
         """{TopicPartition: [records]}: up to --batch-size records, at most
@@ -1400,6 +1473,7 @@ class Kafka:
             if wait <= 0:
                 break
             polled = self.consumer.poll(timeout_ms=int(wait * 1000), max_records=self.args.batch_size - count)
+            polled = {tp: records for tp, records in polled.items() if not self.hold_back(tp, records)}
             if not polled:
                 if first is None:
                     break
@@ -1421,7 +1495,7 @@ class Kafka:
         return batch
 
     def step(self):
-        self.resume_due()
+        self.release_due()
         batch = self.gather()
         if not batch:
             return None
@@ -1449,8 +1523,7 @@ class Kafka:
         for tp, offset in again.items():
             if tp in assigned:
                 self.consumer.seek(tp, offset)
-                self.consumer.pause(tp)
-                self.paused_until[tp] = time.monotonic() + self.args.redelivery_delay
+                self.held[tp] = (offset, time.monotonic() + self.args.redelivery_delay)
         self.at_ends = False
         return True
 
@@ -1475,7 +1548,7 @@ class Kafka:
         the partition's end (whichever poller of the group committed it),
         and nothing waits here to come again. Asked when a poll found
         nothing, at most twice a second."""
-        if self.paused_until:
+        if self.held:
             return False
         if time.monotonic() - self.looked_at >= 0.5:
             self.looked_at = time.monotonic()
@@ -1496,7 +1569,7 @@ class Kafka:
 
 class KafkaRebalance(kafka.ConsumerRebalanceListener):
     """Partitions handed to another member are forgotten here (their
-    pauses too); their records come again to whichever member has them.
+    holds too); their records come again to whichever member has them.
     Counts the rebalances that took partitions away while polling
     ("rebalances"; tansu may rebalance a group of one member as it forms)."""
 
@@ -1507,7 +1580,7 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
         if revoked and not self.source.closing:
             self.source.counts["rebalances"] += 1
         for tp in revoked:
-            self.source.paused_until.pop(tp, None)
+            self.source.held.pop(tp, None)
         print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
               file=sys.stderr, flush=True)
 
@@ -1550,6 +1623,7 @@ def poll(args):
     finally:
         invoker.close()
     summary = stats.summary
+    summary["kills"] = invoker.kills
     source.finish(summary)
     summary["seconds"] = round(time.monotonic() - stats.started, 3)
     print(json.dumps(summary), flush=True)
@@ -1586,6 +1660,11 @@ def main():
                       '"bytes_message"}')
     what.add_argument("--from-event", help="the records of a Lambda event of that source (events/*.json)")
 
+    r = commands.add_parser("read", help="Kafka: every record of a topic, outside any consumer group")
+    r.add_argument("source", choices=KAFKA)
+    r.add_argument("name")
+    r.add_argument("--timeout", type=float, default=30, help="give up (exit 1) after this many seconds")
+
     q = commands.add_parser("poll", help="deliver to the function as the event source mapping does")
     q.add_argument("source", choices=SOURCES)
     q.add_argument("name")
@@ -1602,6 +1681,11 @@ def main():
                    "ActiveMQ: the broker's 1 s instead)")
     q.add_argument("--timeout", type=float, default=120, help="give up (exit 1) after this many seconds")
     q.add_argument("--invoke-timeout", type=float, default=60)
+    q.add_argument("--kill-chance", type=float, default=0.0,
+                   help="the chance of each invocation that its function is SIGKILLed mid-invocation")
+    q.add_argument("--kill-within", type=float, default=0.3,
+                   help="seconds into the invocation the kill comes at most (uniformly)")
+    q.add_argument("--kill-seed", type=int, default=1, help="the storm's random seed")
     q.add_argument("--checkpoint", help="kept across runs: Kinesis's and DynamoDB Streams' shard "
                    "checkpoints, an SQS FIFO queue's held messages")
     q.add_argument("--transcript", help="append one JSON line per batch")
@@ -1615,6 +1699,8 @@ def main():
         return create(args)
     if args.command == "produce":
         return produce(args)
+    if args.command == "read":
+        return read(args)
     return poll(args)
 
 

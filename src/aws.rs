@@ -56,12 +56,15 @@ pub async fn dynamodb_client_with(
 }
 
 /// A sender of each destination kind this build has (features `sqs`,
-/// `sns`, `eventbridge`, `kinesis`), its clients of [`sdk_config`].
+/// `sns`, `eventbridge`, `kinesis`, `kafka`), its clients of
+/// [`sdk_config`] (Kafka's signs MSK IAM tokens and reads SCRAM secrets
+/// with it).
 #[cfg(any(
     feature = "sqs",
     feature = "sns",
     feature = "eventbridge",
-    feature = "kinesis"
+    feature = "kinesis",
+    feature = "kafka"
 ))]
 pub async fn destinations() -> exactly_once_lambda::destinations::Destinations {
     use exactly_once_lambda::destinations::{self as to, Kind};
@@ -87,5 +90,7 @@ pub async fn destinations() -> exactly_once_lambda::destinations::Destinations {
         Kind::KinesisStream,
         to::KinesisSender::new(aws_sdk_kinesis::Client::new(&config)),
     );
+    #[cfg(feature = "kafka")]
+    let destinations = destinations.with(Kind::KafkaTopic, to::KafkaSender::new(config.clone()));
     destinations
 }

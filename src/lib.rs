@@ -127,7 +127,8 @@
     feature = "sqs",
     feature = "sns",
     feature = "eventbridge",
-    feature = "kinesis"
+    feature = "kinesis",
+    feature = "kafka"
 ))]
 pub mod aws;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]

@@ -268,14 +268,16 @@ async fn sender() -> Arc<dyn Sender> {
         feature = "sqs",
         feature = "sns",
         feature = "eventbridge",
-        feature = "kinesis"
+        feature = "kinesis",
+        feature = "kafka"
     ))]
     let destinations = crate::aws::destinations().await;
     #[cfg(not(any(
         feature = "sqs",
         feature = "sns",
         feature = "eventbridge",
-        feature = "kinesis"
+        feature = "kinesis",
+        feature = "kafka"
     )))]
     let destinations = exactly_once_lambda::destinations::Destinations::new();
     Arc::new(destinations)

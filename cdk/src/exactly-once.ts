@@ -86,8 +86,12 @@ export interface ExactlyOnceProps {
   readonly ledgerMode?: string;
   /** Demo ledger (LedgerMinBalanceCents) @default unbounded */
   readonly ledgerMinBalanceCents?: string;
-  /** Demo ledger: none, sqs or sqs-fifo (LedgerEvents) @default 'none' */
+  /** Demo ledger: none, sqs, sqs-fifo or kafka (LedgerEvents) @default 'none' */
   readonly ledgerEvents?: string;
+  /** Demo ledger, ledgerEvents 'kafka': the existing topic on the source's MSK cluster (LedgerEventsTopicName) @default none */
+  readonly ledgerEventsTopicName?: string;
+  /** Demo ledger, ledgerEvents 'kafka': the cluster's IAM brokers, host:port (LedgerEventsBootstrapServers) @default none */
+  readonly ledgerEventsBootstrapServers?: string[];
   /** off or otlp (Tracing's TRACING_EXPORT; the function's own tracing is yours) @default 'off' */
   readonly tracingExport?: string;
   /** @default none */
@@ -161,11 +165,17 @@ export class ExactlyOnce extends Construct {
     if (maxRecordAge !== -1 && maxRecordAge < 60) throw new Error('maxRecordAge must be 60 s or more (RecordAgeIsInfiniteOrAMinute)');
     if (props.onFailure?.kind === 'kafka' && source.eventSource !== 'kafka') throw new Error('OnFailure.kafka is for Kafka sources (KafkaDestinationNeedsAnotherTopic)');
     if (onFailure?.kind === 'kafka' && onFailure.props.topicName === source.props.topic) throw new Error('OnFailure.kafka needs another topic than the source\'s');
+    if (ledgerEvents === 'kafka') {
+      if (source.kind !== 'kafka-msk') throw new Error('ledgerEvents kafka announces to a topic of the MSK source\'s cluster (LedgerEventsToKafkaNeedMskATopicAndAVpc)');
+      if (!props.ledgerEventsTopicName || !props.ledgerEventsBootstrapServers?.length) throw new Error('ledgerEvents kafka needs ledgerEventsTopicName and ledgerEventsBootstrapServers');
+      if (props.ledgerEventsTopicName === source.props.topic) throw new Error('ledgerEventsTopicName must not be the source\'s topic');
+    }
     if (props.duplicateCache && store.backend === 'redis') throw new Error('duplicateCache is for DynamoDB or PostgreSQL stores (DuplicateCacheNeedsADurableStore)');
-    const needsVpc = store.backend === 'postgres' || store.backend === 'redis' || !!props.duplicateCache || source.kind === 'kafka-self-managed';
+    const needsVpc = store.backend === 'postgres' || store.backend === 'redis' || !!props.duplicateCache || source.kind === 'kafka-self-managed'
+      || ledgerEvents === 'kafka';
     if (needsVpc && !fn.isBoundToVpc) {
       Annotations.of(this).addWarningV2('exactly-once:vpc',
-        'PostgreSQL, Redis and self-managed Kafka are reached inside their VPC: give the function vpc/vpcSubnets/securityGroups');
+        'PostgreSQL, Redis, self-managed Kafka and an MSK topic to announce to are reached inside their VPC: give the function vpc/vpcSubnets/securityGroups');
     }
     // The SAM template's default Timeout (120 s) outlasts a lease and the safety
     // margin, so that an invocation can wait out a crashed worker's lease;
@@ -226,7 +236,7 @@ export class ExactlyOnce extends Construct {
 
     // Queues and the bucket.
     let ledgerEventsQueue: sqs.Queue | undefined;
-    if (ledgerEvents !== 'none') {
+    if (ledgerEvents === 'sqs' || ledgerEvents === 'sqs-fifo') {
       ledgerEventsQueue = new sqs.Queue(this, 'LedgerEventsQueue', {
         fifo: ledgerEvents === 'sqs-fifo' ? true : undefined,
         encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -299,6 +309,8 @@ export class ExactlyOnce extends Construct {
       LEDGER_MODE: props.ledgerMode ?? 'lock-free',
       LEDGER_MIN_BALANCE_CENTS: props.ledgerMinBalanceCents ?? '',
       LEDGER_EVENTS_QUEUE_URL: ledgerEventsQueue ? ledgerEventsQueue.queueUrl : '',
+      LEDGER_EVENTS_DESTINATION: ledgerEvents === 'kafka'
+        ? `kafka://${props.ledgerEventsBootstrapServers!.join(',')}/${props.ledgerEventsTopicName}?auth=iam` : '',
       ORDERING_MODE: props.orderingMode ?? 'partition',
       MAX_IN_FLIGHT: String(props.maxInFlight ?? 64),
       CLAIM_AHEAD: String(props.claimAhead ?? 50),
@@ -325,6 +337,7 @@ export class ExactlyOnce extends Construct {
       source, tableArn, keyPrefix, ledgerTableArn,
       postgres: isPg ? sp : undefined,
       ledgerEventsQueueArn: ledgerEventsQueue?.queueArn,
+      ledgerEventsKafkaTopic: ledgerEvents === 'kafka' ? props.ledgerEventsTopicName : undefined,
       deadLetterQueueArn: this.deadLetterQueue?.queueArn,
       failedRecordsBucketArn: this.failedRecordsBucket?.bucketArn,
       failureTopicArn: onFailure?.kind === 'sns' ? onFailure.props.topicArn : undefined,

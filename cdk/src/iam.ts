@@ -13,6 +13,7 @@ export interface Grants {
   readonly ledgerTableArn?: string;
   readonly postgres?: any;
   readonly ledgerEventsQueueArn?: string;
+  readonly ledgerEventsKafkaTopic?: string;
   readonly deadLetterQueueArn?: string;
   readonly failedRecordsBucketArn?: string;
   readonly failureTopicArn?: string;
@@ -52,6 +53,10 @@ export function statements(scope: Construct, g: Grants): iam.PolicyStatement[] {
       [`arn:${s.partition}:rds-db:${s.region}:${s.account}:dbuser:${resourceId}/${user}`]));
   }
   if (g.ledgerEventsQueueArn) out.push(allow('LedgerEvents', ['sqs:SendMessage'], [g.ledgerEventsQueueArn]));
+  if (g.ledgerEventsKafkaTopic && g.source.kind === 'kafka-msk') {
+    out.push(allow('LedgerEventsTopic', ['kafka-cluster:Connect', 'kafka-cluster:DescribeTopic', 'kafka-cluster:WriteData'],
+      [p.clusterArn, kafkaArn(scope, p.clusterArn, 'topic', g.ledgerEventsKafkaTopic)]));
+  }
   if (g.deadLetterQueueArn) out.push(allow('DeadLetterQueue', ['sqs:SendMessage'], [g.deadLetterQueueArn]));
   if (g.failedRecordsBucketArn) {
     out.push(allow('FailedRecordsBucket', ['s3:PutObject', 's3:ListBucket'],

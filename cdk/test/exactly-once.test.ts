@@ -148,13 +148,29 @@ test('MSK role gets the MSK managed policy', () => {
 test('environment variables', () => {
   const fn: any = Object.values(synth('sqs', 'postgres').findResources('AWS::Lambda::Function'))[0];
   const env = fn.Properties.Environment.Variables;
-  assert.equal(Object.keys(env).length, 42);
+  assert.equal(Object.keys(env).length, 43);
   assert.equal(env.IDEMPOTENCY_STORE, 'postgres');
   assert.equal(env.EVENT_SOURCES, 'sqs');
   assert.equal(env.DATABASE_SECRET_ARN, secret('db'));
   assert.equal(env.DYNAMODB_ATTEMPT_TIMEOUT_MS, '');
   assert.equal(env.LOCK_TIMEOUT_SECONDS, '30');
   assert.equal(env.RECORD_RETENTION_SECONDS, '691200');
+  assert.equal(env.LEDGER_EVENTS_DESTINATION, '');
+});
+
+test('ledger announcements to an MSK topic: its destination, its statement, no queue', () => {
+  const t = synth('kafka-msk', 'dynamodb', { ledgerEvents: 'kafka', ledgerEventsTopicName: 'ledger-events',
+    ledgerEventsBootstrapServers: ['b-1.c.kafka.us-east-1.amazonaws.com:9098', 'b-2.c.kafka.us-east-1.amazonaws.com:9098'] });
+  const fn: any = Object.values(t.findResources('AWS::Lambda::Function'))[0];
+  assert.equal(fn.Properties.Environment.Variables.LEDGER_EVENTS_DESTINATION,
+    'kafka://b-1.c.kafka.us-east-1.amazonaws.com:9098,b-2.c.kafka.us-east-1.amazonaws.com:9098/ledger-events?auth=iam');
+  assert.equal(fn.Properties.Environment.Variables.LEDGER_EVENTS_QUEUE_URL, '');
+  const topic = policy(t).find((s) => s.Sid === 'LedgerEventsTopic');
+  assert.deepEqual(topic.Action, ['kafka-cluster:Connect', 'kafka-cluster:DescribeTopic', 'kafka-cluster:WriteData']);
+  assert.match(JSON.stringify(topic.Resource), /topic\/payments\/uuid-1\/ledger-events/);
+  assert.equal(Object.keys(t.findResources('AWS::SQS::Queue')).length, 2);
+  assert.throws(() => synth('sqs', 'dynamodb', { ledgerEvents: 'kafka', ledgerEventsTopicName: 'e', ledgerEventsBootstrapServers: ['b:9098'] }), /MSK/);
+  assert.throws(() => synth('kafka-msk', 'dynamodb', { ledgerEvents: 'kafka' }), /needs ledgerEventsTopicName/);
 });
 
 test('stuck-key check off: the rule DISABLED, no stuck-key alarms', () => {

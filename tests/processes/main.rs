@@ -12,6 +12,7 @@ mod brokers;
 mod concurrency;
 mod flaky_start;
 mod kafka;
+mod kafka_out;
 mod kill;
 mod lambda_e2e;
 mod overlap;

@@ -509,9 +509,31 @@ pub mod msk {
 
     /// [`ledger_entry`] read with `client`.
     pub async fn ledger_entry_with(client: &aws_sdk_dynamodb::Client, account: &str) -> (i64, i64) {
+        ledger_entry_in(client, &super::env("LEDGER_TABLE"), account).await
+    }
+
+    /// A ledger table of its own, named `name`, as template.yaml defines
+    /// the ledger's (`infra/local_tables.py`): a projection's.
+    pub fn ledger_table(name: &str) {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/local_tables.py");
+        let status = std::process::Command::new("python3")
+            .arg(script)
+            .args(["--table", &format!("LedgerTable={name}")])
+            .status()
+            .expect("run python3 infra/local_tables.py");
+        assert!(status.success(), "infra/local_tables.py: {status}");
+    }
+
+    /// `(balance_cents, payment_count)` of `account` in the ledger table
+    /// `table`.
+    pub async fn ledger_entry_in(
+        client: &aws_sdk_dynamodb::Client,
+        table: &str,
+        account: &str,
+    ) -> (i64, i64) {
         let item = client
             .get_item()
-            .table_name(super::env("LEDGER_TABLE"))
+            .table_name(table)
             .key(
                 "account_id",
                 aws_sdk_dynamodb::types::AttributeValue::S(account.to_owned()),

@@ -107,6 +107,14 @@ impl Run {
         produced.as_array().expect("a list").clone()
     }
 
+    /// Every record of this run's Kafka topic, from its start
+    /// (`infra/poller.py read`): `{partition, offset, key, value, headers:
+    /// [[name, value]]}`, keys, values and header values as text.
+    pub fn read(&self) -> Vec<Value> {
+        let read = self.poller(&["read", self.source, &self.name]);
+        read["records"].as_array().expect("the records").clone()
+    }
+
     /// Polls as the mapping does (`--max-batches` when `max_batches`, else
     /// until drained): the poller's summary and the batches delivered.
     pub fn poll(&self, max_batches: Option<usize>) -> (Value, Vec<Batch>) {

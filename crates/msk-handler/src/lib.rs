@@ -7,11 +7,12 @@
 //! balance_cents BIGINT, payment_count BIGINT`, or on Redis one hash per
 //! account, `<table>:<account_id>`, with those two numbers as fields).
 //!
-//! With `LEDGER_EVENTS_QUEUE_URL` set, every applied payment also emits one
-//! message to that SQS queue (`{"payment_id", "account_id",
-//! "amount_cents"}`, grouped by account), committed with the payment and
-//! sent after it under a stable id ([`exactly_once::outbox`]): a payment
-//! refused (below `LEDGER_MIN_BALANCE_CENTS`) emits nothing.
+//! With `LEDGER_EVENTS_DESTINATION` set (or its older name
+//! `LEDGER_EVENTS_QUEUE_URL`), every applied payment also emits one message
+//! there (`{"payment_id", "account_id", "amount_cents"}`, grouped by
+//! account: an SQS queue's group, a Kafka record's key), committed with the
+//! payment and sent after it under a stable id ([`exactly_once::outbox`]):
+//! a payment refused (below `LEDGER_MIN_BALANCE_CENTS`) emits nothing.
 
 #![deny(missing_docs)]
 
@@ -37,7 +38,10 @@ pub struct Payment {
     pub account_id: String,
     /// The amount in cents (negative: a debit).
     pub amount_cents: i64,
-    /// ISO currency code.
+    /// ISO currency code; empty in another ledger's announcement
+    /// (`{"payment_id", "account_id", "amount_cents"}`), which a second
+    /// hop applies to its projection as a payment.
+    #[serde(default)]
     pub currency: String,
 }
 
@@ -110,6 +114,7 @@ pub const ENV_VARS: &[&str] = &[
     "LEDGER_TABLE",
     "LEDGER_MODE",
     "LEDGER_MIN_BALANCE_CENTS",
+    "LEDGER_EVENTS_DESTINATION",
     "LEDGER_EVENTS_QUEUE_URL",
 ];
 
@@ -124,9 +129,11 @@ pub struct LedgerSettings {
     /// payment that would go below fails permanently (FAILED, "insufficient
     /// funds"). `None`: unbounded.
     pub min_balance_cents: Option<i64>,
-    /// The SQS queue every applied payment is announced to
-    /// (`LEDGER_EVENTS_QUEUE_URL`); `None`: none.
-    pub events_queue_url: Option<String>,
+    /// Where every applied payment is announced: an SQS queue's URL, a
+    /// Kafka topic (`kafka://brokers/topic`) or any destination of
+    /// [`exactly_once::outbox`] (`LEDGER_EVENTS_DESTINATION`, or
+    /// `LEDGER_EVENTS_QUEUE_URL` when it is unset); `None`: nowhere.
+    pub events_destination: Option<String>,
 }
 
 impl LedgerSettings {
@@ -159,7 +166,9 @@ impl LedgerSettings {
             table,
             mode,
             min_balance_cents,
-            events_queue_url: var("LEDGER_EVENTS_QUEUE_URL").map(|url| url.trim().to_owned()),
+            events_destination: var("LEDGER_EVENTS_DESTINATION")
+                .or_else(|| var("LEDGER_EVENTS_QUEUE_URL"))
+                .map(|destination| destination.trim().to_owned()),
         })
     }
 }
@@ -174,7 +183,7 @@ pub struct LedgerHandler {
     table: String,
     mode: LedgerMode,
     min_balance_cents: Option<i64>,
-    events_queue_url: Option<String>,
+    events_destination: Option<String>,
 }
 
 /// Where `direct` mode writes a balance on its own, outside the completion.
@@ -208,7 +217,7 @@ impl LedgerHandler {
             table,
             mode,
             min_balance_cents: None,
-            events_queue_url: None,
+            events_destination: None,
         }
     }
 
@@ -216,21 +225,21 @@ impl LedgerHandler {
     pub fn from_settings(client: Client, settings: LedgerSettings) -> Self {
         Self::new(client, settings.table, settings.mode)
             .with_floor(settings.min_balance_cents)
-            .with_events(settings.events_queue_url)
+            .with_events(settings.events_destination)
     }
 
     /// A ledger on PostgreSQL as `settings` say.
     pub fn from_settings_on_postgres(store: PostgresStore, settings: LedgerSettings) -> Self {
         Self::on_postgres(store, settings.table, settings.mode)
             .with_floor(settings.min_balance_cents)
-            .with_events(settings.events_queue_url)
+            .with_events(settings.events_destination)
     }
 
     /// A ledger on Redis as `settings` say.
     pub fn from_settings_on_redis(store: RedisStore, settings: LedgerSettings) -> Self {
         Self::on_redis(store, settings.table, settings.mode)
             .with_floor(settings.min_balance_cents)
-            .with_events(settings.events_queue_url)
+            .with_events(settings.events_destination)
     }
 
     /// The ledger as `settings` say, on the store `run_with` connected:
@@ -260,26 +269,28 @@ impl LedgerHandler {
         self
     }
 
-    /// Every applied payment is announced to the SQS queue at `url` (`None`:
+    /// Every applied payment is announced to `destination` (`None`:
     /// nowhere).
-    pub fn with_events(mut self, url: Option<String>) -> Self {
-        self.events_queue_url = url;
+    pub fn with_events(mut self, destination: Option<String>) -> Self {
+        self.events_destination = destination;
         self
     }
 
     /// The completion of an applied `payment`: its summary, and its
-    /// announcement when there is a queue for it.
+    /// announcement when there is a destination for it.
     fn applied<E>(&self, payment: &Payment) -> Completion<E> {
         let completion = Completion::done(payment.summary());
-        match &self.events_queue_url {
-            Some(url) => {
+        match &self.events_destination {
+            Some(destination) => {
                 let body = serde_json::json!({
                     "payment_id": payment.payment_id,
                     "account_id": payment.account_id,
                     "amount_cents": payment.amount_cents,
                 });
-                // One account's announcements in order (a FIFO queue's group).
-                let message = Message::new(url, body.to_string()).in_group(&payment.account_id);
+                // One account's announcements in order (a FIFO queue's
+                // group, a Kafka record's key).
+                let message =
+                    Message::new(destination, body.to_string()).in_group(&payment.account_id);
                 completion.emit_message(message)
             }
             None => completion,
@@ -444,6 +455,38 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "environment variable LEDGER_TABLE: is required and not set"
+        );
+    }
+
+    #[test]
+    fn the_events_destination_is_read_under_its_new_name_then_its_old_one() {
+        let destination = |vars: &[(&str, &str)]| {
+            LedgerSettings::from_lookup(|name| match name {
+                "LEDGER_TABLE" => Some("ledger".into()),
+                _ => vars
+                    .iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, value)| (*value).to_owned()),
+            })
+            .map(|settings| settings.events_destination)
+        };
+        let queue = "https://sqs.eu-west-1.amazonaws.com/1/ledger-events";
+        let topic = "kafka://b-1:9098/ledger-events?auth=iam";
+        assert_eq!(destination(&[]), Ok(None));
+        assert_eq!(
+            destination(&[("LEDGER_EVENTS_QUEUE_URL", queue)]),
+            Ok(Some(queue.to_owned()))
+        );
+        assert_eq!(
+            destination(&[("LEDGER_EVENTS_DESTINATION", topic)]),
+            Ok(Some(topic.to_owned()))
+        );
+        assert_eq!(
+            destination(&[
+                ("LEDGER_EVENTS_DESTINATION", topic),
+                ("LEDGER_EVENTS_QUEUE_URL", queue)
+            ]),
+            Ok(Some(topic.to_owned()))
         );
     }
 

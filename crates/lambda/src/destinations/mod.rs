@@ -4,10 +4,12 @@
 //! [`Destinations`] tells a destination's kind from its name and hands it
 //! to that kind's sender, one file each, each behind its cargo feature:
 //! SQS queues (`sqs`), SNS topics (`sns`), EventBridge buses
-//! (`eventbridge`), Kinesis streams (`kinesis`).
+//! (`eventbridge`), Kinesis streams (`kinesis`), Kafka topics (`kafka`).
 
 #[cfg(feature = "eventbridge")]
 mod eventbridge;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "kinesis")]
 mod kinesis;
 #[cfg(feature = "sns")]
@@ -21,6 +23,8 @@ use exactly_once_core::outbox::{Answers, Message, Outgoing, SendError, Sender};
 
 #[cfg(feature = "eventbridge")]
 pub use eventbridge::{EventBridgeSender, ID_FIELD};
+#[cfg(feature = "kafka")]
+pub use kafka::KafkaSender;
 #[cfg(feature = "kinesis")]
 pub use kinesis::KinesisSender;
 #[cfg(feature = "sns")]
@@ -29,8 +33,8 @@ pub use sns::SnsSender;
 pub use sqs::SqsSender;
 
 /// The message attribute an SQS message's or an SNS notification's stable
-/// id travels in: where a consumer on this crate reads its key by default
-/// (`IDEMPOTENCY_KEY_SOURCE=header`).
+/// id travels in, and the header of a Kafka record's: where a consumer on
+/// this crate reads its key by default (`IDEMPOTENCY_KEY_SOURCE=header`).
 pub const ID_ATTRIBUTE: &str = "idempotency-key";
 
 /// What a destination is, told from how it is named.
@@ -44,14 +48,20 @@ pub enum Kind {
     EventBus,
     /// A Kinesis data stream, named by its ARN.
     KinesisStream,
+    /// A Kafka topic, named `kafka://host:port[,host:port]/topic[?auth=…]`.
+    KafkaTopic,
 }
 
 impl Kind {
     /// The kind `destination` names, if any: an `http(s)://` URL is an SQS
-    /// queue's; an ARN's service says the rest.
+    /// queue's, a `kafka://` one a Kafka topic's; an ARN's service says the
+    /// rest.
     pub fn of(destination: &str) -> Option<Self> {
         if destination.starts_with("https://") || destination.starts_with("http://") {
             return Some(Self::SqsQueue);
+        }
+        if destination.starts_with("kafka://") {
+            return Some(Self::KafkaTopic);
         }
         let mut parts = destination.split(':');
         let (Some("arn"), Some(_partition), Some(service)) =
@@ -74,6 +84,7 @@ impl Kind {
             Self::SnsTopic => "an SNS topic",
             Self::EventBus => "an EventBridge bus",
             Self::KinesisStream => "a Kinesis stream",
+            Self::KafkaTopic => "a Kafka topic",
         }
     }
 
@@ -84,6 +95,7 @@ impl Kind {
             Self::SnsTopic => "sns",
             Self::EventBus => "eventbridge",
             Self::KinesisStream => "kinesis",
+            Self::KafkaTopic => "kafka",
         }
     }
 }
@@ -112,8 +124,8 @@ impl Destinations {
     fn sender_of(&self, destination: &str) -> Result<&dyn Sender, SendError> {
         let kind = Kind::of(destination).ok_or_else(|| {
             SendError::Unsupported(format!(
-                "{destination:?} is not a destination: an SQS queue URL, or an SNS topic's, an \
-                 EventBridge bus's or a Kinesis stream's ARN"
+                "{destination:?} is not a destination: an SQS queue URL, an SNS topic's, an \
+                 EventBridge bus's or a Kinesis stream's ARN, or kafka://brokers/topic"
             ))
         })?;
         self.senders
@@ -260,6 +272,10 @@ mod tests {
             (
                 "arn:aws:kinesis:eu-west-1:1:stream/s",
                 Some(Kind::KinesisStream),
+            ),
+            (
+                "kafka://b-1:9098/ledger-events?auth=iam",
+                Some(Kind::KafkaTopic),
             ),
             ("arn:aws:sqs:eu-west-1:1:q", None),
             ("payments", None),
