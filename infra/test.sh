@@ -63,7 +63,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 # them, run in `cargo test --doc` below.)
 step "cargo doc of the library crates, default features (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p exactly-once -p exactly-once-core \
-  -p exactly-once-dynamodb -p exactly-once-postgres -p exactly-once-redis -p exactly-once-lambda
+  -p exactly-once-dynamodb -p exactly-once-postgres -p exactly-once-redis -p exactly-once-lambda \
+  -p exactly-once-aws-sign
 
 step "cargo features (infra/check-features.sh)"
 infra/check-features.sh

@@ -1,10 +1,10 @@
 //! RDS IAM authentication: the password of each new connection is a token
 //! signed with the function's role.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_config::SdkConfig;
-use aws_credential_types::provider::ProvideCredentials;
+use exactly_once_aws_sign::presigned;
 use tokio_postgres::Config;
 use tokio_postgres::config::Host;
 
@@ -37,50 +37,13 @@ impl IamToken {
     }
 
     pub(super) async fn token(&self) -> Result<String, String> {
-        use aws_sigv4::http_request::{
-            SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
-        };
-        let provider = self
-            .aws
-            .credentials_provider()
-            .ok_or("no AWS credentials provider")?;
-        let credentials = provider
-            .provide_credentials()
-            .await
-            .map_err(|err| err.to_string())?;
-        let region = self.aws.region().ok_or("no AWS region")?.to_string();
-        let identity = credentials.into();
-        let mut settings = SigningSettings::default();
-        settings.expires_in = Some(Duration::from_secs(900));
-        settings.signature_location = SignatureLocation::QueryParams;
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&region)
-            .name("rds-db")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()
-            .map_err(|err| err.to_string())?
-            .into();
         let mut url = url::Url::parse(&format!("https://{}:{}/", self.host, self.port))
             .map_err(|err| err.to_string())?;
         url.query_pairs_mut()
             .append_pair("Action", "connect")
             .append_pair("DBUser", &self.user);
-        let request = SignableRequest::new(
-            "GET",
-            url.as_str(),
-            std::iter::empty(),
-            SignableBody::Bytes(&[]),
-        )
-        .map_err(|err| err.to_string())?;
-        let (instructions, _) = sign(request, &params)
-            .map_err(|err| err.to_string())?
-            .into_parts();
-        for (name, value) in instructions.params() {
-            url.query_pairs_mut().append_pair(name, value);
-        }
-        Ok(url.as_str().trim_start_matches("https://").to_owned())
+        let signed = presigned(&self.aws, "rds-db", url, Duration::from_secs(900)).await?;
+        Ok(signed.as_str().trim_start_matches("https://").to_owned())
     }
 }
 

@@ -3,11 +3,11 @@
 //! function's AWS configuration.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use aws_credential_types::provider::ProvideCredentials;
 use aws_types::SdkConfig;
 use base64::Engine as _;
+use exactly_once_aws_sign::presigned;
 use rskafka::BackoffConfig;
 use rskafka::client::{Client, ClientBuilder, Credentials, OauthBearerCredentials, SaslConfig};
 
@@ -106,52 +106,17 @@ async fn scram_credentials(aws: &SdkConfig, secret: &str) -> Result<Credentials,
 /// function's credentials, a `User-Agent` parameter added, base64url
 /// without padding.
 pub async fn msk_iam_token(aws: &SdkConfig) -> Result<String, String> {
-    use aws_sigv4::http_request::{
-        SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
-    };
-    let provider = aws
-        .credentials_provider()
-        .ok_or("no AWS credentials provider")?;
-    let credentials = provider
-        .provide_credentials()
-        .await
-        .map_err(|err| err.to_string())?;
-    let region = aws.region().ok_or("no AWS region")?.to_string();
-    let identity = credentials.into();
-    let mut settings = SigningSettings::default();
-    settings.expires_in = Some(Duration::from_secs(900));
-    settings.signature_location = SignatureLocation::QueryParams;
-    let params = aws_sigv4::sign::v4::SigningParams::builder()
-        .identity(&identity)
-        .region(&region)
-        .name("kafka-cluster")
-        .time(SystemTime::now())
-        .settings(settings)
-        .build()
-        .map_err(|err| err.to_string())?
-        .into();
+    let region = aws.region().ok_or("no AWS region")?;
     let mut url = url::Url::parse(&format!("https://kafka.{region}.amazonaws.com/"))
         .map_err(|err| err.to_string())?;
     url.query_pairs_mut()
         .append_pair("Action", "kafka-cluster:Connect");
-    let request = SignableRequest::new(
-        "GET",
-        url.as_str(),
-        std::iter::empty(),
-        SignableBody::Bytes(&[]),
-    )
-    .map_err(|err| err.to_string())?;
-    let (instructions, _) = sign(request, &params)
-        .map_err(|err| err.to_string())?
-        .into_parts();
-    for (name, value) in instructions.params() {
-        url.query_pairs_mut().append_pair(name, value);
-    }
-    url.query_pairs_mut().append_pair(
+    let mut signed = presigned(aws, "kafka-cluster", url, Duration::from_secs(900)).await?;
+    signed.query_pairs_mut().append_pair(
         "User-Agent",
         concat!("exactly-once/", env!("CARGO_PKG_VERSION")),
     );
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url.as_str()))
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed.as_str()))
 }
 
 #[cfg(test)]
