@@ -28,6 +28,10 @@
 #   BENCH_ONLY=announce infra/bench.sh # every payment announced to SQS (exactly once out)
 #                                  # against Powertools + send_message, on moto's SQS
 #                                  # (writes powertools-announce.csv; prints the table)
+#   BENCH_ONLY=announce-kafka infra/bench.sh # MSK in, MSK out: every payment announced to a
+#                                  # Kafka topic on the local broker, against Powertools +
+#                                  # confluent_kafka produce + flush per payment
+#                                  # (writes powertools-announce-kafka.csv; prints the table)
 #   BENCH_ONLY=announce ANNOUNCE_SQS=constant infra/bench.sh
 #                                  # the same against benches/sqs_constant.py, an SQS
 #                                  # whose service time does not grow with its queues
@@ -89,12 +93,21 @@ fi
 # `send_message` in the idempotent function, on the same DynamoDB Local and
 # the local SQS (moto's server, started by local_stack above); the
 # throughput bench's `announce` rows read its CSV.
-if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *announce* ]]; then
+if [[ -z "${BENCH_ONLY:-}" || ( "$BENCH_ONLY" == *announce* && "$BENCH_ONLY" != *announce-kafka* ) ]]; then
   step "AWS Powertools (Python) + sqs.send_message on the same batches (benches/powertools/bench.py)"
   "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
   mkdir -p bench
   "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 \
     --scenarios announce-1000x4p --out bench/powertools-announce.csv
+fi
+# MSK in, MSK out: Powertools with a confluent_kafka produce + flush per
+# payment, on the same DynamoDB Local and the broker local_stack started.
+if [[ -z "${BENCH_ONLY:-}" || "$BENCH_ONLY" == *announce-kafka* ]]; then
+  step "AWS Powertools (Python) + confluent_kafka produce + flush on the same batches (benches/powertools/bench.py)"
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/pip install --quiet --disable-pip-version-check -r benches/powertools/requirements.txt
+  mkdir -p bench
+  "$EXACTLY_ONCE_TOOLS"/venv/bin/python benches/powertools/bench.py --rtt-ms 5 --reps 3 \
+    --scenarios announce-kafka-1000x4p --out bench/powertools-announce-kafka.csv
 fi
 
 # The other stores first: PostgreSQL and Redis (the servers local_stack

@@ -11,6 +11,8 @@ batch. Warmed up first (a batch not recorded).
     benches/powertools/bench.py --rtt-ms 5 --reps 3 --out bench/powertools.csv
     benches/powertools/bench.py --rtt-ms 5 --reps 3 --scenarios announce-1000x4p \
         --out bench/powertools-announce.csv
+    benches/powertools/bench.py --rtt-ms 5 --reps 3 --scenarios announce-kafka-1000x4p \
+        --out bench/powertools-announce-kafka.csv
 
 `announce-1000x4p` (1,000 new payments over 4 partitions to 200 accounts,
 each announced): the idempotent function also sends one SQS message per
@@ -19,12 +21,22 @@ today), to a new queue on the local SQS (moto's server,
 AWS_ENDPOINT_URL_SQS), the same round trip added before every SQS request;
 SQS requests are counted apart.
 
+`announce-kafka-1000x4p` (MSK in, MSK out): the same, each payment produced
+to a Kafka topic of 4 partitions on the local broker (KAFKA_BOOTSTRAP_SERVERS,
+infra/kafka-local.sh) with confluent_kafka (librdkafka), keyed by account,
+the payment id in the header idempotency-key, `acks=all` and the
+idempotent producer, then `flush()`: what a team writes today so that a
+record counts as done only once its announcement is acknowledged. One
+produce request per record (the flush sends it alone); the broker is
+reached without a simulated round trip, as the Rust side reaches it.
+
 Environment: AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local), LEDGER_TABLE, and
 the dummy credentials of infra/local-env.sh. Needs aws-lambda-powertools
 (pinned in benches/powertools/requirements.txt) and boto3; infra/bench.sh
 installs them into $EXACTLY_ONCE_TOOLS/venv. Prints one line per scenario and writes CSV
 rows `scenario,rtt_ms,reps,p50_ms,p99_ms,requests_per_record,sqs_requests_per_record`
-(requests_per_record: DynamoDB's).
+(requests_per_record: DynamoDB's; sqs_requests_per_record: the destination's, SQS requests or
+Kafka produce requests).
 """
 
 import argparse
@@ -98,8 +110,8 @@ def idempotency_table(dynamodb, name):
 
 
 def handler_for(table_name, ledger_table, requests, announce=None):
-    """`announce`: (sqs client, {"url": queue URL}), to send one message per
-    payment from inside the idempotent function; None: no message."""
+    """`announce(payment)`: sends one message for the payment from inside the
+    idempotent function, after its balance update; None: no message."""
     client = requests.attach(boto3.client("dynamodb"))
     persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=client)
     config = IdempotencyConfig(event_key_jmespath="payment_id")
@@ -116,20 +128,7 @@ def handler_for(table_name, ledger_table, requests, announce=None):
             },
         )
         if announce is not None:
-            sqs, queue = announce
-            sent = time.monotonic()
-            sqs.send_message(
-                QueueUrl=queue["url"],
-                MessageBody=json.dumps({
-                    "payment_id": payment["payment_id"],
-                    "account_id": payment["account_id"],
-                    "amount_cents": payment["amount_cents"],
-                }),
-                MessageAttributes={
-                    "idempotency-key": {"DataType": "String", "StringValue": payment["payment_id"]},
-                },
-            )
-            queue["sending_ms"] = queue.get("sending_ms", 0.0) + (time.monotonic() - sent) * 1000
+            announce(payment)
         return {"paid": payment["payment_id"]}
 
     def handle(event):
@@ -141,11 +140,59 @@ def handler_for(table_name, ledger_table, requests, announce=None):
     return handle
 
 
-# scenario: (accounts, whether each payment is announced to SQS)
+def announcement(payment):
+    return json.dumps({
+        "payment_id": payment["payment_id"],
+        "account_id": payment["account_id"],
+        "amount_cents": payment["amount_cents"],
+    })
+
+
+def sqs_announcer(sqs, queue):
+    """One `send_message` per payment to queue["url"]."""
+    def announce(payment):
+        sent = time.monotonic()
+        sqs.send_message(
+            QueueUrl=queue["url"],
+            MessageBody=announcement(payment),
+            MessageAttributes={
+                "idempotency-key": {"DataType": "String", "StringValue": payment["payment_id"]},
+            },
+        )
+        queue["sending_ms"] = queue.get("sending_ms", 0.0) + (time.monotonic() - sent) * 1000
+    return announce
+
+
+def kafka_announcer(topic, queue):
+    """One `produce` + `flush` per payment to `topic` (confluent_kafka)."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"], "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 0})
+
+    def announce(payment):
+        sent = time.monotonic()
+        producer.produce(topic, key=payment["account_id"], value=announcement(payment),
+                         headers=[("idempotency-key", payment["payment_id"])])
+        if producer.flush(30) != 0:
+            raise RuntimeError("a produce was not acknowledged within 30 s")
+        queue["sending_ms"] = queue.get("sending_ms", 0.0) + (time.monotonic() - sent) * 1000
+        queue["produced"] = queue.get("produced", 0) + 1
+    return announce
+
+
+def kafka_topic(name, partitions):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"]})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(30)
+
+
+# scenario: (accounts, where each payment is announced: None, "sqs", "kafka")
 SCENARIOS = {
-    "new-1000x4p": (200, False),
-    "hot-1000x4p": (1, False),
-    "announce-1000x4p": (200, True),
+    "new-1000x4p": (200, None),
+    "hot-1000x4p": (1, None),
+    "announce-1000x4p": (200, "sqs"),
+    "announce-kafka-1000x4p": (200, "kafka"),
 }
 
 
@@ -168,7 +215,7 @@ def main():
     requests = Requests(args.rtt_ms)
     handle = handler_for(table, ledger_table, requests)
     sqs_requests = Requests(args.rtt_ms)
-    announcing, queue = None, {}
+    handlers, queue = {None: handle}, {}
     sqs_admin = boto3.client("sqs") if "announce-1000x4p" in scenarios else None
 
     def fresh_queue():
@@ -182,35 +229,42 @@ def main():
 
     if sqs_admin is not None:
         sqs = sqs_requests.attach(boto3.client("sqs"))
-        announcing = handler_for(table, ledger_table, requests, (sqs, queue))
+        handlers["sqs"] = handler_for(table, ledger_table, requests, sqs_announcer(sqs, queue))
+    if "announce-kafka-1000x4p" in scenarios:
+        topic = f"powertools-announce-{uuid.uuid4().hex[:12]}"
+        kafka_topic(topic, 4)
+        handlers["kafka"] = handler_for(table, ledger_table, requests, kafka_announcer(topic, queue))
 
     rows = []
     warmed = set()
     for scenario in scenarios:
         accounts, announces = SCENARIOS[scenario]
-        run = announcing if announces else handle
+        run = handlers[announces]
         if announces not in warmed:
-            if announces:
+            if announces == "sqs":
                 fresh_queue()
             run(batch(f"warm-{uuid.uuid4().hex[:8]}", args.records, 4, 200))
             warmed.add(announces)
         times, counts, sqs_counts = [], [], []
         for _ in range(args.reps):
             event = batch(uuid.uuid4().hex[:10], args.records, 4, accounts)
-            if announces:
+            if announces == "sqs":
                 fresh_queue()
             requests.count = 0
             sqs_requests.count = 0
-            queue["sending_ms"] = 0.0
+            queue["sending_ms"], queue["produced"] = 0.0, 0
             started = time.monotonic()
             run(event)
             times.append((time.monotonic() - started) * 1000)
             counts.append(requests.count)
-            sqs_counts.append(sqs_requests.count)
-            if announces:
+            # Kafka: one produce request per record (each flushed alone).
+            sqs_counts.append(sqs_requests.count if announces == "sqs" else queue["produced"])
+            if announces == "sqs":
                 print(f"  batch {times[-1]:.0f} ms, of which {queue['sending_ms']:.0f} ms in send_message "
                       f"(its {args.rtt_ms:g} ms simulated round trips included)")
-        if announces:
+            elif announces == "kafka":
+                print(f"  batch {times[-1]:.0f} ms, of which {queue['sending_ms']:.0f} ms in produce + flush")
+        if announces == "sqs":
             held = sqs_admin.get_queue_attributes(
                 QueueUrl=queue["url"], AttributeNames=["ApproximateNumberOfMessages"])
             print(f"  the last batch's queue holds {held['Attributes']['ApproximateNumberOfMessages']} "
@@ -220,11 +274,12 @@ def main():
         p99 = times[-1]
         per_record = statistics.mean(counts) / args.records
         sqs_per_record = statistics.mean(sqs_counts) / args.records
+        out_to = "Kafka produce" if announces == "kafka" else "SQS"
         print(f"powertools {scenario} rtt {args.rtt_ms:g} ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
-              f"{per_record:.3f} DynamoDB + {sqs_per_record:.3f} SQS requests/record ({args.reps} reps)")
+              f"{per_record:.3f} DynamoDB + {sqs_per_record:.3f} {out_to} requests/record ({args.reps} reps)")
         rows.append(f"{scenario},{args.rtt_ms:g},{args.reps},{p50:.1f},{p99:.1f},{per_record:.4f},"
                     f"{sqs_per_record:.4f}")
-    if queue:
+    if queue.get("url"):
         sqs_admin.delete_queue(QueueUrl=queue["url"])
     if args.out:
         with open(args.out, "w") as out:

@@ -3,7 +3,13 @@
 //! queue (the ledger's `with_events`, one message per payment), against AWS
 //! Powertools' idempotency with a `send_message` in the idempotent function
 //! (`benches/powertools/bench.py --scenarios announce-1000x4p`, which
-//! writes `bench/powertools-announce.csv`).
+//! writes `bench/powertools-announce.csv`); and MSK in, MSK out: the same
+//! announced to a Kafka topic of 4 partitions on the local broker
+//! (`KAFKA_BOOTSTRAP_SERVERS`) through the function's `KafkaSender`,
+//! against Powertools with a confluent_kafka `produce` + `flush` per payment
+//! (`--scenarios announce-kafka-1000x4p`, `bench/powertools-announce-kafka.csv`).
+//! The Kafka rows count produce requests (one per partition a send touches)
+//! and read the topic back (`infra/poller.py read`).
 //!
 //! The default configuration; each batch a new container whose messages go
 //! to a new queue on the local SQS (moto's server, or benches/sqs_constant.py: AWS_ENDPOINT_URL_SQS)
@@ -16,9 +22,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use exactly_once::lambda::destinations::SqsSender;
+use exactly_once::lambda::destinations::kafka::partition_of;
+use exactly_once::lambda::destinations::{KafkaSender, SqsSender};
+use exactly_once::outbox::{Answers, Message, Outgoing, SendError, Sender};
 use exactly_once::store::requests::RequestCounter;
 
 use crate::Env;
@@ -27,8 +36,49 @@ use crate::latency::{ServiceTime, client_with, sqs_client_with};
 use crate::processor::{Mode, Processor};
 use crate::sizing::csv_rows;
 
-/// The scenario's name, as Powertools' CSV has it.
-pub const SCENARIO: &str = "announce-1000x4p";
+/// Where the payments are announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Out {
+    /// An SQS queue (moto's server, or benches/sqs_constant.py).
+    Sqs,
+    /// A Kafka topic of 4 partitions (infra/kafka-local.sh's broker).
+    Kafka,
+}
+
+impl Out {
+    /// The scenario's name, as Powertools' CSV has it; its labels' first
+    /// part.
+    pub fn scenario(self) -> &'static str {
+        match self {
+            Self::Sqs => "announce-1000x4p",
+            Self::Kafka => "announce-kafka-1000x4p",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Sqs => "announce",
+            Self::Kafka => "announce-kafka",
+        }
+    }
+
+    fn powertools_csv(self) -> &'static str {
+        match self {
+            Self::Sqs => "powertools-announce.csv",
+            Self::Kafka => "powertools-announce-kafka.csv",
+        }
+    }
+
+    fn requests(self) -> &'static str {
+        match self {
+            Self::Sqs => "SQS requests / record (message)",
+            Self::Kafka => "Kafka produce requests / record",
+        }
+    }
+}
+
+/// Partitions of the Kafka topic.
+const PARTITIONS: usize = 4;
 
 /// The paths measured: lock-free, and the locking path with the effect in
 /// the completion's transaction.
@@ -39,18 +89,20 @@ const RTT_MS: u64 = 5;
 
 /// One path's measured batches.
 pub struct AnnounceRow {
+    pub out: Out,
     pub mode: Mode,
     pub records: usize,
     pub batch_ms: Vec<f64>,
     /// DynamoDB requests of the measured batches, by operation.
     pub dynamodb: BTreeMap<String, u64>,
-    /// SQS requests of the measured batches.
+    /// SQS requests (Kafka produce requests) of the measured batches.
     pub sqs: u64,
     /// Time the SQS requests spent in the SQS server (without the
-    /// simulated round trip), summed over the batches, ms.
+    /// simulated round trip), summed over the batches, ms; Kafka: the time
+    /// inside the sender's sends.
     pub sqs_served_ms: f64,
-    /// Messages the queues held after their batch, and those expected (one
-    /// per payment).
+    /// Messages the queues (the topic) held after their batch, and those
+    /// expected (one per payment).
     pub queued: (u64, u64),
     pub unfinished: usize,
 }
@@ -87,15 +139,28 @@ impl AnnounceRow {
     }
 }
 
-/// The rows BENCH_ONLY selects (`announce/new-1000x4p/<mode>/5ms`).
+/// The rows BENCH_ONLY selects (`announce/new-1000x4p/<mode>/5ms`,
+/// `announce-kafka/new-1000x4p/<mode>/5ms`; the Kafka rows only with a
+/// broker: `KAFKA_BOOTSTRAP_SERVERS`).
 pub async fn run(env: &Env) -> Vec<AnnounceRow> {
     let mut rows = Vec::new();
-    for mode in PATHS {
-        let label = format!("announce/new-1000x4p/{}/{RTT_MS}ms", mode.name());
-        if !env.selected(&label) {
-            continue;
+    for out in [Out::Sqs, Out::Kafka] {
+        for mode in PATHS {
+            let label = format!("{}/new-1000x4p/{}/{RTT_MS}ms", out.label(), mode.name());
+            if !env.selected(&label) {
+                continue;
+            }
+            rows.push(match out {
+                Out::Sqs => measure(env, mode, env.reps(3)).await,
+                Out::Kafka => match std::env::var("KAFKA_BOOTSTRAP_SERVERS") {
+                    Ok(servers) => measure_kafka(env, mode, env.reps(3), &servers).await,
+                    Err(_) => {
+                        eprintln!("  {label}: no KAFKA_BOOTSTRAP_SERVERS, skipped");
+                        continue;
+                    }
+                },
+            });
         }
-        rows.push(measure(env, mode, env.reps(3)).await);
     }
     rows
 }
@@ -107,6 +172,7 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
     let sqs_served = ServiceTime::default();
     let sqs = sqs_client_with(&plain_sqs, RTT_MS, &sqs_served);
     let mut row = AnnounceRow {
+        out: Out::Sqs,
         mode,
         records: 0,
         batch_ms: Vec::new(),
@@ -184,7 +250,8 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
         }
     }
     eprintln!(
-        "  {SCENARIO:<16} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} SQS req/record  SQS server busy {:.0} ms a batch  queues held {} of {} messages{}",
+        "  {:<16} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} SQS req/record  SQS server busy {:.0} ms a batch  queues held {} of {} messages{}",
+        Out::Sqs.scenario(),
         mode.name(),
         row.p50(),
         row.p99(),
@@ -199,6 +266,144 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
         }
     );
     row
+}
+
+/// Kafka's `measure`: one topic of 4 partitions and one warm container
+/// for the whole row (tansu's service time does not grow with a topic),
+/// the function's `KafkaSender` behind a count of its produce requests.
+async fn measure_kafka(env: &Env, mode: Mode, reps: usize, servers: &str) -> AnnounceRow {
+    let counter = RequestCounter::default();
+    let client = client_with(&env.base, RTT_MS, &counter, &ServiceTime::default());
+    let topic = format!("bench-announce-{}", env.fresh_tag());
+    poller(&[
+        "create",
+        "msk",
+        &topic,
+        "--partitions",
+        &PARTITIONS.to_string(),
+    ]);
+    let sender = Arc::new(CountedKafka {
+        kafka: KafkaSender::new(exactly_once::aws::sdk_config().await),
+        produce_requests: AtomicU64::new(0),
+        sending_micros: AtomicU64::new(0),
+    });
+    let processor = Processor::announcing(
+        env,
+        &client,
+        mode,
+        &format!("bench-{}#", env.fresh_tag()),
+        None,
+        Some((
+            format!("kafka://{servers}/{topic}"),
+            sender.clone() as Arc<dyn Sender>,
+        )),
+    );
+    let warm = Batch::new_payments(&env.fresh_tag(), 1000, 4);
+    let warm_unfinished = processor.process(&warm, &warm.event(), &warm.works()).await;
+    let mut row = AnnounceRow {
+        out: Out::Kafka,
+        mode,
+        records: 0,
+        batch_ms: Vec::new(),
+        dynamodb: BTreeMap::new(),
+        sqs: 0,
+        sqs_served_ms: 0.0,
+        queued: (0, 0),
+        unfinished: 0,
+    };
+    for _ in 0..reps {
+        let batch = Batch::new_payments(&env.fresh_tag(), 1000, 4);
+        row.records = batch.len();
+        let (event, works) = (batch.event(), batch.works());
+        counter.reset();
+        let produced_before = sender.produce_requests.load(Relaxed);
+        let sending_before = sender.sending_micros.load(Relaxed);
+        let started = Instant::now();
+        row.unfinished += processor.process(&batch, &event, &works).await;
+        row.batch_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        for (op, stats) in counter.stats() {
+            *row.dynamodb.entry(op).or_default() += stats.count;
+        }
+        row.sqs += sender.produce_requests.load(Relaxed) - produced_before;
+        row.sqs_served_ms += (sender.sending_micros.load(Relaxed) - sending_before) as f64 / 1000.0;
+        row.queued.1 += batch.len() as u64;
+    }
+    // What reached the topic: the warm batch's records and the measured
+    // ones (copies would show as more).
+    let read = poller(&["read", "msk", &topic, "--timeout", "120"]);
+    let records = read["records"].as_array().map_or(0, Vec::len) as u64;
+    row.queued.0 = records.saturating_sub(warm.len() as u64 - warm_unfinished as u64);
+    eprintln!(
+        "  {:<22} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} Kafka produce req/record  {:.0} ms a batch in sends  topic holds {} of {} records{}",
+        Out::Kafka.scenario(),
+        mode.name(),
+        row.p50(),
+        row.p99(),
+        row.dynamodb_per_record(),
+        row.sqs_per_record(),
+        row.sqs_served_ms / row.batch_ms.len().max(1) as f64,
+        row.queued.0,
+        row.queued.1,
+        match row.unfinished {
+            0 => String::new(),
+            n => format!("  ({n} records NOT finished)"),
+        }
+    );
+    row
+}
+
+/// The function's Kafka sender, its produce requests counted: one per
+/// partition the messages of a send land on (each partition's records go
+/// in one request, under its size limit at these sizes).
+struct CountedKafka {
+    kafka: KafkaSender,
+    produce_requests: AtomicU64,
+    /// Time inside `send`, summed over the sends, µs.
+    sending_micros: AtomicU64,
+}
+
+impl Sender for CountedKafka {
+    fn check(&self, message: &Message) -> Result<(), SendError> {
+        self.kafka.check(message)
+    }
+
+    fn batch_limit(&self, destination: &str) -> usize {
+        self.kafka.batch_limit(destination)
+    }
+
+    fn send<'a>(&'a self, destination: &'a str, messages: &'a [Outgoing]) -> Answers<'a> {
+        let partitions: std::collections::BTreeSet<i32> = messages
+            .iter()
+            .map(|message| partition_of(message, PARTITIONS))
+            .collect();
+        self.produce_requests
+            .fetch_add(partitions.len() as u64, Relaxed);
+        Box::pin(async move {
+            let started = Instant::now();
+            let answers = self.kafka.send(destination, messages).await;
+            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.sending_micros.fetch_add(micros, Relaxed);
+            answers
+        })
+    }
+}
+
+/// `infra/poller.py ARGS`: its last line as JSON.
+fn poller(args: &[&str]) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/poller.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 infra/poller.py (the tools' venv on PATH)");
+    assert!(
+        out.status.success(),
+        "infra/poller.py {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or("null")).expect("JSON")
 }
 
 /// The messages the queue at `url` holds.
@@ -218,24 +423,30 @@ async fn queued(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Powertools' row (`bench/powertools-announce.csv`): p50, p99, DynamoDB
-/// and SQS requests per record.
-pub fn powertools(out_dir: &Path) -> Option<(f64, f64, f64, f64)> {
-    csv_rows(&out_dir.join("powertools-announce.csv"))
-        .find(|fields| fields.first().map(String::as_str) == Some(SCENARIO))
+/// Powertools' row (`bench/powertools-announce.csv`, `-kafka.csv`): p50,
+/// p99, DynamoDB and SQS (Kafka produce) requests per record.
+pub fn powertools(out_dir: &Path, out: Out) -> Option<(f64, f64, f64, f64)> {
+    csv_rows(&out_dir.join(out.powertools_csv()))
+        .find(|fields| fields.first().map(String::as_str) == Some(out.scenario()))
         .and_then(|fields| {
             let at = |i: usize| fields.get(i)?.parse().ok();
             Some((at(3)?, at(4)?, at(5)?, at(6)?))
         })
 }
 
-/// The table against Powertools + `send_message`.
-pub fn table(rows: &[AnnounceRow], powertools: Option<(f64, f64, f64, f64)>) -> String {
-    let mut out = String::from(
-        "| 1,000 payments to 200 accounts, 4 partitions, each announced, 5 ms RTT | p50 | p99 | DynamoDB requests / record | SQS requests / record (message) | vs Powertools p50 |\n\
+/// The table of `to`'s rows against Powertools + `send_message` (Kafka:
+/// `produce` + `flush`).
+pub fn table(rows: &[AnnounceRow], to: Out, powertools: Option<(f64, f64, f64, f64)>) -> String {
+    let heading = match to {
+        Out::Sqs => "each announced",
+        Out::Kafka => "each announced to a Kafka topic",
+    };
+    let mut out = format!(
+        "| 1,000 payments to 200 accounts, 4 partitions, {heading}, 5 ms RTT | p50 | p99 | DynamoDB requests / record | {} | vs Powertools p50 |\n\
          | --- | --- | --- | --- | --- | --- |\n",
+        to.requests()
     );
-    for row in rows {
+    for row in rows.iter().filter(|row| row.out == to) {
         let ops: Vec<String> = row
             .dynamodb
             .iter()
@@ -252,11 +463,18 @@ pub fn table(rows: &[AnnounceRow], powertools: Option<(f64, f64, f64, f64)>) -> 
             powertools.map_or("-".into(), |(p50, ..)| format!("{:.1}x", p50 / row.p50())),
         ));
     }
+    let sends = match to {
+        Out::Sqs => "sqs.send_message",
+        Out::Kafka => "confluent_kafka produce + flush",
+    };
     match powertools {
         Some((p50, p99, dynamodb, sqs)) => out.push_str(&format!(
-            "| Powertools @idempotent_function + sqs.send_message | {p50:.0} ms | {p99:.0} ms | {dynamodb:.3} | {sqs:.3} | 1x |\n"
+            "| Powertools @idempotent_function + {sends} | {p50:.0} ms | {p99:.0} ms | {dynamodb:.3} | {sqs:.3} | 1x |\n"
         )),
-        None => out.push_str("| Powertools: no bench/powertools-announce.csv | | | | | |\n"),
+        None => out.push_str(&format!(
+            "| Powertools: no bench/{} | | | | | |\n",
+            to.powertools_csv()
+        )),
     }
     out
 }

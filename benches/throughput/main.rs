@@ -28,7 +28,9 @@
 //! those of `sizing` (`sizing/<scenario>/<mode>/<rtt>ms`) and `sources`
 //! (`sources/<scenario>/<path>/<rtt>ms`); `announce` runs only the rows
 //! announcing every payment to SQS (`announce/new-1000x4p/<mode>/5ms`,
-//! which needs AWS_ENDPOINT_URL_SQS);
+//! which needs AWS_ENDPOINT_URL_SQS) and to a Kafka topic
+//! (`announce-kafka/new-1000x4p/<mode>/5ms`, which needs
+//! KAFKA_BOOTSTRAP_SERVERS; `announce-kafka` runs only those);
 //! MAX_IN_FLIGHT and CLAIM_AHEAD, if set, configure the function as in Lambda.
 
 mod announce;
@@ -211,12 +213,12 @@ async fn run() {
         std::fs::write(&path, text).expect("write sources.csv");
         println!("wrote {}", path.display());
     }
-    if !announced.is_empty() {
-        print!(
-            "{}",
-            announce::table(&announced, announce::powertools(&out_dir))
-        );
-        println!();
+    for out in [announce::Out::Sqs, announce::Out::Kafka] {
+        if announced.iter().any(|row| row.out == out) {
+            let powertools = announce::powertools(&out_dir, out);
+            print!("{}", announce::table(&announced, out, powertools));
+            println!();
+        }
     }
     // The chart draws the whole sizing run: `sizing/` is selected only when
     // all of it is.

@@ -263,7 +263,7 @@ impl Sender for KafkaSender {
 /// on its key (the group), so a group's records share a partition with
 /// every other producer's records of that key; a message without a group
 /// by its id.
-fn partition_of(message: &Outgoing, count: usize) -> i32 {
+pub fn partition_of(message: &Outgoing, count: usize) -> i32 {
     let key = message.group.as_deref().unwrap_or(&message.id);
     let hash = murmur2::murmur2(key.as_bytes(), murmur2::KAFKA_SEED) & 0x7fff_ffff;
     // Below `count`, itself a partition count: fits an i32.
