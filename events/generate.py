@@ -169,18 +169,24 @@ class Batch:
         return event
 
 
+# Two partitions of an MSK topic: (partition, offset, idempotency key,
+# payment id, account, cents). acc-1: 1250 + 250 + 2000 = 3500 (3
+# payments); acc-2: 500 + 1000 + 75 = 1575 (3 payments).
+TWO_PARTITIONS = [
+    (0, 100, "pay-2p-001", "p-001", "acc-1", 1250),
+    (0, 101, "pay-2p-002", "p-002", "acc-2", 500),
+    (0, 102, "pay-2p-003", "p-003", "acc-1", 250),
+    (1, 200, "pay-2p-004", "p-004", "acc-2", 1000),
+    (1, 201, "pay-2p-005", "p-005", "acc-1", 2000),
+    (1, 202, "pay-2p-006", "p-006", "acc-2", 75),
+]
+
+
 def two_partitions():
-    # acc-1: 1250 + 250 + 2000 = 3500 (3 payments); acc-2: 500 + 1000 + 75 = 1575 (3 payments)
-    return (
-        Batch()
-        .pay(0, 100, "pay-2p-001", "p-001", "acc-1", 1250)
-        .pay(0, 101, "pay-2p-002", "p-002", "acc-2", 500)
-        .pay(0, 102, "pay-2p-003", "p-003", "acc-1", 250)
-        .pay(1, 200, "pay-2p-004", "p-004", "acc-2", 1000)
-        .pay(1, 201, "pay-2p-005", "p-005", "acc-1", 2000)
-        .pay(1, 202, "pay-2p-006", "p-006", "acc-2", 75)
-        .event()
-    )
+    batch = Batch()
+    for record in TWO_PARTITIONS:
+        batch.pay(*record)
+    return batch.event()
 
 
 def in_batch_duplicates():
@@ -652,6 +658,7 @@ def activemq_event():
 
 # The expected balances of each source's sample event, by file.
 SOURCE_BALANCES = {
+    "two-partitions.json": [(key, account, cents) for _, _, key, _, account, cents in TWO_PARTITIONS],
     "sqs.json": SQS_PAYMENTS,
     "sqs-fifo.json": FIFO_PAYMENTS,
     "kinesis.json": KINESIS_PAYMENTS,

@@ -10,20 +10,27 @@
 #   infra/demo.sh --source sqs      # the function on a queue, not MSK events:
 #                                   #   sqs, sqs-fifo, kinesis, dynamodb-streams,
 #                                   #   rabbitmq or activemq (with --store as well)
+#   infra/demo.sh --source msk      # MSK in, MSK out: a topic of a Kafka broker in,
+#                                   #   each payment announced to another topic
 #
 # With --source, the function's binary (cargo build, debug) is served by
 # infra/poller.py, a local stand-in for Lambda's event source mapping, on a
 # real local server: moto's (infra/sqs-local.sh) for SQS and Kinesis, the
 # stream of a table of DynamoDB Local for DynamoDB Streams, a RabbitMQ node
 # (infra/rabbitmq-local.sh) or an ActiveMQ broker (infra/activemq-local.sh)
-# for Amazon MQ. It produces the payments of events/<source>.json, a poison
+# for Amazon MQ, a Kafka-protocol broker (infra/kafka-local.sh) for MSK. It
+# produces the payments of events/<source>.json, a poison
 # record, and the payments again (a producer retrying them all), polls until
 # drained, and checks the balances against events/README.md's and what the
 # poller saw (every batch answered, nothing left reported, each record
 # delivered once). Amazon MQ has no partial batch response, so it checks
 # more: the poison was parked (POISON_POLICY=park: stored FAILED, its batch
 # answered), nothing went to the broker's dead-letter queue, and the
-# function's metrics count the payments sent again as duplicates.
+# function's metrics count the payments sent again as duplicates. MSK
+# (events/two-partitions.json) also announces each applied payment to the
+# topic ledger-events-demo (LEDGER_EVENTS_DESTINATION=kafka://...) and
+# checks what reached it: one record per payment, keyed by its account,
+# its id in the header idempotency-key.
 #
 # Installs the tools first (infra/tools.sh), starts a DynamoDB Local of its
 # own (or a throwaway PostgreSQL cluster, infra/postgres-local.sh, or a
@@ -46,7 +53,7 @@ store=dynamodb
 source=""
 usage() {
   echo "usage: $0 [--store dynamodb|postgres|redis]" \
-    "[--source sqs|sqs-fifo|kinesis|dynamodb-streams|rabbitmq|activemq]" >&2
+    "[--source sqs|sqs-fifo|kinesis|dynamodb-streams|rabbitmq|activemq|msk]" >&2
   exit 2
 }
 while (($# > 0)); do
@@ -59,7 +66,8 @@ while (($# > 0)); do
     --source)
       source="${2:-}"
       [[ "$source" == sqs || "$source" == sqs-fifo || "$source" == kinesis ||
-        "$source" == dynamodb-streams || "$source" == rabbitmq || "$source" == activemq ]] || usage
+        "$source" == dynamodb-streams || "$source" == rabbitmq || "$source" == activemq ||
+        "$source" == msk ]] || usage
       shift 2
       ;;
     *) usage ;;
@@ -86,6 +94,7 @@ started_redis=false
 started_moto=false
 started_rabbitmq=false
 started_activemq=false
+started_kafka=false
 cleanup() {
   local status=$?
   if [[ -n "$watch_pid" ]] && kill -0 "$watch_pid" 2>/dev/null; then
@@ -113,6 +122,9 @@ cleanup() {
   fi
   if $started_activemq; then
     infra/activemq-local.sh stop || true
+  fi
+  if $started_kafka; then
+    infra/kafka-local.sh stop || true
   fi
   exit "$status"
 }
@@ -219,6 +231,7 @@ check_balances() {
 source_demo() {
   local name=payments-demo file="events/$source.json" keys records
   [[ "$source" == sqs-fifo ]] && name=payments-demo.fifo
+  [[ "$source" == msk ]] && file=events/two-partitions.json
   if [[ "$source" == dynamodb-streams ]]; then
     if ! $started_ddb; then
       step "DynamoDB Local (its own stream is the source)"
@@ -237,6 +250,11 @@ source_demo() {
     started_activemq=true
     eval "$(infra/activemq-local.sh start)"
     echo "ACTIVEMQ_STOMP_URL=$ACTIVEMQ_STOMP_URL"
+  elif [[ "$source" == msk ]]; then
+    step "a Kafka broker (infra/kafka-local.sh)"
+    started_kafka=true
+    eval "$(infra/kafka-local.sh start)"
+    echo "KAFKA_BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP_SERVERS"
   else
     step "moto's server (infra/sqs-local.sh): the SQS and Kinesis APIs"
     started_moto=true
@@ -257,7 +275,7 @@ source_demo() {
     sqs-fifo) keys=header records=7 ;;
     kinesis) keys=record-key records=13 ;;
     dynamodb-streams) keys=json:/payment_id records=7 ;;
-    rabbitmq | activemq) keys=header records=13 ;;
+    rabbitmq | activemq | msk) keys=header records=13 ;;
   esac
 
   step "the function's binary (cargo build --bin msk-handler)"
@@ -272,6 +290,11 @@ for line in sys.stdin:
 
   step "$source: $name (infra/poller.py create)"
   python3 infra/poller.py create "$source" "$name"
+  local announce=()
+  if [[ "$source" == msk ]]; then
+    python3 infra/poller.py create msk ledger-events-demo --partitions 4
+    announce=(--env "LEDGER_EVENTS_DESTINATION=kafka://$KAFKA_BOOTSTRAP_SERVERS/ledger-events-demo")
+  fi
 
   step "produce: the 6 payments of $file, a poison record, the 6 again (a producer's retry)"
   local poison="$work/poison.json"
@@ -282,6 +305,7 @@ for line in sys.stdin:
     dynamodb-streams) echo '[{"put": {"payment_id": "pay-ddb-poison", "account_id": "acc-ddb-2", "amount_cents": "12.50", "currency": "EUR"}}]' ;;
     rabbitmq) echo '[{"body": "{\"payment_id\": \"p-rmq-poison\",", "headers": {"idempotency-key": "pay-rmq-poison"}, "message_id": "poison-1", "content_type": "application/json"}]' ;;
     activemq) echo '[{"body": "{\"payment_id\": \"p-amq-poison\",", "headers": {"idempotency-key": "pay-amq-poison"}}]' ;;
+    msk) echo '[{"key": "p-msk-poison", "value": "{\"payment_id\":", "headers": {"idempotency-key": "pay-msk-poison"}, "partition": 0}]' ;;
   esac >"$poison"
   python3 infra/poller.py produce "$source" "$name" --from-event "$file" >/dev/null
   python3 infra/poller.py produce "$source" "$name" --messages "$poison" >/dev/null
@@ -299,7 +323,7 @@ for line in sys.stdin:
   log_start="$(stat -c %s "$work/function.log" 2>/dev/null || echo 0)"
   summary="$(python3 infra/poller.py poll "$source" "$name" --bootstrap "$bootstrap" \
     --batch-size 10 --redelivery-delay 1 --timeout 120 --checkpoint "$work/checkpoint.json" \
-    --function-log "$work/function.log" "${function_env[@]}")" || true
+    --function-log "$work/function.log" "${function_env[@]}" "${announce[@]}")" || true
   echo "demo: poller summary ($(($(now_ms) - t0)) ms): $summary"
   show
 
@@ -309,7 +333,7 @@ for line in sys.stdin:
     expect+=("${line%% *}")
     count="${line##*(}" # "acc-1=3500 (3 payments)": 3
     unique=$((unique + ${count%% *}))
-  done < <(python3 events/generate.py --balances "$source.json")
+  done < <(python3 events/generate.py --balances "$(basename "$file")")
   check_balances "${expect[@]}" || surprises=$((surprises + 1))
   if python3 - "$summary" "$records" <<'PY'
 import json, sys
@@ -354,6 +378,30 @@ if summary.get("dead_lettered") != 0:
     wrong.append(f"{summary.get('dead_lettered')} messages dead-lettered, expected 0")
 print("outcomes:", "; ".join(wrong) if wrong else
       ", ".join(f"{name} {value}" for name, value in expected.items()) + "; dead-lettered 0")
+sys.exit(1 if wrong else 0)
+PY
+    then :; else surprises=$((surprises + 1)); fi
+  fi
+  if [[ "$source" == msk ]]; then
+    # MSK out: what reached the next hop, read back outside any group.
+    step "MSK out: ledger-events-demo holds each payment once, keyed by its account, its id in a header"
+    python3 infra/poller.py read msk ledger-events-demo >"$work/announced.json"
+    if python3 - "$work/announced.json" "$unique" <<'PY'
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    records = json.loads(f.read().splitlines()[-1])["records"]
+wrong, payments, ids = [], set(), set()
+for r in records:
+    value = json.loads(r["value"])
+    payments.add(value["payment_id"])
+    ids.add(dict(r["headers"]).get("idempotency-key"))
+    if r["key"] != value["account_id"]:
+        wrong.append(f"{value['payment_id']} keyed {r['key']!r}")
+unique = int(sys.argv[2])
+if len(payments) != unique or len(ids) != unique or None in ids:
+    wrong.append(f"{len(records)} records of {len(payments)} payments under {len(ids)} ids, expected {unique}")
+print("announcements:", "; ".join(wrong) if wrong else
+      f"{len(records)} records for {unique} payments, one id each, keyed by account")
 sys.exit(1 if wrong else 0)
 PY
     then :; else surprises=$((surprises + 1)); fi

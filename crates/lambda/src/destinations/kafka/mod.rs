@@ -1,5 +1,5 @@
 //! Kafka topics (Amazon MSK, self-managed Kafka), named
-//! `kafka://host:port[,host:port]/topic[?auth=…]` ([`topic`]). Each message
+//! `kafka://host:port[,host:port]/topic[?auth=…]` ([`KafkaTopic`]). Each message
 //! is one record: its body the value, its group the key, its stable id the
 //! header [`ID_ATTRIBUTE`] (where a Kafka consumer on this crate reads its
 //! key by default). The key picks the partition as Kafka's own producers
