@@ -108,6 +108,44 @@ pub struct AnnounceRow {
 }
 
 impl AnnounceRow {
+    fn new(out: Out, mode: Mode) -> Self {
+        Self {
+            out,
+            mode,
+            records: 0,
+            batch_ms: Vec::new(),
+            dynamodb: BTreeMap::new(),
+            sqs: 0,
+            sqs_served_ms: 0.0,
+            queued: (0, 0),
+            unfinished: 0,
+        }
+    }
+
+    /// The row's line on stderr.
+    fn log(&self) {
+        let (requests, busy, held) = match self.out {
+            Out::Sqs => ("SQS req/record", "SQS server busy", "queues held"),
+            Out::Kafka => ("Kafka produce req/record", "in sends", "topic holds"),
+        };
+        eprintln!(
+            "  {:<22} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} {requests}  {busy} {:.0} ms a batch  {held} {} of {} messages{}",
+            self.out.scenario(),
+            self.mode.name(),
+            self.p50(),
+            self.p99(),
+            self.dynamodb_per_record(),
+            self.sqs_per_record(),
+            self.sqs_served_ms / self.batch_ms.len().max(1) as f64,
+            self.queued.0,
+            self.queued.1,
+            match self.unfinished {
+                0 => String::new(),
+                n => format!("  ({n} records NOT finished)"),
+            }
+        );
+    }
+
     fn sorted(&self) -> Vec<f64> {
         let mut sorted = self.batch_ms.clone();
         sorted.sort_by(f64::total_cmp);
@@ -171,17 +209,7 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
     let plain_sqs = aws_sdk_sqs::Client::new(&exactly_once::aws::sdk_config().await);
     let sqs_served = ServiceTime::default();
     let sqs = sqs_client_with(&plain_sqs, RTT_MS, &sqs_served);
-    let mut row = AnnounceRow {
-        out: Out::Sqs,
-        mode,
-        records: 0,
-        batch_ms: Vec::new(),
-        dynamodb: BTreeMap::new(),
-        sqs: 0,
-        sqs_served_ms: 0.0,
-        queued: (0, 0),
-        unfinished: 0,
-    };
+    let mut row = AnnounceRow::new(Out::Sqs, mode);
     // On moto, a new queue a batch: its server takes longer per message the
     // more its queue holds (about 12 ms a SendMessage on an empty queue,
     // 160 ms on one of 4,000), which SQS does not. So a new container a
@@ -249,22 +277,7 @@ async fn measure(env: &Env, mode: Mode, reps: usize) -> AnnounceRow {
             let _ = plain_sqs.delete_queue().queue_url(url).send().await;
         }
     }
-    eprintln!(
-        "  {:<16} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} SQS req/record  SQS server busy {:.0} ms a batch  queues held {} of {} messages{}",
-        Out::Sqs.scenario(),
-        mode.name(),
-        row.p50(),
-        row.p99(),
-        row.dynamodb_per_record(),
-        row.sqs_per_record(),
-        row.sqs_served_ms / row.batch_ms.len().max(1) as f64,
-        row.queued.0,
-        row.queued.1,
-        match row.unfinished {
-            0 => String::new(),
-            n => format!("  ({n} records NOT finished)"),
-        }
-    );
+    row.log();
     row
 }
 
@@ -300,17 +313,7 @@ async fn measure_kafka(env: &Env, mode: Mode, reps: usize, servers: &str) -> Ann
     );
     let warm = Batch::new_payments(&env.fresh_tag(), 1000, 4);
     let warm_unfinished = processor.process(&warm, &warm.event(), &warm.works()).await;
-    let mut row = AnnounceRow {
-        out: Out::Kafka,
-        mode,
-        records: 0,
-        batch_ms: Vec::new(),
-        dynamodb: BTreeMap::new(),
-        sqs: 0,
-        sqs_served_ms: 0.0,
-        queued: (0, 0),
-        unfinished: 0,
-    };
+    let mut row = AnnounceRow::new(Out::Kafka, mode);
     for _ in 0..reps {
         let batch = Batch::new_payments(&env.fresh_tag(), 1000, 4);
         row.records = batch.len();
@@ -333,22 +336,7 @@ async fn measure_kafka(env: &Env, mode: Mode, reps: usize, servers: &str) -> Ann
     let read = poller(&["read", "msk", &topic, "--timeout", "120"]);
     let records = read["records"].as_array().map_or(0, Vec::len) as u64;
     row.queued.0 = records.saturating_sub(warm.len() as u64 - warm_unfinished as u64);
-    eprintln!(
-        "  {:<22} {:<18} rtt {RTT_MS} ms: p50 {:>7.0} ms p99 {:>7.0} ms  {:.3} DynamoDB + {:.3} Kafka produce req/record  {:.0} ms a batch in sends  topic holds {} of {} records{}",
-        Out::Kafka.scenario(),
-        mode.name(),
-        row.p50(),
-        row.p99(),
-        row.dynamodb_per_record(),
-        row.sqs_per_record(),
-        row.sqs_served_ms / row.batch_ms.len().max(1) as f64,
-        row.queued.0,
-        row.queued.1,
-        match row.unfinished {
-            0 => String::new(),
-            n => format!("  ({n} records NOT finished)"),
-        }
-    );
+    row.log();
     row
 }
 
