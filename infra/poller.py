@@ -100,7 +100,8 @@ seconds (exit 1). It prints one line per batch on stderr and, at the end,
 a JSON summary on stdout: {"source", "batches", "records", "reported",
 "invocation_errors", "error_types" (errorType: count), "invalid_responses",
 "drained", "kills", "seconds", ...}; "kills" counts the function's processes
---kill-chance SIGKILLed mid-invocation (each an invocation error,
+--kill-chance SIGKILLed mid-invocation, or before its answer reaches the
+mapping when it answered first (each an invocation error,
 "Runtime.Gone", the batch retried as the source retries a failed one); Amazon MQ adds "redelivered" (deliveries
 flagged redelivered), "left" (messages still in the queue) and
 "dead_lettered" (messages in its dead-letter queue, read back from the
@@ -732,26 +733,31 @@ class Invoker:
         if self.function is None:
             self.function = runtime_api.Function(self.args.bootstrap, self.args.function_name,
                                                  env=self.env, output=self.log)
-        kill = None
-        if self.storm.random() < self.args.kill_chance:
-            # SIGKILL mid-invocation, as a crashed or timed-out execution
-            # environment ends: the batch fails and comes again.
-            kill = threading.Timer(self.storm.uniform(0, self.args.kill_within), self.kill,
-                                   args=(self.function,))
-            kill.start()
+        if self.storm.random() >= self.args.kill_chance:
+            return self.answer(event)
+        # SIGKILL mid-invocation, as a crashed or timed-out execution
+        # environment ends: the batch fails and comes again. A function that
+        # answers before its kill comes dies before the answer reaches Lambda
+        # (a timeout at the very end): every kill the seed chose happens,
+        # however fast the machine.
+        function = self.function
+        kill = threading.Timer(self.storm.uniform(0, self.args.kill_within), function.process.kill)
+        kill.start()
+        try:
+            self.answer(event)
+        finally:
+            kill.cancel()
+        function.process.kill()
+        self.kills += 1
+        self.close()
+        return "error", {"errorType": "Runtime.Gone", "errorMessage": json.dumps({"killed": True})}
+
+    def answer(self, event):
         try:
             return self.function.invoke(json.dumps(event).encode("utf-8"), self.args.invoke_timeout)
         except runtime_api.Gone as gone:
             self.close()
             return "error", {"errorType": "Runtime.Gone", "errorMessage": json.dumps(gone.detail)}
-        finally:
-            if kill is not None:
-                kill.cancel()
-
-    def kill(self, function):
-        if function.process.poll() is None:
-            function.process.kill()
-            self.kills += 1
 
     def close(self):
         if self.function is not None:
