@@ -1430,11 +1430,18 @@ class Kafka:
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=args.batch_size,
             fetch_max_bytes=KAFKA_MAX_EVENT_BYTES, max_partition_fetch_bytes=KAFKA_MAX_EVENT_BYTES,
             session_timeout_ms=10_000, heartbeat_interval_ms=1_000,
-            max_poll_interval_ms=int((args.invoke_timeout + 30) * 1000))
+            max_poll_interval_ms=int((args.rebalance_timeout or args.invoke_timeout + 30) * 1000))
         self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
+        # The group's committed offsets, read outside the member: on tansu
+        # 0.6.0 a member that fetches its group's offsets (committed()) while
+        # it joins never gets its assignment, and the group rebalances in a
+        # loop.
+        self.admin = kafka.KafkaAdminClient(bootstrap_servers=self.servers, client_id=f"poller-{os.getpid()}-admin")
         # {TopicPartition: (offset, until)}: a partition to come again
         # from `offset` once `until` has passed (--redelivery-delay).
         self.held = {}
+        # {TopicPartition: one past the highest offset this poller fetched}.
+        self.seen_end = {}
         self.looked_at, self.at_ends = 0.0, False
         self.counts = {"commits_refused": 0, "rebalances": 0}
         self.closing = False
@@ -1486,6 +1493,7 @@ class Kafka:
                 continue
             first = first or time.monotonic()
             for tp, records in polled.items():
+                self.seen_end[tp] = max(self.seen_end.get(tp, 0), records[-1].offset + 1)
                 for i, r in enumerate(records):
                     # base64 makes 4 bytes of 3; the rest of the record's fields are small.
                     grows = 4 * (len(r.key or b"") + len(r.value or b"")) // 3 + 200
@@ -1549,28 +1557,39 @@ class Kafka:
         return [kafka.TopicPartition(self.args.name, p)
                 for p in sorted(self.consumer.partitions_for_topic(self.args.name) or [])]
 
+    def committed(self, partitions):
+        """{TopicPartition: the group's committed offset, or None}."""
+        offsets = self.admin.list_group_offsets({self.group: partitions})[self.group]
+        return {tp: offsets[tp].offset if tp in offsets and offsets[tp].offset >= 0 else None
+                for tp in partitions}
+
     def drained(self):
         """The group's committed offset of every partition of the topic is
         the partition's end (whichever poller of the group committed it),
         and nothing waits here to come again. Asked when a poll found
-        nothing, at most twice a second."""
+        nothing, at most twice a second. A partition's end is the broker's
+        (ListOffsets) or past the last record this poller fetched of it,
+        whichever is further: tansu 0.6.0's ListOffsets leaves out records
+        produced after a batch of several (a Kafka destination's)."""
         if self.held:
             return False
         if time.monotonic() - self.looked_at >= 0.5:
             self.looked_at = time.monotonic()
             partitions = self.partitions()
             ends = self.consumer.end_offsets(partitions)
+            committed = self.committed(partitions)
             self.at_ends = bool(partitions) and all(
-                (self.consumer.committed(tp) or 0) >= ends[tp] for tp in partitions)
+                (committed[tp] or 0) >= max(ends[tp], self.seen_end.get(tp, 0)) for tp in partitions)
         return self.at_ends
 
     def finish(self, summary):
-        committed = {self.partition_name(tp): self.consumer.committed(tp) for tp in self.partitions()}
+        committed = self.committed(self.partitions())
         summary.update(self.counts)
         summary["consumer_group"] = self.group
-        summary["committed"] = committed
+        summary["committed"] = {self.partition_name(tp): offset for tp, offset in committed.items()}
         self.closing = True
         self.consumer.close(autocommit=False)
+        self.admin.close()
 
 
 class KafkaRebalance(kafka.ConsumerRebalanceListener):
@@ -1587,6 +1606,7 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
             self.source.counts["rebalances"] += 1
         for tp in revoked:
             self.source.held.pop(tp, None)
+            self.source.seen_end.pop(tp, None)
         print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
               file=sys.stderr, flush=True)
 
@@ -1625,7 +1645,11 @@ def poll(args):
             if empty_looks >= 2:
                 stats.summary["drained"] = True
                 break
-            time.sleep(POLL_INTERVAL)
+            if not isinstance(source, Kafka):
+                # Kafka waited in its poll: on tansu 0.6.0 a member that
+                # sleeps between polls while it joins its group (kafka-python
+                # 3.0.12) joins again and again and never gets partitions.
+                time.sleep(POLL_INTERVAL)
     finally:
         invoker.close()
     summary = stats.summary
@@ -1687,6 +1711,9 @@ def main():
                    "ActiveMQ: the broker's 1 s instead)")
     q.add_argument("--timeout", type=float, default=120, help="give up (exit 1) after this many seconds")
     q.add_argument("--invoke-timeout", type=float, default=60)
+    q.add_argument("--rebalance-timeout", type=float,
+                   help="Kafka: seconds one invocation may take before the group hands its partitions "
+                   "to the other pollers (the member's max.poll.interval; default: --invoke-timeout + 30)")
     q.add_argument("--kill-chance", type=float, default=0.0,
                    help="the chance of each invocation that its function is SIGKILLed mid-invocation")
     q.add_argument("--kill-within", type=float, default=0.3,
