@@ -1432,11 +1432,7 @@ class Kafka:
             session_timeout_ms=10_000, heartbeat_interval_ms=1_000,
             max_poll_interval_ms=int((args.rebalance_timeout or args.invoke_timeout + 30) * 1000))
         self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
-        # The group's committed offsets, read outside the member: on tansu
-        # 0.6.0 a member that fetches its group's offsets (committed()) while
-        # it joins never gets its assignment, and the group rebalances in a
-        # loop.
-        self.admin = kafka.KafkaAdminClient(bootstrap_servers=self.servers, client_id=f"poller-{os.getpid()}-admin")
+        self.admin = None
         # {TopicPartition: (offset, until)}: a partition to come again
         # from `offset` once `until` has passed (--redelivery-delay).
         self.held = {}
@@ -1543,14 +1539,16 @@ class Kafka:
 
     def commit(self, offsets):
         """Commits `offsets` for the group; a member that lost its
-        partitions in a rebalance is refused by the broker (counted)."""
+        partitions in a rebalance, or commits while the group rebalances, is
+        refused by the broker (counted): the records come again from the
+        group's committed offset, to whichever member has them then."""
         if not offsets:
             return
         try:
             self.consumer.commit({tp: kafka.structs.OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()})
-        except kafka.errors.CommitFailedError as refused:
+        except (kafka.errors.CommitFailedError, kafka.errors.RebalanceInProgressError) as refused:
             self.counts["commits_refused"] += 1
-            print(f"poller: commit refused ({type(refused).__name__}): the partitions moved to another member",
+            print(f"poller: commit refused ({type(refused).__name__}): the group rebalances",
                   file=sys.stderr, flush=True)
 
     def partitions(self):
@@ -1558,7 +1556,16 @@ class Kafka:
                 for p in sorted(self.consumer.partitions_for_topic(self.args.name) or [])]
 
     def committed(self, partitions):
-        """{TopicPartition: the group's committed offset, or None}."""
+        """{TopicPartition: the group's committed offset, or None}: the
+        member's own answer while it holds partitions; an admin client's,
+        outside the member, while it holds none (on tansu 0.6.0 a member
+        that asks while it joins never gets its assignment, the group
+        rebalancing in a loop)."""
+        if self.consumer.assignment():
+            return {tp: self.consumer.committed(tp) for tp in partitions}
+        if self.admin is None:
+            self.admin = kafka.KafkaAdminClient(bootstrap_servers=self.servers,
+                                                client_id=f"poller-{os.getpid()}-admin")
         offsets = self.admin.list_group_offsets({self.group: partitions})[self.group]
         return {tp: offsets[tp].offset if tp in offsets and offsets[tp].offset >= 0 else None
                 for tp in partitions}
@@ -1589,7 +1596,8 @@ class Kafka:
         summary["committed"] = {self.partition_name(tp): offset for tp, offset in committed.items()}
         self.closing = True
         self.consumer.close(autocommit=False)
-        self.admin.close()
+        if self.admin is not None:
+            self.admin.close()
 
 
 class KafkaRebalance(kafka.ConsumerRebalanceListener):
@@ -1645,10 +1653,11 @@ def poll(args):
             if empty_looks >= 2:
                 stats.summary["drained"] = True
                 break
-            if not isinstance(source, Kafka):
-                # Kafka waited in its poll: on tansu 0.6.0 a member that
-                # sleeps between polls while it joins its group (kafka-python
-                # 3.0.12) joins again and again and never gets partitions.
+            if not isinstance(source, Kafka) or source.consumer.assignment():
+                # A Kafka member without partitions waited in its poll: on
+                # tansu 0.6.0 one that sleeps between polls while it joins its
+                # group (kafka-python 3.0.12) joins again and again and never
+                # gets partitions.
                 time.sleep(POLL_INTERVAL)
     finally:
         invoker.close()

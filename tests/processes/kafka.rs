@@ -253,7 +253,7 @@ async fn the_event_is_lambdas_kafka_event_with_every_header_in_order() {
 /// join lands inside one of the first poller's invocations, that batch's
 /// commit is refused (its member left the generation) and its records come
 /// again, to whichever poller has their partition now: the same records in
-/// two deliveries, for real (20 to 115 records in 3 of 4 runs here; when
+/// two deliveries, for real (20 to 115 records in 5 of 6 runs here; when
 /// the join lands between two invocations, none: counted, not asserted).
 /// Every payment lands once and every partition's committed offset is its
 /// end.
