@@ -62,6 +62,8 @@ local_stack() {
   # Kinesis source, and the SNS, EventBridge and Kinesis destinations.
   export AWS_ENDPOINT_URL_KINESIS="$AWS_ENDPOINT_URL_SQS"
   export AWS_ENDPOINT_URL_SNS="$AWS_ENDPOINT_URL_SQS" AWS_ENDPOINT_URL_EVENTBRIDGE="$AWS_ENDPOINT_URL_SQS"
+  # S3: the durable Kafka broker's storage (infra/kafka-local.sh start --durable).
+  export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL_SQS"
   export AWS_ENDPOINT_URL_DYNAMODB_STREAMS="$AWS_ENDPOINT_URL_DYNAMODB"
   # A slower machine on demand (docs/testing.md, "On a slower machine"):
   # SLOW_DYNAMODB_MS=200-600 puts DynamoDB Local behind a proxy that answers

@@ -86,9 +86,12 @@ What `poll` does, per source (as the event source mapping does):
   batches of one or more partitions, offsets committed after the
   function answered (at the lowest reported offset of a partition), an
   invocation error retrying the batch, pollers of one group sharing the
-  partitions (a rebalance when one joins or leaves). The summary adds
-  "committed" (each partition's committed offset), "consumer_group",
-  "rebalances" and "commits_refused".
+  partitions (a rebalance when one joins or leaves); bounded retries,
+  bisection, a maximum record age and an on-failure destination (a Kafka
+  topic) as the mapping has them in provisioned mode. The
+  summary adds "committed" (each partition's committed offset),
+  "consumer_group", "rebalances", "commits_refused", "commits_failed" and
+  "discarded".
 
 It stops when drained (SQS: no message visible, in flight or delayed;
 streams: every shard read to its end, nothing to retry; RabbitMQ: nothing
@@ -628,7 +631,7 @@ def produce_kafka(name, messages):
             headers = [{name: value} for name, value in headers.items()]
         sent = producer.send(name, key=kafka_bytes(m, "key"), value=kafka_bytes(m, "value"),
                              headers=[(n, kafka_header(v)) for h in headers for n, v in h.items()],
-                             partition=m.get("partition")).get(timeout=30)
+                             partition=m.get("partition"), timestamp_ms=m.get("timestamp_ms")).get(timeout=30)
         results.append({"partition": sent.partition, "offset": sent.offset})
     producer.close()
     return results
@@ -1403,6 +1406,36 @@ class ActiveMq(Broker):
         self.broker.close()
 
 
+class KafkaUnit:
+    """Records of one or more partitions (offset order each) to hand the
+    function in one event: a batch gathered from the broker, or what of one
+    comes again (a retry, a half of a bisected batch). `attempts` counts
+    its invocations so far (bisection starts the halves afresh); `due` is
+    when it may go."""
+
+    def __init__(self, records, attempts=0, due=0.0):
+        self.records = records
+        self.attempts = attempts
+        self.due = due
+
+    def count(self):
+        return sum(len(rs) for rs in self.records.values())
+
+    def halves(self):
+        """The records in event order, cut in two (None for one record)."""
+        flat = [(tp, r) for tp, rs in self.records.items() for r in rs]
+        if len(flat) < 2:
+            return None
+        cut = len(flat) // 2
+        units = []
+        for part in (flat[:cut], flat[cut:]):
+            records = {}
+            for tp, r in part:
+                records.setdefault(tp, []).append(r)
+            units.append(KafkaUnit(records))
+        return units
+
+
 class Kafka:
     """Amazon MSK and self-managed Kafka: the mapping's consumer group
     (--consumer-group, by default the mapping's own), subscribed to the
@@ -1411,12 +1444,28 @@ class Kafka:
     offset order per partition, Lambda's event of them. Offsets are
     committed only after the function answered: past the batch for a
     partition with nothing reported; at the lowest reported offset for one
-    with failures (that record and every later one come again, after
-    --redelivery-delay); an invocation error retries the batch. Another
-    poller of the same group joining or leaving rebalances the partitions:
-    a batch still running when its partitions moved commits nothing (the
-    broker refuses a commit of a member that left its generation, counted
-    "commits_refused"), and its records come again to their new owner."""
+    with failures (that record and every later one of the batch come
+    again, after --redelivery-delay); an invocation error retries the
+    batch, or with --bisect-batch-on-function-error splits it in two halves
+    retried apart (a split is not a retry). A partition with records to
+    come again is fetched no further meanwhile (records fetched early wait
+    here; nothing is sought: tansu skips records fetched from inside a
+    batch of several, docs/testing.md).
+
+    Retries are bounded by --maximum-retry-attempts (AWS's
+    MaximumRetryAttempts, -1 infinite: 10 with an on-failure destination,
+    as Lambda caps it); records older than --maximum-record-age seconds
+    (their timestamp) are not sent to the function. Either way the records
+    are discarded: each one goes to --on-failure (kafka://TOPIC on the same
+    broker: KafkaOnFailure), and the partition's offset is committed past
+    it (counted "discarded").
+
+    Another poller of the same group joining or leaving rebalances the
+    partitions: a batch still running when its partitions moved commits
+    nothing (the broker refuses a commit of a member that left its
+    generation, counted "commits_refused"), and its records come again to
+    their new owner. A commit the broker could not take (gone: a restart)
+    is counted "commits_failed" and its batch comes again."""
 
     def __init__(self, args, batches):
         self.args = args
@@ -1433,13 +1482,19 @@ class Kafka:
             max_poll_interval_ms=int((args.rebalance_timeout or args.invoke_timeout + 30) * 1000))
         self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
         self.admin = None
-        # {TopicPartition: (offset, until)}: a partition to come again
-        # from `offset` once `until` has passed (--redelivery-delay).
-        self.held = {}
+        self.on_failure = KafkaOnFailure(args, self) if args.on_failure else None
+        self.retry_limit = args.maximum_retry_attempts
+        if self.retry_limit < 0 and self.on_failure:
+            self.retry_limit = 10
+        # [KafkaUnit]: what comes again, in order.
+        self.units = []
+        # {TopicPartition: [records]}: fetched while the partition had
+        # records to come again; handed over after them.
+        self.early = {}
         # {TopicPartition: one past the highest offset this poller fetched}.
         self.seen_end = {}
         self.looked_at, self.at_ends = 0.0, False
-        self.counts = {"commits_refused": 0, "rebalances": 0}
+        self.counts = {"commits_refused": 0, "commits_failed": 0, "rebalances": 0, "discarded": 0}
         self.closing = False
 
     @staticmethod
@@ -1455,101 +1510,185 @@ class Kafka:
         record["headers"] = [{name: signed_bytes(value or b"")} for name, value in r.headers or []]
         return record
 
-    def release_due(self):
-        now = time.monotonic()
-        for tp in [tp for tp, (_, until) in self.held.items() if until <= now]:
-            del self.held[tp]
-
-    def hold_back(self, tp, records):
-        """Whether `tp` is held (its records, fetched early, dropped and the
-        partition sought back to its held offset). Not pause(): with
-        kafka-python 3.0.12 on tansu a partition paused while its fetched
-        records were buffered stays silent for good after resume(), sought
-        or not; a partition only sought is fetched again."""
-        held = self.held.get(tp)
-        if held is None:
-            return False
-        if records:
-            self.consumer.seek(tp, held[0])
-        return True
-
-    def gather(self):
-        """{TopicPartition: [records]}: up to --batch-size records, at most
-        6 MB in the event, gathered for --batching-window from the first."""
-        batch, count, size, first = {}, 0, 0, None
-        while count < self.args.batch_size:
-            wait = POLL_INTERVAL if first is None else self.args.batching_window - (time.monotonic() - first)
-            if wait <= 0:
-                break
-            polled = self.consumer.poll(timeout_ms=int(wait * 1000), max_records=self.args.batch_size - count)
-            polled = {tp: records for tp, records in polled.items() if not self.hold_back(tp, records)}
-            if not polled:
-                if first is None:
-                    break
-                continue
-            first = first or time.monotonic()
-            for tp, records in polled.items():
-                self.seen_end[tp] = max(self.seen_end.get(tp, 0), records[-1].offset + 1)
-                for i, r in enumerate(records):
-                    # base64 makes 4 bytes of 3; the rest of the record's fields are small.
-                    grows = 4 * (len(r.key or b"") + len(r.value or b"")) // 3 + 200
-                    if size + grows > KAFKA_MAX_EVENT_BYTES and count:
-                        # The rest of this partition comes in a later batch.
-                        self.consumer.seek(tp, r.offset)
-                        break
-                    batch.setdefault(tp, []).append(records[i])
-                    count += 1
-                    size += grows
-            if size >= KAFKA_MAX_EVENT_BYTES:
-                break
-        return batch
-
-    def step(self):
-        self.release_due()
-        batch = self.gather()
-        if not batch:
-            return None
+    def event(self, records):
+        """Lambda's event of `records` ({TopicPartition: [records]})."""
         event = {"eventSource": "SelfManagedKafka" if self.self_managed else "aws:kafka"}
         if not self.self_managed:
             event["eventSourceArn"] = self.arn
         event["bootstrapServers"] = self.servers
-        event["records"] = {self.partition_name(tp): [self.record(r) for r in records]
-                            for tp, records in batch.items()}
-        ids = [f"{self.partition_name(tp)}:{r.offset}" for tp, records in batch.items() for r in records]
-        payloads = [(r.value or b"").decode("utf-8", errors="replace") for records in batch.values() for r in records]
-        unit = ",".join(self.partition_name(tp) for tp in batch)
-        reported, error = self.batches.deliver(unit, event, ids, payloads, identify=kafka_identifier)
-        commits, again = {}, {}
-        for tp, records in batch.items():
-            failed = [r.offset for r in records if f"{self.partition_name(tp)}:{r.offset}" in reported]
-            if error is not None:
-                again[tp] = records[0].offset
-            elif failed:
-                again[tp] = commits[tp] = min(failed)
-            else:
-                commits[tp] = records[-1].offset + 1
-        self.commit(commits)
-        assigned = self.consumer.assignment()
-        for tp, offset in again.items():
-            if tp in assigned:
-                self.consumer.seek(tp, offset)
-                self.held[tp] = (offset, time.monotonic() + self.args.redelivery_delay)
+        event["records"] = {self.partition_name(tp): [self.record(r) for r in rs] for tp, rs in records.items()}
+        return event
+
+    def waiting(self):
+        """The partitions with records to come again."""
+        return {tp for unit in self.units for tp in unit.records}
+
+    def gather(self):
+        """A new KafkaUnit: up to --batch-size records, at most 6 MB in the
+        event, gathered for --batching-window from the first, of the
+        partitions with nothing to come again; None when there is none."""
+        batch, count, size, first = {}, 0, 0, None
+        waiting = self.waiting()
+        while count < self.args.batch_size:
+            wait = POLL_INTERVAL if first is None else self.args.batching_window - (time.monotonic() - first)
+            if wait <= 0:
+                break
+            fetched = {tp: self.early.pop(tp) for tp in list(self.early) if tp not in waiting}
+            if not fetched:
+                fetched = self.consumer.poll(timeout_ms=int(wait * 1000), max_records=self.args.batch_size - count)
+                for tp, records in fetched.items():
+                    self.seen_end[tp] = max(self.seen_end.get(tp, 0), records[-1].offset + 1)
+                for tp in [tp for tp in fetched if tp in waiting]:
+                    self.early.setdefault(tp, []).extend(fetched.pop(tp))
+            if not fetched:
+                if first is None:
+                    break
+                continue
+            first = first or time.monotonic()
+            for tp, records in fetched.items():
+                for i, r in enumerate(records):
+                    # base64 makes 4 bytes of 3; the rest of the record's fields are small.
+                    grows = 4 * (len(r.key or b"") + len(r.value or b"")) // 3 + 200
+                    if count and (size + grows > KAFKA_MAX_EVENT_BYTES or count >= self.args.batch_size):
+                        # The rest of this partition comes in a later batch.
+                        self.early[tp] = records[i:] + self.early.get(tp, [])
+                        break
+                    batch.setdefault(tp, []).append(r)
+                    count += 1
+                    size += grows
+            if size >= KAFKA_MAX_EVENT_BYTES:
+                break
+        return KafkaUnit(batch) if batch else None
+
+    def step(self):
+        due = self.due()
+        if due is not None:
+            self.units.remove(due)
+            unit = due
+        else:
+            unit = self.gather()
+            if unit is None:
+                return None
+        unit = self.drop_expired(unit)
+        if unit is not None:
+            self.deliver(unit)
         self.at_ends = False
         return True
 
+    def due(self):
+        """The first unit due whose partitions no unit before it holds (one
+        partition's records go in offset order); None when there is none."""
+        now, before = time.monotonic(), set()
+        for unit in self.units:
+            if unit.due <= now and not before & set(unit.records):
+                return unit
+            before |= set(unit.records)
+        return None
+
+    def drop_expired(self, unit):
+        """`unit` without the records at the head of each partition older
+        than --maximum-record-age (their timestamp): those are discarded,
+        never sent to the function, and committed past. None when nothing
+        is left."""
+        if self.args.maximum_record_age < 0:
+            return unit
+        oldest = (time.time() - self.args.maximum_record_age) * 1000
+        expired, left = {}, {}
+        for tp, rs in unit.records.items():
+            young = next((i for i, r in enumerate(rs) if r.timestamp >= oldest), len(rs))
+            if young:
+                expired[tp] = rs[:young]
+            if young < len(rs):
+                left[tp] = rs[young:]
+        if not expired:
+            return unit
+        expired = KafkaUnit(expired, unit.attempts)
+        self.discard(expired, "RecordAgeExceeded", invoked=False)
+        self.commit_settled(expired)
+        return KafkaUnit(left, unit.attempts) if left else None
+
+    def deliver(self, unit):
+        """Invokes the function with `unit`; what failed comes again (or is
+        discarded), and each partition's offset is committed as far as
+        nothing of it is to come again."""
+        ids = [f"{self.partition_name(tp)}:{r.offset}" for tp, rs in unit.records.items() for r in rs]
+        payloads = [(r.value or b"").decode("utf-8", errors="replace") for rs in unit.records.values() for r in rs]
+        unit_name = ",".join(self.partition_name(tp) for tp in unit.records)
+        reported, error = self.batches.deliver(unit_name, self.event(unit.records), ids, payloads,
+                                               identify=kafka_identifier)
+        unit.attempts += 1
+        again_at = time.monotonic() + self.args.redelivery_delay
+        if error is not None and self.args.bisect_batch_on_function_error and unit.halves():
+            # Both halves go next, in order, with their retries afresh.
+            self.units[:0] = unit.halves()
+        else:
+            failed = {}
+            for tp, rs in unit.records.items():
+                names = {f"{self.partition_name(tp)}:{r.offset}" for r in rs} & set(reported)
+                if error is not None or names:
+                    lowest = min(r.offset for r in rs if error is not None
+                                 or f"{self.partition_name(tp)}:{r.offset}" in names)
+                    failed[tp] = [r for r in rs if r.offset >= lowest]
+            if failed:
+                again = KafkaUnit(failed, unit.attempts, again_at)
+                if 0 <= self.retry_limit < unit.attempts:
+                    self.discard(again, "RetryAttemptsExhausted", invoked=True, error=error)
+                else:
+                    self.units.insert(0, again)
+        self.commit_settled(unit)
+
+    def discard(self, unit, condition, invoked, error=None):
+        """Records that will not come again: to the on-failure destination
+        (if any); the caller commits past them."""
+        self.counts["discarded"] += unit.count()
+        if self.on_failure:
+            self.on_failure.send(unit, condition, invoked, error)
+        print(f"poller: {unit.count()} records discarded ({condition})", file=sys.stderr, flush=True)
+
+    def commit_settled(self, unit):
+        """Commits each partition of `unit` up to its first record still to
+        come again (past the unit's last record when none is). Not
+        committed (a rebalance, the broker gone): the unit comes again."""
+        pending = {}
+        for waiting in self.units:
+            for tp, rs in waiting.records.items():
+                pending[tp] = min(pending.get(tp, rs[0].offset), rs[0].offset)
+        offsets = {tp: pending.get(tp, rs[-1].offset + 1) for tp, rs in unit.records.items()}
+        if not self.commit(offsets):
+            settled = {tp: rs for tp, rs in unit.records.items() if tp not in pending}
+            if settled and set(settled) <= self.consumer.assignment():
+                self.units.insert(0, KafkaUnit(settled, 0, time.monotonic() + self.args.redelivery_delay))
+
     def commit(self, offsets):
-        """Commits `offsets` for the group; a member that lost its
-        partitions in a rebalance, or commits while the group rebalances, is
-        refused by the broker (counted): the records come again from the
-        group's committed offset, to whichever member has them then."""
+        """Commits `offsets` for the group: whether it was. A member that
+        lost its partitions in a rebalance, or commits while the group
+        rebalances, is refused by the broker (counted "commits_refused");
+        a broker that is gone (restarting) fails it ("commits_failed")."""
         if not offsets:
-            return
+            return True
         try:
             self.consumer.commit({tp: kafka.structs.OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()})
+            return True
         except (kafka.errors.CommitFailedError, kafka.errors.RebalanceInProgressError) as refused:
             self.counts["commits_refused"] += 1
             print(f"poller: commit refused ({type(refused).__name__}): the group rebalances",
                   file=sys.stderr, flush=True)
+        except kafka.errors.KafkaError as failed:
+            self.counts["commits_failed"] += 1
+            print(f"poller: commit failed ({type(failed).__name__}): the broker is gone",
+                  file=sys.stderr, flush=True)
+        return False
+
+    def forget(self, partitions):
+        """Partitions handed to another member: nothing of them comes again
+        here (their new owner reads them from the group's offset)."""
+        for unit in self.units:
+            for tp in partitions:
+                unit.records.pop(tp, None)
+        self.units = [unit for unit in self.units if unit.records]
+        for tp in partitions:
+            self.early.pop(tp, None)
+            self.seen_end.pop(tp, None)
 
     def partitions(self):
         return [kafka.TopicPartition(self.args.name, p)
@@ -1558,9 +1697,8 @@ class Kafka:
     def committed(self, partitions):
         """{TopicPartition: the group's committed offset, or None}: the
         member's own answer while it holds partitions; an admin client's,
-        outside the member, while it holds none (on tansu 0.6.0 a member
-        that asks while it joins never gets its assignment, the group
-        rebalancing in a loop)."""
+        outside the member, while it holds none (at the end: see
+        `drained`)."""
         if self.consumer.assignment():
             return {tp: self.consumer.committed(tp) for tp in partitions}
         if self.admin is None:
@@ -1577,14 +1715,22 @@ class Kafka:
         nothing, at most twice a second. A partition's end is the broker's
         (ListOffsets) or past the last record this poller fetched of it,
         whichever is further: tansu 0.6.0's ListOffsets leaves out records
-        produced after a batch of several (a Kafka destination's)."""
-        if self.held:
+        produced after a batch of several (a Kafka destination's). A
+        member without partitions (joining its group) asks nothing: on tansu
+        0.6.0 a member that sends other requests while it joins (ListOffsets,
+        an admin client's OffsetFetch beside it) now and then never gets its
+        assignment, the group rebalancing in a loop."""
+        if self.units or self.early or not self.consumer.assignment():
             return False
         if time.monotonic() - self.looked_at >= 0.5:
             self.looked_at = time.monotonic()
-            partitions = self.partitions()
-            ends = self.consumer.end_offsets(partitions)
-            committed = self.committed(partitions)
+            try:
+                partitions = self.partitions()
+                ends = self.consumer.end_offsets(partitions)
+                committed = self.committed(partitions)
+            except kafka.errors.KafkaError as gone:
+                print(f"poller: the broker did not answer ({type(gone).__name__})", file=sys.stderr, flush=True)
+                return False
             self.at_ends = bool(partitions) and all(
                 (committed[tp] or 0) >= max(ends[tp], self.seen_end.get(tp, 0)) for tp in partitions)
         return self.at_ends
@@ -1598,6 +1744,56 @@ class Kafka:
         self.consumer.close(autocommit=False)
         if self.admin is not None:
             self.admin.close()
+        if self.on_failure:
+            self.on_failure.close()
+
+
+class KafkaOnFailure:
+    """Lambda's Kafka topic as a Kafka mapping's on-failure destination
+    (kafka://TOPIC, on the mapping's broker; AWS: "Using a Kafka topic as
+    an on-failure destination"): one record per discarded record, keyed as
+    it, its value the failure metadata ("requestContext",
+    "responseContext", "KafkaBatchInfo" with batchSize 1 and the record's
+    offset and timestamp) and the record's own event as "payload". (SQS,
+    SNS and S3 destinations get the same metadata; the stand-in has only
+    the topic.)"""
+
+    def __init__(self, args, source):
+        self.source = source
+        self.function_arn = f"arn:aws:lambda:{region()}:{ACCOUNT}:function:{args.function_name}"
+        if not args.on_failure.startswith("kafka://"):
+            sys.exit("poller: --on-failure takes kafka://TOPIC")
+        self.topic = args.on_failure.removeprefix("kafka://")
+        if self.topic == args.name:
+            sys.exit("poller: the on-failure topic is the mapping's own (Lambda refuses it)")
+        self.producer = kafka.KafkaProducer(bootstrap_servers=source.servers, acks="all", linger_ms=0,
+                                            client_id="poller-on-failure")
+
+    def send(self, unit, condition, invoked, error):
+        for tp, records in unit.records.items():
+            for r in records:
+                event = json.dumps(self.source.event({tp: [r]}))
+                metadata = {
+                    "requestContext": {"requestId": str(uuid.uuid4()), "functionArn": f"{self.function_arn}:$LATEST",
+                                       "condition": condition, "approximateInvokeCount": unit.attempts},
+                    # None: never sent to the function (too old).
+                    "responseContext": {"statusCode": 200, "executedVersion": "$LATEST",
+                                        **({"functionError": "Unhandled"} if error is not None else {})}
+                    if invoked else None,
+                    "version": "1.0",
+                    "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+                    "KafkaBatchInfo": {
+                        "batchSize": 1, "bootstrapServers": self.source.servers, "payloadSize": len(event),
+                        "recordInfo": {"offset": str(r.offset), "timestamp": datetime.datetime.fromtimestamp(
+                            r.timestamp / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")},
+                        **({} if self.source.self_managed else {"eventSourceArn": self.source.arn}),
+                    },
+                }
+                metadata["payload"] = json.loads(event)
+                self.producer.send(self.topic, key=r.key, value=json.dumps(metadata).encode("utf-8")).get(timeout=30)
+
+    def close(self):
+        self.producer.close()
 
 
 class KafkaRebalance(kafka.ConsumerRebalanceListener):
@@ -1612,9 +1808,7 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
         if revoked and not self.source.closing:
             self.source.counts["rebalances"] += 1
-        for tp in revoked:
-            self.source.held.pop(tp, None)
-            self.source.seen_end.pop(tp, None)
+        self.source.forget(revoked)
         print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
               file=sys.stderr, flush=True)
 
@@ -1690,7 +1884,7 @@ def main():
     what.add_argument("--messages", help='a JSON list: SQS {"body", "attributes": {name: text}, '
                       '"group", "deduplication_id"}; Kinesis {"data" | "data_base64", "partition_key"}; '
                       'Kafka {"key" | "key_base64", "value" | "value_base64", "headers": {name: text or '
-                      '{"bytes": [...]}} or a list of one-entry maps, "partition"}; '
+                      '{"bytes": [...]}} or a list of one-entry maps, "partition", "timestamp_ms"}; '
                       'DynamoDB {"put": item} | {"delete": key} (plain JSON) or {"put_item"} | '
                       '{"delete_key"} (typed); RabbitMQ {"body" | "data_base64", "headers": {name: text, '
                       'number or {"bytes": [...]}}, "message_id", "content_type", "timestamp" (epoch s), '
@@ -1723,6 +1917,15 @@ def main():
     q.add_argument("--rebalance-timeout", type=float,
                    help="Kafka: seconds one invocation may take before the group hands its partitions "
                    "to the other pollers (the member's max.poll.interval; default: --invoke-timeout + 30)")
+    q.add_argument("--maximum-retry-attempts", type=int, default=-1,
+                   help="Kafka: retries of a failed batch before its records are discarded (-1: infinite; "
+                   "10 with --on-failure, as Lambda caps it)")
+    q.add_argument("--maximum-record-age", type=float, default=-1,
+                   help="Kafka: seconds; older records (by timestamp) are discarded unsent (-1: no limit)")
+    q.add_argument("--bisect-batch-on-function-error", action="store_true",
+                   help="Kafka: an invocation error splits the batch in two halves retried apart")
+    q.add_argument("--on-failure", metavar="DESTINATION",
+                   help="Kafka: where discarded records go: kafka://TOPIC on the same broker")
     q.add_argument("--kill-chance", type=float, default=0.0,
                    help="the chance of each invocation that its function is SIGKILLed mid-invocation")
     q.add_argument("--kill-within", type=float, default=0.3,

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use exactly_once::store::{Status, payload_hash};
 use serde_json::{Value, json};
+use support::kafka::DurableBroker;
 use support::msk::{account, balance};
 use support::poller::{Batch, Run};
 use support::proxy::{Chaos, Proxy};
@@ -329,4 +330,244 @@ async fn a_poller_joining_the_group_rebalances_it_and_every_payment_lands_once()
     for n in 0..200 {
         assert_eq!(run.status(&id(n)).await, Some(Status::Completed), "{n}");
     }
+}
+
+/// The broker killed (SIGKILL) and started again while the mapping
+/// delivers: a broker of the test's own whose log is on S3
+/// (`kafka-local.sh start --durable`), restarted while the third batch's
+/// invocation runs (the function's store 150 to 250 ms late, so batches of
+/// five take about half a second). The poller's group joins again; a commit
+/// sent while the broker is down fails ("commits_failed") and its batch
+/// comes again. Nothing is lost: batches delivered after the restart,
+/// every payment (three produced twice) applied once, every committed
+/// offset at its partition's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restarted_mid_stream_loses_nothing_and_every_payment_lands_once() {
+    let broker = DurableBroker::start();
+    let run = Run::on_broker("msk", &broker.servers, &["--partitions", "2"], &[]);
+    let topic = run.name.clone();
+    let accounts: Vec<String> = (0..4).map(|_| account()).collect();
+    let id = |n: usize| format!("{}-{n}", run.prefix.trim_end_matches('#'));
+    let mut records: Vec<Value> = (0..40)
+        .map(|n| {
+            let acc = &accounts[n % accounts.len()];
+            record(&id(n), acc, payment(&id(n), acc, 100))
+        })
+        .collect();
+    for n in [3, 17, 30] {
+        records.push(records[n].clone());
+    }
+    let produced = run.produce(&Value::Array(records));
+
+    let slow = Proxy::start_with(support::dynamodb_address(), Chaos::slow(150, 250)).await;
+    let slow_store = format!("AWS_ENDPOINT_URL_DYNAMODB={}", slow.endpoint());
+    let events = run.dir.join("events.jsonl");
+    let events_arg = events.to_str().expect("UTF-8 path").to_owned();
+    let args = [
+        "--batch-size",
+        "5",
+        "--batching-window",
+        "0.05",
+        "--env",
+        &slow_store,
+        "--events",
+        &events_arg,
+    ];
+    let invoked = || {
+        std::fs::read_to_string(&events)
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    };
+    let ((summary, batches), before) = tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            let poller = s.spawn(|| run.poll_with(None, &args));
+            // The third invocation has started: the broker dies under it.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while invoked() < 3 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let before = invoked();
+            broker.restart();
+            (poller.join().expect("the poller"), before)
+        })
+    });
+    eprintln!("kafka: the broker restarted after {before} invocations: {summary}");
+    assert_eq!(summary["drained"], json!(true), "{summary}");
+    assert!(before >= 3, "the poller never got going: {summary}");
+    assert!(
+        batches.len() > before,
+        "nothing delivered after the restart: {summary}"
+    );
+    let mut seen = delivered(&batches);
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), produced.len(), "every record delivered");
+    assert_eq!(committed(&summary, &topic), ends(&produced), "{summary}");
+    for acc in &accounts {
+        assert_eq!(balance(acc).await, 10 * 100, "{acc}");
+    }
+    for n in 0..40 {
+        assert_eq!(run.status(&id(n)).await, Some(Status::Completed), "{n}");
+    }
+}
+
+/// Bounded retries, bisection, a maximum record age and a Kafka topic as
+/// the on-failure destination (the mapping in provisioned mode): every
+/// invocation is killed (`--kill-chance 1`: mid-invocation, or after the
+/// function answered and before the answer reaches the mapping), so every
+/// batch fails; each is cut in halves down to single records
+/// (`--bisect-batch-on-function-error`), each record retried once
+/// (`--maximum-retry-attempts 1`), then discarded to the destination topic
+/// with its failure metadata and its own event, keyed as the record, and
+/// the group's offsets committed past it. Three payments produced two
+/// hours ago are discarded unsent (`--maximum-record-age 60`). Some
+/// payments were applied before their kill; replaying the destination's
+/// records (what a team does with its dead-letter topic) applies every
+/// payment once: the ones applied already are found done.
+#[tokio::test]
+async fn discarded_records_reach_the_on_failure_topic_and_replaying_them_applies_each_payment_once()
+{
+    let run = Run::new("msk", &["--partitions", "2"], &[]);
+    let dead_letters = Run::new("msk", &["--partitions", "1"], &[]);
+    let topic = run.name.clone();
+    let accounts = [account(), account(), account()];
+    let id = |n: usize| format!("{}-{n}", run.prefix.trim_end_matches('#'));
+    let two_hours_ago = (std::time::SystemTime::now() - std::time::Duration::from_secs(7200))
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    let records: Vec<Value> = (0..11)
+        .map(|n| {
+            let acc = &accounts[n % 3];
+            let mut r = record(&id(n), acc, payment(&id(n), acc, 100));
+            if n < 3 {
+                r["timestamp_ms"] = json!(two_hours_ago);
+            }
+            r
+        })
+        .collect();
+    let produced = run.produce(&Value::Array(records));
+    let on_failure = format!("kafka://{}", dead_letters.name);
+    let (summary, batches) = run.poll_with(
+        None,
+        &[
+            "--batch-size",
+            "4",
+            "--kill-chance",
+            "1",
+            "--kill-within",
+            "0.1",
+            "--maximum-retry-attempts",
+            "1",
+            "--bisect-batch-on-function-error",
+            "--maximum-record-age",
+            "60",
+            "--on-failure",
+            &on_failure,
+        ],
+    );
+    assert_eq!(summary["drained"], json!(true), "{summary}");
+    assert_eq!(summary["discarded"], json!(11), "{summary}");
+    assert_eq!(committed(&summary, &topic), ends(&produced), "{summary}");
+    // Bisected down to single records, each tried twice.
+    let sizes: BTreeMap<usize, usize> = batches.iter().fold(BTreeMap::new(), |mut sizes, b| {
+        *sizes.entry(b.ids().len()).or_insert(0) += 1;
+        sizes
+    });
+    assert_eq!(sizes.get(&1), Some(&(8 * 2)), "{sizes:?}: {summary}");
+    let sent: Vec<String> = delivered(&batches);
+    let name = |i: usize| {
+        format!(
+            "{topic}-{}:{}",
+            produced[i]["partition"], produced[i]["offset"]
+        )
+    };
+    for old in 0..3 {
+        assert!(
+            !sent.contains(&name(old)),
+            "{} was too old to send",
+            name(old)
+        );
+    }
+
+    // One dead letter per record: the metadata, the record's own event.
+    let letters = dead_letters.read();
+    assert_eq!(letters.len(), 11, "{letters:?}");
+    let mut replayed = Vec::new();
+    for letter in &letters {
+        let value: Value =
+            serde_json::from_str(letter["value"].as_str().expect("text")).expect("JSON");
+        let condition = value["requestContext"]["condition"]
+            .as_str()
+            .expect("a condition");
+        let records = value["payload"]["records"]
+            .as_object()
+            .expect("the event's records");
+        let (partition, records) = records.iter().next().expect("one partition");
+        let record = &records[0];
+        let offset = record["offset"].as_i64().expect("an offset");
+        let i = (0..produced.len())
+            .find(|&i| {
+                format!("{topic}-{}", produced[i]["partition"]) == *partition
+                    && produced[i]["offset"] == json!(offset)
+            })
+            .expect("a produced record");
+        assert_eq!(value["KafkaBatchInfo"]["batchSize"], json!(1), "{value}");
+        assert_eq!(
+            value["KafkaBatchInfo"]["recordInfo"]["offset"],
+            json!(offset.to_string()),
+            "{value}"
+        );
+        assert_eq!(letter["key"], json!(accounts[i % 3]), "keyed as the record");
+        if i < 3 {
+            assert_eq!(condition, "RecordAgeExceeded", "{value}");
+            assert_eq!(value["responseContext"], Value::Null, "{value}");
+        } else {
+            assert_eq!(condition, "RetryAttemptsExhausted", "{value}");
+            assert_eq!(value["requestContext"]["approximateInvokeCount"], json!(2));
+            assert_eq!(
+                value["responseContext"]["functionError"],
+                json!("Unhandled")
+            );
+        }
+        let headers: Vec<Value> = record["headers"]
+            .as_array()
+            .expect("headers")
+            .iter()
+            .map(|h| {
+                let (name, bytes) = h.as_object().expect("a header").iter().next().expect("one");
+                json!({name: {"bytes": bytes}})
+            })
+            .collect();
+        replayed.push(
+            json!({"key_base64": record["key"], "value_base64": record["value"],
+                             "headers": headers}),
+        );
+    }
+    let applied_before: i64 = {
+        let mut total = 0;
+        for acc in &accounts {
+            total += balance(acc).await;
+        }
+        total
+    };
+    assert!(applied_before < 11 * 100, "nothing was left to replay");
+
+    // The same function: the same keys.
+    let same_keys = format!("IDEMPOTENCY_KEY_PREFIX={}", run.prefix);
+    let replay = Run::new("msk", &["--partitions", "2"], &[&same_keys]);
+    replay.produce(&Value::Array(replayed));
+    let (summary, _) = replay.poll(None);
+    assert_eq!(summary["drained"], json!(true), "{summary}");
+    for (a, acc) in accounts.iter().enumerate() {
+        let payments = (0..11).filter(|n| n % 3 == a).count() as i64;
+        assert_eq!(balance(acc).await, payments * 100, "{acc}");
+    }
+    for n in 0..11 {
+        assert_eq!(run.status(&id(n)).await, Some(Status::Completed), "{n}");
+    }
+    eprintln!(
+        "kafka: {} cents applied before the replay of 11 dead letters",
+        applied_before
+    );
 }

@@ -23,18 +23,40 @@ pub struct Run {
     pub prefix: String,
     pub dir: PathBuf,
     pub env: Vec<String>,
+    /// A Kafka broker of the test's own (`KAFKA_BOOTSTRAP_SERVERS` for the
+    /// poller), instead of the run's.
+    pub kafka_servers: Option<String>,
 }
 
 impl Run {
     /// A queue, stream or table of its own (`create` with `extra`), and a
     /// key prefix of its own; the function's settings in `env`.
     pub fn new(source: &'static str, extra: &[&str], env: &[&str]) -> Self {
+        Self::build(source, None, extra, env)
+    }
+
+    /// [`Self::new`], a Kafka topic on the broker at `servers` (a test's
+    /// own: [`super::kafka::DurableBroker`]).
+    pub fn on_broker(source: &'static str, servers: &str, extra: &[&str], env: &[&str]) -> Self {
+        Self::build(source, Some(servers.to_owned()), extra, env)
+    }
+
+    fn build(
+        source: &'static str,
+        kafka_servers: Option<String>,
+        extra: &[&str],
+        env: &[&str],
+    ) -> Self {
         super::env("AWS_ENDPOINT_URL_DYNAMODB");
         match source {
             "rabbitmq" => super::env("RABBITMQ_URL"),
             "activemq" => super::env("ACTIVEMQ_STOMP_URL"),
             "kinesis" => super::env("AWS_ENDPOINT_URL_KINESIS"),
-            "msk" | "self-managed-kafka" => super::env("KAFKA_BOOTSTRAP_SERVERS"),
+            "msk" | "self-managed-kafka" if kafka_servers.is_none() => {
+                super::env("KAFKA_BOOTSTRAP_SERVERS")
+            }
+            // The test's own broker.
+            "msk" | "self-managed-kafka" => String::new(),
             _ => super::env("AWS_ENDPOINT_URL_SQS"),
         };
         // Built first: a build must not eat into a lease the test holds.
@@ -55,6 +77,7 @@ impl Run {
             prefix,
             dir,
             env: all,
+            kafka_servers,
         };
         let mut args = vec!["create", source, &run.name];
         args.extend(extra);
@@ -71,9 +94,12 @@ impl Run {
     /// its summary printed, when it could not drain in time).
     pub fn poller_exiting(&self, args: &[&str], codes: &[i32]) -> Value {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/poller.py");
-        let out = Command::new("python3")
-            .arg(&script)
-            .args(args)
+        let mut command = Command::new("python3");
+        command.arg(&script).args(args);
+        if let Some(servers) = &self.kafka_servers {
+            command.env("KAFKA_BOOTSTRAP_SERVERS", servers);
+        }
+        let out = command
             .output()
             .expect("run python3 infra/poller.py (python3 with boto3 on PATH: $EXACTLY_ONCE_TOOLS/venv/bin)");
         let stdout = String::from_utf8_lossy(&out.stdout);
