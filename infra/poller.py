@@ -13,7 +13,7 @@ mapping does. Python 3 with boto3, kafka-python, pika and stomp.py
 
     infra/poller.py create  SOURCE NAME [--shards N] [--partitions N] [--key ATTRIBUTE]
                             [--max-redeliveries N]
-    infra/poller.py produce SOURCE NAME (--messages FILE | --from-event FILE)
+    infra/poller.py produce SOURCE NAME (--messages JSON|-|FILE | --from-event FILE)
     infra/poller.py read    msk|self-managed-kafka TOPIC [--timeout S]
     infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
                             [--batch-size N] [--batching-window S] [--max-batches N]
@@ -21,6 +21,9 @@ mapping does. Python 3 with boto3, kafka-python, pika and stomp.py
                             [--transcript FILE] [--events FILE] [--function-log FILE]
                             [--consumer-group GROUP] [--env NAME=VALUE ...]
                             [--kill-chance P [--kill-within S] [--kill-seed N]]
+                            [--rebalance-timeout S] [--maximum-retry-attempts N]
+                            [--bisect-batch-on-function-error] [--maximum-record-age S]
+                            [--on-failure kafka://TOPIC]
 
 SOURCE is sqs, sqs-fifo, kinesis, dynamodb-streams, rabbitmq, activemq,
 msk or self-managed-kafka; NAME the queue (a FIFO queue's ends in .fifo),
@@ -111,7 +114,11 @@ flagged redelivered), "left" (messages still in the queue) and
 broker). --transcript writes one JSON line per batch: the records
 delivered (id and payload; Amazon MQ: the message id, a RabbitMQ message
 without one named by its delivery tag, and whether it was redelivered), the
-identifiers reported, the error.
+identifiers reported, the error. A function that cannot start (a setting its
+build cannot serve) fails its invocation with "Runtime.Gone", whose
+errorMessage holds its init error ("init_error") or exit code ("exited")
+and "last_words" (its last lines of output), all printed under the batch's
+line.
 """
 
 import argparse
@@ -637,13 +644,30 @@ def produce_kafka(name, messages):
     return results
 
 
+def json_list(given):
+    """--messages: a JSON list given inline (`'[{"body": "..."}]'`), `-`
+    (standard input) or a file's name."""
+    try:
+        if given.lstrip().startswith("["):
+            messages = json.loads(given)
+        elif given == "-":
+            messages = json.load(sys.stdin)
+        else:
+            with open(given, encoding="utf-8") as f:
+                messages = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        sys.exit(f"poller: --messages is a JSON list, inline, - (standard input) or a file: {err}")
+    if not isinstance(messages, list):
+        sys.exit("poller: --messages is a JSON list")
+    return messages
+
+
 def produce(args):
     if args.from_event:
         with open(args.from_event, encoding="utf-8") as f:
             messages = messages_of_event(args.source, json.load(f))
     else:
-        with open(args.messages, encoding="utf-8") as f:
-            messages = json.load(f)
+        messages = json_list(args.messages)
     results = []
     if args.source in KAFKA:
         results = produce_kafka(args.name, messages)
@@ -803,6 +827,22 @@ def reported_ids(kind, answer, ids, identify=None):
     return reported, False
 
 
+def last_words(error):
+    """What a function that could not answer said (infra/runtime_api.py):
+    its init error, then the last lines it wrote; none for another error."""
+    if not isinstance(error, dict) or error.get("errorType") != "Runtime.Gone":
+        return []
+    try:
+        detail = json.loads(error.get("errorMessage") or "{}")
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(detail, dict):
+        return []
+    init = detail.get("init_error")
+    said = [f"init error {init.get('errorType')}: {init.get('errorMessage')}"] if isinstance(init, dict) else []
+    return said + detail.get("last_words", [])
+
+
 class Batches:
     """What every source shares: invoking, counting, the transcript."""
 
@@ -845,6 +885,8 @@ class Batches:
             else f"response {json.dumps(answer)}"
         print(f"poller: batch {summary['batches']} ({unit}): {len(ids)} records, {what}, "
               f"{len(reported)} reported ({took_ms} ms)", file=sys.stderr, flush=True)
+        for words in last_words(error):
+            print(f"poller:   the function's last words: {words}", file=sys.stderr, flush=True)
         return reported, error
 
 
@@ -1881,7 +1923,7 @@ def main():
     p.add_argument("source", choices=SOURCES)
     p.add_argument("name")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--messages", help='a JSON list: SQS {"body", "attributes": {name: text}, '
+    what.add_argument("--messages", help='a JSON list (inline, - for standard input, or a file): SQS {"body", "attributes": {name: text}, '
                       '"group", "deduplication_id"}; Kinesis {"data" | "data_base64", "partition_key"}; '
                       'Kafka {"key" | "key_base64", "value" | "value_base64", "headers": {name: text or '
                       '{"bytes": [...]}} or a list of one-entry maps, "partition", "timestamp_ms"}; '

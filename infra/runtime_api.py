@@ -21,6 +21,7 @@ invocations) to hand it the events it builds from a queue or a stream.
 """
 
 import argparse
+import collections
 import json
 import os
 import queue
@@ -32,6 +33,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PREFIX = "/2018-06-01/runtime"
+# How many of the function's last lines a Gone carries (it exited, or
+# failed its init).
+LAST_WORDS = 10
 
 
 class Runtime:
@@ -147,7 +151,10 @@ class Function:
         function.close()
 
     Its stdout and stderr go to `output` (a file object; this process's
-    stderr when None). Used by main() below and by infra/poller.py."""
+    stderr when None); the last lines it wrote are its "last_words" when it
+    exits or fails its init (a function that cannot start says why there).
+    Used by main()
+    below and by infra/poller.py."""
 
     def __init__(self, bootstrap, function_name="msk-handler", env=None, output=None, extra_env=None):
         self.runtime = Runtime()
@@ -168,10 +175,27 @@ class Function:
             "LAMBDA_TASK_ROOT": os.path.dirname(os.path.abspath(bootstrap)),
         })
         full_env.update(extra_env or {})
-        output = output if output is not None else sys.stderr
         self.started = time.monotonic()
         self.process = subprocess.Popen([bootstrap], env=full_env, stdin=subprocess.DEVNULL,
-                                        stdout=output, stderr=output)
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.last_lines = collections.deque(maxlen=LAST_WORDS)
+        self.copier = threading.Thread(target=self.copy_output, daemon=True,
+                                       args=(output if output is not None else sys.stderr,))
+        self.copier.start()
+
+    def copy_output(self, output):
+        """The function's output, line by line, to `output`; the last lines
+        kept."""
+        sink = getattr(output, "buffer", output)
+        for line in self.process.stdout:
+            self.last_lines.append(line.decode("utf-8", errors="replace").rstrip())
+            sink.write(line)
+            sink.flush()
+
+    def exited(self):
+        """Gone: the function exited, with its exit code and last words."""
+        self.copier.join(timeout=2)
+        return Gone({"exited": self.process.returncode, "last_words": list(self.last_lines)})
 
     def init_seconds(self, timeout=30):
         """From `exec` to the function's first `invocation/next`."""
@@ -191,12 +215,19 @@ class Function:
                 break
             except queue.Empty:
                 if self.process.poll() is not None:
-                    raise Gone({"exited": self.process.returncode})
+                    raise self.exited()
                 if time.monotonic() - started > timeout:
                     raise Gone({"timeout": timeout})
         answer = json.loads(answer or b"null")
         if kind == "init-error":
-            raise Gone({"init_error": answer})
+            # It exits next (a start-up error goes to stderr too): its last
+            # words with it.
+            try:
+                self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            self.copier.join(timeout=0 if self.process.poll() is None else 2)
+            raise Gone({"init_error": answer, "last_words": list(self.last_lines)})
         if answered_id != request_id:
             raise Gone({"wrong_request_id": answered_id})
         return ("response" if kind == "response" else "error"), answer
@@ -204,6 +235,7 @@ class Function:
     def close(self):
         self.process.kill()
         self.process.wait()
+        self.copier.join(timeout=2)
         self.server.shutdown()
 
 

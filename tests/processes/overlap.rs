@@ -2,8 +2,8 @@
 //! `msk-handler` processes, each under its own Runtime API stand-in) handed
 //! the same 200 payments at once, each in its own shuffled order (a
 //! timed-out invocation still running beside its retry; SQS messages whose
-//! visibility ran out; a rebalance), with 2 s leases and a 30 s deadline,
-//! in `transactional` and `direct` mode, on every store.
+//! visibility ran out; a rebalance), with 10 s leases and a 120 s deadline
+//! (the template's), in `transactional` and `direct` mode, on every store.
 //!
 //! Every invocation answers with nothing reported (the batch settles in one
 //! round, as on the lock-free path), each payment applied once, and long
@@ -11,17 +11,21 @@
 //! no two containers wait on each other's claims made ahead. Before that,
 //! each lane kept up to 50 claims (renewed by heartbeat) while its head
 //! waited for another container's lease, which was doing the same: every
-//! invocation waited out its deadline's safety margin (25 s here) and
-//! reported most of its records.
+//! invocation waited out its deadline's safety margin (25 s of a 30 s
+//! deadline) and reported most of its records.
 //!
 //! "Answered when done", not "when the deadline forced it", is asserted by
 //! what the answer and the metrics say, not by a time: nothing reported and
 //! no record left not started (`NotStarted`), which a deadline reached
-//! leaves behind. The code before this reported up to 190 of 200 records
-//! in 4 of the 6 cases (and took 11 to 24 s); a time bound (a third of
+//! leaves behind. A container that loses a lock (`LockLost`: a heartbeat so
+//! late that its lease ran out and another container took the key over, as
+//! 2 s leases did on a loaded CI machine) reports the lost record and what
+//! it had not started, as it must; that is asserted too. The code before
+//! this reported up to 190 of 200 records in 4 of the 6 cases (and took 11
+//! to 24 s, with 2 s leases and a 30 s deadline); a time bound (a third of
 //! the deadline) once stood here and failed on a loaded machine (10.5 s,
 //! every record done). The times are printed (2 to 4 s on a quiet
-//! development machine).
+//! development machine with 2 s leases).
 
 use crate::support;
 
@@ -31,10 +35,13 @@ use serde_json::Value;
 use support::msk::{event, payment};
 use support::shipped::{self, Store, metric, reported};
 
-/// The invocation's deadline.
-const DEADLINE: Duration = Duration::from_secs(30);
-/// Leases: a crashed holder's ends within 2 s.
-const LOCK: Duration = Duration::from_secs(2);
+/// The invocation's deadline: the template's `Timeout`.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Leases: far inside the deadline's cut, so a live holder is waited for,
+/// and long enough that a heartbeat late on a starved machine keeps them
+/// (2 s leases lapsed under a CPU hog: every container lost a lock on
+/// DynamoDB Local and gave its batch up).
+const LOCK: Duration = Duration::from_secs(10);
 /// Containers, payments, accounts.
 const CONTAINERS: usize = 4;
 const PAYMENTS: usize = 200;
@@ -93,23 +100,48 @@ async fn overlapping_deliveries_settle_at_once(store: Store, mode: &str) {
                 .collect()
         })
         .collect();
-    for (answer, took) in &answers {
+    // A container whose heartbeat came too late (a starved machine: its
+    // lease ran out and another container took the key over) loses
+    // that lock and reports what it had not started, as it must; that is
+    // not a wait on another container. Every other one reports nothing and
+    // leaves nothing not started.
+    let mut given_up = 0.0;
+    for ((answer, took), doc) in answers.iter().zip(&docs) {
+        let reported = reported(answer).map(|reported| reported.len());
+        let lost = doc["LockLost"].as_f64().unwrap_or(0.0);
+        if lost > 0.0 {
+            let not_started = metric(doc, "NotStarted");
+            assert_eq!(
+                reported,
+                Ok((lost + not_started) as usize),
+                "{mode} on {store:?}: {counts:?}"
+            );
+            eprintln!(
+                "{mode} on {store:?}: a container lost {lost} lock(s) after {took:?} (a late heartbeat) and reported {reported:?}"
+            );
+            given_up += lost + not_started;
+            continue;
+        }
         assert_eq!(
-            reported(answer).map(|reported| reported.len()),
+            reported,
             Ok(0),
             "{mode} on {store:?}: answered after {took:?}: {counts:?}"
         );
+        assert_eq!(
+            metric(doc, "NotStarted"),
+            0.0,
+            "{mode} on {store:?}: the deadline left records not started: {counts:?}"
+        );
     }
     let sum = |name| docs.iter().map(|doc| metric(doc, name)).sum::<f64>();
-    assert_eq!(
-        sum("NotStarted"),
-        0.0,
-        "{mode} on {store:?}: the deadline left records not started: {counts:?}"
-    );
     // Each payment run once (by a first claim, or a take-over of a claim
-    // another container gave back while it waited), a duplicate elsewhere.
+    // another container gave back while it waited, or lost), a duplicate
+    // elsewhere (but where a container gave it up).
     assert_eq!(
-        (sum("Processed") + sum("TakenOver"), sum("Duplicate")),
+        (
+            sum("Processed") + sum("TakenOver"),
+            sum("Duplicate") + given_up
+        ),
         (PAYMENTS as f64, ((CONTAINERS - 1) * PAYMENTS) as f64),
         "{counts:?}"
     );

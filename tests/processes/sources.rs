@@ -438,3 +438,40 @@ async fn dynamodb_stream_modify_and_remove_of_a_payment_are_done_without_effect(
     assert_drained(&summary);
     assert_eq!(balances(&[a, b]).await, [100, 200]);
 }
+
+/// A function that cannot start (a setting it cannot serve) fails its
+/// init: the stand-in's invocation error carries its init error and its
+/// own last lines (what Lambda's log would show), not a bare
+/// `Runtime.Gone`, and the message stays in the queue.
+#[tokio::test]
+async fn a_function_that_cannot_start_leaves_its_last_words_in_the_invocation_error() {
+    let run = Run::new("sqs", &[], &["IDEMPOTENCY_STORE=carrier-pigeon"]);
+    let acc = account();
+    let id = format!("{}-0", run.prefix.trim_end_matches('#'));
+    run.produce(&json!([sqs_payment(&id, &acc, 100)]));
+    let (summary, batches) = run.poll_within(Some(1), 20);
+    assert_eq!(summary["invocation_errors"], json!(1), "{summary}");
+    let error = &batches[0].0["error"];
+    assert_eq!(error["errorType"], json!("Runtime.Gone"), "{error}");
+    let detail: Value =
+        serde_json::from_str(error["errorMessage"].as_str().expect("a message")).expect("JSON");
+    let init = detail["init_error"]["errorMessage"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        init.contains("IDEMPOTENCY_STORE") && init.contains("carrier-pigeon"),
+        "{detail}"
+    );
+    let words: Vec<&str> = detail["last_words"]
+        .as_array()
+        .expect("last words")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        words.iter().any(|line| line.contains("carrier-pigeon")),
+        "{words:?}"
+    );
+    assert_eq!(balance(&acc).await, 0);
+    assert_eq!(batches[0].reported(), batches[0].ids(), "the message stays");
+}
