@@ -1645,7 +1645,7 @@ class Kafka:
         if not expired:
             return unit
         expired = KafkaUnit(expired, unit.attempts)
-        self.discard(expired, "RecordAgeExceeded", invoked=False)
+        self.discard(expired, "RecordAgeExceeded", invoked=unit.attempts > 0)
         self.commit_settled(expired)
         return KafkaUnit(left, unit.attempts) if left else None
 
@@ -1660,9 +1660,10 @@ class Kafka:
                                                identify=kafka_identifier)
         unit.attempts += 1
         again_at = time.monotonic() + self.args.redelivery_delay
-        if error is not None and self.args.bisect_batch_on_function_error and unit.halves():
+        halves = unit.halves() if error is not None and self.args.bisect_batch_on_function_error else None
+        if halves:
             # Both halves go next, in order, with their retries afresh.
-            self.units[:0] = unit.halves()
+            self.units[:0] = halves
         else:
             failed = {}
             for tp, rs in unit.records.items():
@@ -1818,7 +1819,7 @@ class KafkaOnFailure:
                 metadata = {
                     "requestContext": {"requestId": str(uuid.uuid4()), "functionArn": f"{self.function_arn}:$LATEST",
                                        "condition": condition, "approximateInvokeCount": unit.attempts},
-                    # None: never sent to the function (too old).
+                    # None: never sent to the function (too old at once).
                     "responseContext": {"statusCode": 200, "executedVersion": "$LATEST",
                                         **({"functionError": "Unhandled"} if error is not None else {})}
                     if invoked else None,
