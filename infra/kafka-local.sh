@@ -2,9 +2,9 @@
 # Starts, restarts or stops a throwaway Kafka-protocol broker: tansu
 # (crates.io, an Apache Kafka API compatible broker in Rust; `infra/tools.sh
 # kafka` builds it once into $EXACTLY_ONCE_TOOLS, and start asks for it), in
-# memory or (--durable) on S3, on a free loopback port: the broker infra/poller.py serves the function from
-# as Lambda's Kafka event source mapping would (Amazon MSK, self-managed
-# Kafka). docs/testing.md says why this broker and where it differs from
+# memory or (--durable) on S3, on a free loopback port: the broker
+# infra/poller.py serves the function from as Lambda's Kafka event source
+# mapping would (Amazon MSK, self-managed Kafka). docs/testing.md says why this broker and where it differs from
 # Apache Kafka.
 #
 #   eval "$(infra/kafka-local.sh start)"   # exports KAFKA_BOOTSTRAP_SERVERS, KAFKA_LOCAL_DIR

@@ -153,8 +153,7 @@ class Function:
     Its stdout and stderr go to `output` (a file object; this process's
     stderr when None); the last lines it wrote are its "last_words" when it
     exits or fails its init (a function that cannot start says why there).
-    Used by main()
-    below and by infra/poller.py."""
+    Used by main() below and by infra/poller.py."""
 
     def __init__(self, bootstrap, function_name="msk-handler", env=None, output=None, extra_env=None):
         self.runtime = Runtime()
