@@ -12,7 +12,8 @@
 #   - the links of the README and docs/ (infra/check-links.py);
 #   - the template's validation (infra/validate-template.sh) and the
 #     CloudFormation evaluator's own cases (infra/test_cfn_eval.py);
-#   - the CDK construct (infra/cdk-check.sh).
+#   - the CDK construct (infra/cdk-check.sh), and docs/deploy-cdk.md
+#     followed outside the repository (infra/cdk-team-check.sh).
 # Each step's time is printed as infra/test.sh prints its own.
 set -euo pipefail
 
@@ -51,6 +52,13 @@ step "the CloudFormation evaluator's checks (infra/test_cfn_eval.py)"
 # source x store, cfn-lint, and the drift check against the SAM pieces.
 step "the CDK construct (infra/cdk-check.sh)"
 infra/cdk-check.sh
+
+# docs/deploy-cdk.md as a team follows it, outside the repository: the
+# construct packed from a copy, the crate built with the features the page
+# names, the app synthesized, the function started with its template's
+# environment (after cdk-check.sh: its npm ci fills npm's cache).
+step "docs/deploy-cdk.md outside the repository (infra/cdk-team-check.sh)"
+infra/cdk-team-check.sh
 
 step "deploy artifact (infra/check-artifact.sh): its output"
 status=0

@@ -106,17 +106,7 @@ check_off TRACING_EXPORT otlp opentelemetry
 # tracks or would), which they must leave as it was: a read-only checkout
 # works.
 checkout="$work/msk-exactly-once"
-python3 - "$root" "$checkout" <<'PY'
-import pathlib, shutil, subprocess, sys
-root, copy = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
-                         "--exclude-standard"], check=True, capture_output=True).stdout
-for name in filter(None, listed.decode().split("\0")):
-    source = root / name
-    if source.is_file():
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, copy / name)
-PY
+python3 "$root/infra/copy_checkout.py" "$root" "$checkout"
 touch "$work/copied"
 watches() { # the crate's cargo lambda watch processes
   local pid

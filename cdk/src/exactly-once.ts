@@ -17,6 +17,7 @@ import { statements } from './iam';
 import { mappingProps } from './mapping';
 import { OnFailure, RedisProps, Store } from './store';
 import { Source } from './source';
+import { Destination } from './team';
 
 /** Redis caching COMPLETED keys in front of DynamoDB or PostgreSQL (DuplicateCache redis). */
 export interface DuplicateCacheProps extends RedisProps {
@@ -32,6 +33,21 @@ export interface ExactlyOnceProps {
   readonly source: Source;
   /** @default Store.newDynamoDbTable() */
   readonly store?: Store;
+  /**
+   * Your handler's own tables, by the variable it reads each one's name from
+   * (e.g. `{ ORDERS_TABLE: orders }`): the variable set, read and write
+   * granted (an effect commits in a transaction with the key's completion).
+   * @default none
+   */
+  readonly tables?: Record<string, dynamodb.ITable>;
+  /**
+   * Where your handler emits messages, by the variable it reads each one's
+   * name from (e.g. `{ ORDER_EVENTS_BUS: Destination.eventBus(bus) }`): the
+   * variable set, sending granted. Each kind needs its cargo feature
+   * (`Destination.feature`; all of them: `cargoFeatures`).
+   * @default none
+   */
+  readonly destinations?: Record<string, Destination>;
 
   /** (BatchSize; a FIFO queue uses at most 10) @default 100 */
   readonly batchSize?: number;
@@ -142,6 +158,13 @@ export class ExactlyOnce extends Construct {
   public readonly alarmTopic: sns.Topic;
   public readonly alarms: cw.Alarm[];
   public readonly logGroup: logs.LogGroup;
+  /**
+   * The cargo features of `exactly-once` the function's build needs for the
+   * variables set here (`sqs` always: the parked-records queue), also shown
+   * at synth (`exactly-once:features`): a build without one stops at start,
+   * naming it.
+   */
+  public readonly cargoFeatures: string[];
 
   constructor(scope: Construct, id: string, props: ExactlyOnceProps) {
     super(scope, id);
@@ -157,6 +180,8 @@ export class ExactlyOnce extends Construct {
     const retention = props.dlqRetention ?? Duration.days(14);
     const maxRecordAge = props.maxRecordAge ? props.maxRecordAge.toSeconds() : -1;
     const ledgerEvents = props.ledgerEvents ?? 'none';
+    // The demo ledger (the shipped msk-handler's): its table and variables, or none.
+    const demoLedger = !!sp.ledgerTableName || (sp.demoLedger ?? true);
 
     // The SAM template's Rules, where a construct can check them.
     if ((source.kind === 'kinesis' || source.kind === 'dynamodb-streams') && keySource === 'header' && missingKeyPolicy === 'reject') {
@@ -165,6 +190,9 @@ export class ExactlyOnce extends Construct {
     if (maxRecordAge !== -1 && maxRecordAge < 60) throw new Error('maxRecordAge must be 60 s or more (RecordAgeIsInfiniteOrAMinute)');
     if (props.onFailure?.kind === 'kafka' && source.eventSource !== 'kafka') throw new Error('OnFailure.kafka is for Kafka sources (KafkaDestinationNeedsAnotherTopic)');
     if (onFailure?.kind === 'kafka' && onFailure.props.topicName === source.props.topic) throw new Error('OnFailure.kafka needs another topic than the source\'s');
+    if (!demoLedger && (ledgerEvents !== 'none' || props.ledgerMode || props.ledgerMinBalanceCents)) {
+      throw new Error('ledgerEvents, ledgerMode and ledgerMinBalanceCents are the demo ledger\'s: the store has demoLedger false');
+    }
     if (ledgerEvents === 'kafka') {
       if (source.kind !== 'kafka-msk') throw new Error('ledgerEvents kafka announces to a topic of the MSK source\'s cluster (LedgerEventsToKafkaNeedMskATopicAndAVpc)');
       if (!props.ledgerEventsTopicName || !props.ledgerEventsBootstrapServers?.length) throw new Error('ledgerEvents kafka needs ledgerEventsTopicName and ledgerEventsBootstrapServers');
@@ -221,17 +249,17 @@ export class ExactlyOnce extends Construct {
         // ExistingLedgerTable: the ledger a copied template created, kept.
         ledgerName = sp.ledgerTableName;
         ledgerTableArn = stack.formatArn({ service: 'dynamodb', resource: 'table', resourceName: sp.ledgerTableName });
-      } else if (sp.demoLedger ?? true) {
+      } else if (demoLedger) {
         this.ledgerTable = new dynamodb.Table(this, 'LedgerTable', { ...common, partitionKey: { name: 'account_id', type: dynamodb.AttributeType.STRING } });
         ledgerName = this.ledgerTable.tableName;
         ledgerTableArn = this.ledgerTable.tableArn;
       }
     } else if (store.kind === 'postgres') {
       tableName = sp.tableName ?? 'idempotency';
-      ledgerName = sp.ledgerTableName ?? 'ledger';
+      ledgerName = demoLedger ? (sp.ledgerTableName ?? 'ledger') : '';
     } else {
       tableName = sp.namespace ?? 'idempotency';
-      ledgerName = sp.ledgerNamespace ?? 'ledger';
+      ledgerName = demoLedger ? (sp.ledgerNamespace ?? 'ledger') : '';
     }
 
     // Queues and the bucket.
@@ -277,7 +305,6 @@ export class ExactlyOnce extends Construct {
     const env: Record<string, string> = {
       IDEMPOTENCY_STORE: store.backend,
       IDEMPOTENCY_TABLE: tableName,
-      LEDGER_TABLE: ledgerName,
       DYNAMODB_ATTEMPT_TIMEOUT_MS: isDynamo ? String(sp.attemptTimeoutMs ?? 3000) : '',
       DYNAMODB_OPERATION_TIMEOUT_MS: isDynamo ? String(sp.operationTimeoutMs ?? 10000) : '',
       DATABASE_URL: isPg ? (sp.databaseUrl ?? '') : '',
@@ -306,11 +333,6 @@ export class ExactlyOnce extends Construct {
       LOCK_TIMEOUT_SECONDS: String((props.lockTimeout ?? Duration.seconds(30)).toSeconds()),
       RECORD_RETENTION_SECONDS: String((props.recordRetention ?? Duration.seconds(691200)).toSeconds()),
       SAFETY_MARGIN_MS: String(props.safetyMarginMs ?? 5000),
-      LEDGER_MODE: props.ledgerMode ?? 'lock-free',
-      LEDGER_MIN_BALANCE_CENTS: props.ledgerMinBalanceCents ?? '',
-      LEDGER_EVENTS_QUEUE_URL: ledgerEventsQueue ? ledgerEventsQueue.queueUrl : '',
-      LEDGER_EVENTS_DESTINATION: ledgerEvents === 'kafka'
-        ? `kafka://${props.ledgerEventsBootstrapServers!.join(',')}/${props.ledgerEventsTopicName}?auth=iam` : '',
       ORDERING_MODE: props.orderingMode ?? 'partition',
       MAX_IN_FLIGHT: String(props.maxInFlight ?? 64),
       CLAIM_AHEAD: String(props.claimAhead ?? 50),
@@ -320,7 +342,36 @@ export class ExactlyOnce extends Construct {
       TRACING_EXPORT: props.tracingExport ?? 'off',
       EVENT_SOURCES: source.eventSource,
     };
-    for (const [name, value] of Object.entries(env)) fn.addEnvironment(name, value);
+    if (demoLedger) {
+      Object.assign(env, {
+        LEDGER_TABLE: ledgerName,
+        LEDGER_MODE: props.ledgerMode ?? 'lock-free',
+        LEDGER_MIN_BALANCE_CENTS: props.ledgerMinBalanceCents ?? '',
+        LEDGER_EVENTS_QUEUE_URL: ledgerEventsQueue ? ledgerEventsQueue.queueUrl : '',
+        LEDGER_EVENTS_DESTINATION: ledgerEvents === 'kafka'
+          ? `kafka://${props.ledgerEventsBootstrapServers!.join(',')}/${props.ledgerEventsTopicName}?auth=iam` : '',
+      });
+    }
+    // The team's own tables and destinations: a variable each, never one of ours.
+    const own: Record<string, string> = {};
+    for (const [name, table] of Object.entries(props.tables ?? {})) own[name] = table.tableName;
+    for (const [name, to] of Object.entries(props.destinations ?? {})) own[name] = to.name;
+    for (const name of Object.keys(own)) {
+      if (name in env) throw new Error(`${name} is a variable the construct sets: name your table or destination's variable otherwise`);
+    }
+    for (const [name, value] of Object.entries({ ...env, ...own })) fn.addEnvironment(name, value);
+    for (const table of Object.values(props.tables ?? {})) table.grantReadWriteData(fn);
+    for (const to of Object.values(props.destinations ?? {})) to.grantSend(fn);
+
+    // The crate's features these variables need (a build without one refuses to start).
+    const features = new Set(['sqs']);
+    if (store.backend !== 'dynamodb') features.add(store.backend);
+    if (props.duplicateCache) features.add('redis');
+    if (props.tracingExport === 'otlp') features.add('opentelemetry');
+    if (ledgerEvents === 'kafka') features.add('kafka');
+    for (const to of Object.values(props.destinations ?? {})) features.add(to.feature);
+    this.cargoFeatures = [...features].sort();
+    Annotations.of(this).addInfo(`exactly-once:features: build the function with exactly-once's features ${JSON.stringify(this.cargoFeatures)}`);
 
     // The role: the SAM role's managed policies (Basic is the CDK's own;
     // it adds VPC access itself to a function in a VPC) and statements.

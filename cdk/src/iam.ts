@@ -26,7 +26,7 @@ function allow(sid: string, actions: string[], resources: string[], conditions?:
 }
 
 /** arn:PARTITION:kafka:REGION:ACCOUNT:KIND/NAME/UUID/RESOURCE, NAME and UUID from the cluster's ARN. */
-function kafkaArn(scope: Construct, clusterArn: string, kind: string, resource: string): string {
+export function kafkaArn(scope: Construct, clusterArn: string, kind: string, resource: string): string {
   const s = Stack.of(scope);
   const name = Fn.select(1, Fn.split('/', clusterArn));
   const uuid = Fn.select(2, Fn.split('/', clusterArn));

@@ -2,3 +2,4 @@ export * from './exactly-once';
 export * from './source';
 export * from './store';
 export { AlarmThresholds } from './alarms';
+export * from './team';

@@ -6,7 +6,7 @@
 export interface NewDynamoDbTableProps {
   /** (TableDeletionProtection) @default true */
   readonly deletionProtection?: boolean;
-  /** The demo ledger's table (LedgerTable), which the SAM template always creates with DynamoDB. @default true */
+  /** The demo ledger: its table (LedgerTable, which the SAM template always creates with DynamoDB) and its variables (LEDGER_TABLE, LEDGER_MODE, ...); false for a handler of your own. @default true */
   readonly demoLedger?: boolean;
   /** (DynamoDbAttemptTimeoutMs) @default 3000 */
   readonly attemptTimeoutMs?: number;
@@ -18,7 +18,7 @@ export interface NewDynamoDbTableProps {
 export interface ExistingDynamoDbTableProps {
   /** (TableDeletionProtection, of the ledger's table) @default true */
   readonly deletionProtection?: boolean;
-  /** The demo ledger's table (LedgerTable), which the SAM template creates with DynamoDB, beside an existing idempotency table too. @default true */
+  /** The demo ledger: its table (LedgerTable, which the SAM template creates beside an existing idempotency table too) and its variables; false for a handler of your own. @default true */
   readonly demoLedger?: boolean;
   /** An existing ledger table instead of a new one (ExistingLedgerTable): a copied template's, kept. @default a new table */
   readonly ledgerTableName?: string;
@@ -48,6 +48,8 @@ export interface PostgresStoreProps {
   readonly tableName?: string;
   /** (SqlLedgerTable) @default 'ledger' */
   readonly ledgerTableName?: string;
+  /** The demo ledger's variables (LEDGER_TABLE, LEDGER_MODE, ...): false for a handler of your own. @default true */
+  readonly demoLedger?: boolean;
   /** (DatabasePoolSize) @default 4 */
   readonly poolSize?: number;
   /** (DatabaseConnectTimeoutMs) @default 3000 */
@@ -74,6 +76,8 @@ export interface RedisStoreProps extends RedisProps {
   readonly namespace?: string;
   /** The demo ledger's namespace (SqlLedgerTable). @default 'ledger' */
   readonly ledgerNamespace?: string;
+  /** The demo ledger's variables (LEDGER_TABLE, LEDGER_MODE, ...): false for a handler of your own. @default true */
+  readonly demoLedger?: boolean;
 }
 
 /** Where idempotency records live. */

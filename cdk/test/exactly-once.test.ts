@@ -6,7 +6,12 @@ import * as path from 'node:path';
 import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import { RustFunction } from 'cargo-lambda-cdk';
-import { ExactlyOnce, ExactlyOnceProps, OnFailure, Source, Store } from '../src';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as kinesis from 'aws-cdk-lib/aws-kinesis';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Destination, ExactlyOnce, ExactlyOnceProps, OnFailure, Source, Store } from '../src';
 
 const acct = 'us-east-1:123456789012';
 const secret = (n: string) => `arn:aws:secretsmanager:${acct}:secret:${n}-AbCdEf`;
@@ -46,9 +51,10 @@ const lagAlarm: Record<string, string> = {
   'kinesis': 'IteratorAge', 'dynamodb-streams': 'IteratorAge', 'rabbitmq': 'MessageReadyCount', 'activemq': 'QueueSize',
 };
 
-function synth(source: string, store: string, extra: Partial<ExactlyOnceProps> = {}) {
+function synth(source: string, store: string, extra: Partial<ExactlyOnceProps> | ((stack: Stack) => Partial<ExactlyOnceProps>) = {}) {
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const stack = new Stack(app, 'Test');
+  if (typeof extra === 'function') extra = extra(stack);
   const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
   const stream = source === 'kinesis' || source === 'dynamodb-streams';
   new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), store: stores[store](), keySource: stream ? 'record-key' : 'header', ...extra });
@@ -195,4 +201,76 @@ test("a function timeout within a lease + the margin warns; the SAM template's 1
   assert.equal(warned(), 1);
   assert.equal(warned(Duration.seconds(35)), 1);
   assert.equal(warned(Duration.seconds(120)), 0);
+});
+
+test("a team's own tables and destinations: a variable each, their grants, the features its build needs, no demo variable", () => {
+  const t = synth('rabbitmq', 'dynamodb', (stack) => {
+    const orders = new dynamodb.Table(stack, 'Orders', { partitionKey: { name: 'order_id', type: dynamodb.AttributeType.STRING } });
+    return {
+      store: Store.newDynamoDbTable({ demoLedger: false }),
+      tables: { ORDERS_TABLE: orders },
+      destinations: {
+        ORDER_EVENTS_BUS: Destination.eventBus(new events.EventBus(stack, 'Bus')),
+        ORDER_TOPIC: Destination.topic(new sns.Topic(stack, 'Topic')),
+        ORDER_QUEUE: Destination.queue(new sqs.Queue(stack, 'Queue')),
+        ORDER_STREAM: Destination.stream(new kinesis.Stream(stack, 'Stream')),
+        ORDER_KAFKA: Destination.mskTopic({ clusterArn: `arn:aws:kafka:${acct}:cluster/orders/uuid-2`, topic: 'orders',
+          bootstrapServers: ['b-1:9098'] }),
+      },
+    };
+  });
+  const fn: any = Object.values(t.findResources('AWS::Lambda::Function')).find((f: any) => f.Properties.Environment?.Variables?.EVENT_SOURCES);
+  const env = fn.Properties.Environment.Variables;
+  assert.deepEqual(Object.keys(env).filter((k) => k.startsWith('LEDGER_')), [], 'no demo variable');
+  assert.match(env.ORDERS_TABLE.Ref, /^Orders/);
+  assert.match(JSON.stringify(env.ORDER_EVENTS_BUS), /Bus.*Arn/);
+  assert.match(JSON.stringify(env.ORDER_TOPIC), /"Ref":"Topic/);
+  assert.match(JSON.stringify(env.ORDER_QUEUE), /"Ref":"Queue/);
+  assert.match(JSON.stringify(env.ORDER_STREAM), /Stream.*Arn/);
+  assert.equal(env.ORDER_KAFKA, 'kafka://b-1:9098/orders?auth=iam');
+  // The grants: each resource gets its actions, and the demo ledger none.
+  const statements = policy(t);
+  const on = (pattern: RegExp) => statements.filter((s) => pattern.test(JSON.stringify(s.Resource))).flatMap((s) => [s.Action].flat());
+  for (const action of ['dynamodb:UpdateItem', 'dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:ConditionCheckItem']) assert.ok(on(/Orders/).includes(action), action);
+  assert.ok(on(/Bus/).includes('events:PutEvents'));
+  assert.ok(on(/"Ref":"Topic/).includes('sns:Publish'));
+  assert.ok(on(/Queue[0-9A-F]+"/).includes('sqs:SendMessage'));
+  assert.ok(on(/Stream/).includes('kinesis:PutRecords'));
+  assert.deepEqual(on(/topic\/orders\/uuid-2\/orders/), ['kafka-cluster:Connect', 'kafka-cluster:DescribeTopic', 'kafka-cluster:WriteData']);
+  assert.equal(statements.filter((s) => s.Sid === 'Ledger').length, 0);
+  t.resourceCountIs('AWS::DynamoDB::Table', 2); // the idempotency table and the team's
+});
+
+test('the cargo features a configuration needs, and a variable of ours refused as a team\'s', () => {
+  const features = (source: string, store: string, extra: Partial<ExactlyOnceProps> = {}) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Test');
+    const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
+    const eo = new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), store: stores[store](), ...extra });
+    const said = Annotations.fromStack(stack).findInfo('*', Match.stringLikeRegexp('exactly-once:features'));
+    assert.equal(said.length, 1);
+    assert.match(String(said[0].entry.data), new RegExp(JSON.stringify(eo.cargoFeatures).replace(/[[\]]/g, '\\$&')));
+    return eo.cargoFeatures;
+  };
+  assert.deepEqual(features('sqs', 'dynamodb'), ['sqs']);
+  assert.deepEqual(features('sqs', 'postgres', { tracingExport: 'otlp' }), ['opentelemetry', 'postgres', 'sqs']);
+  assert.deepEqual(features('kafka-msk', 'dynamodb', { duplicateCache: { url: 'rediss://c:6379' } }), ['redis', 'sqs']);
+  assert.throws(() => synth('sqs', 'dynamodb', (stack) => ({ tables: { IDEMPOTENCY_TABLE: new dynamodb.Table(stack, 'T', {
+    partitionKey: { name: 'id', type: dynamodb.AttributeType.STRING } }) } })), /IDEMPOTENCY_TABLE is a variable the construct sets/);
+  assert.throws(() => synth('sqs', 'redis', { store: Store.redis({ url: 'redis://c', demoLedger: false }), ledgerMode: 'direct' }), /demo ledger/);
+});
+
+test('demoLedger false leaves out every demo variable on every store', () => {
+  const off: Record<string, Store> = {
+    'dynamodb': Store.newDynamoDbTable({ demoLedger: false }),
+    'dynamodb-existing': Store.existingDynamoDbTable('existing', { demoLedger: false }),
+    'postgres': Store.postgres({ databaseUrl: 'postgres://db/payments', secretArn: secret('db'), demoLedger: false }),
+    'redis': Store.redis({ url: 'rediss://cache:6379', demoLedger: false }),
+  };
+  for (const [name, store] of Object.entries(off)) {
+    const fn: any = Object.values(synth('sqs', name, { store }).findResources('AWS::Lambda::Function'))[0];
+    const env = fn.Properties.Environment.Variables;
+    assert.deepEqual(Object.keys(env).filter((k) => k.startsWith('LEDGER_')), [], name);
+    assert.equal(Object.keys(env).length, 38, name);
+  }
 });
