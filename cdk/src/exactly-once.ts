@@ -64,7 +64,7 @@ export interface ExactlyOnceProps {
   /** The dead-letter and parked-records queues' retention (DlqRetentionSeconds) @default Duration.days(14) */
   readonly dlqRetention?: Duration;
 
-  /** header, record-key, deduplication-id or json:/pointer, comma-separated (IdempotencyKeySource) @default 'header' */
+  /** header, record-key, deduplication-id, message-id or json:/pointer, comma-separated (IdempotencyKeySource) @default 'header' */
   readonly keySource?: string;
   /** (IdempotencyKeyHeader) @default 'idempotency-key' */
   readonly keyHeader?: string;

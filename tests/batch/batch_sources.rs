@@ -21,7 +21,8 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use support::msk::{account, balance, header_keys, invoke, ledger_function, reported};
 use support::sources::{
-    Payment, hold, inserts_event, kinesis_event, message_id, sequence, sqs_event, stream_record,
+    Payment, activemq_event, hold, inserts_event, kinesis_event, message_id, rabbitmq_event,
+    sequence, sqs_event, stream_record,
 };
 
 fn keys(source: &str) -> KeySpec {
@@ -233,6 +234,26 @@ async fn keys_come_from_each_sources_own_fields() {
             kinesis_event("shardId-000000000000", 0, std::slice::from_ref(&payment)),
             acc.clone(),
         ),
+        // The message's own id: SQS's messageId, RabbitMQ's messageId
+        // property, ActiveMQ's messageID (each derived from the key here).
+        (
+            "message-id",
+            sqs_event("payments", std::slice::from_ref(&payment)),
+            message_id(&payment.key),
+        ),
+        (
+            "message-id",
+            rabbitmq_event(std::slice::from_ref(&payment)),
+            message_id(&payment.key),
+        ),
+        (
+            "message-id",
+            activemq_event(std::slice::from_ref(&payment)),
+            format!(
+                "ID:b-payments-1.mq.us-east-1.amazonaws.com-{}",
+                message_id(&payment.key)
+            ),
+        ),
     ];
     for (source, event, key) in cases {
         let function = ledger_function(keys(source)).await;
@@ -259,6 +280,20 @@ async fn keys_come_from_each_sources_own_fields() {
         Some(
             "no idempotency key: the SQS FIFO deduplication id is missing or empty (MISSING_KEY_POLICY=reject)"
         )
+    );
+    // A Kinesis record has no message id: keyed on it, it is rejected alone.
+    let function = ledger_function(keys("message-id")).await;
+    let invocation = function
+        .invoke(LambdaEvent::new(
+            kinesis_event("shardId-000000000000", 0, std::slice::from_ref(&payment)),
+            Context::default(),
+        ))
+        .await
+        .expect("an event");
+    assert_eq!(invocation.records[0].outcome, "invalid");
+    assert_eq!(
+        invocation.records[0].detail.as_deref(),
+        Some("no idempotency key: the message id is missing or empty (MISSING_KEY_POLICY=reject)")
     );
 }
 

@@ -566,6 +566,7 @@ fn part_name(part: &exactly_once::lambda::keys::KeyPart) -> String {
         KeyPart::RecordKey => "record-key".into(),
         KeyPart::JsonPointer(pointer) => format!("json:{pointer}"),
         KeyPart::DeduplicationId => "deduplication-id".into(),
+        KeyPart::MessageId => "message-id".into(),
     }
 }
 

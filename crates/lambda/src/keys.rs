@@ -26,6 +26,9 @@ pub enum KeyPart {
     RecordKey,
     /// An SQS FIFO message's deduplication id.
     DeduplicationId,
+    /// The message's own id ([`Record::message_id`]): SQS's `messageId`,
+    /// RabbitMQ's `messageId` property, ActiveMQ's `messageID`.
+    MessageId,
 }
 
 /// What to do with a record whose key is missing.
@@ -67,7 +70,7 @@ pub struct KeySpec {
 
 impl KeySpec {
     /// Parses `IDEMPOTENCY_KEY_SOURCE`: comma-separated parts, each `header`,
-    /// `record-key`, `deduplication-id` or `json:<JSON pointer>`.
+    /// `record-key`, `deduplication-id`, `message-id` or `json:<JSON pointer>`.
     pub fn parse(source: &str, header: String, missing: MissingKeyPolicy) -> Result<Self, String> {
         let parts = source
             .split(',')
@@ -75,6 +78,7 @@ impl KeySpec {
                 "header" => Ok(KeyPart::Header),
                 "record-key" => Ok(KeyPart::RecordKey),
                 "deduplication-id" => Ok(KeyPart::DeduplicationId),
+                "message-id" => Ok(KeyPart::MessageId),
                 other => match other.strip_prefix("json:") {
                     Some(pointer) if pointer.starts_with('/') => {
                         Ok(KeyPart::JsonPointer(pointer.to_owned()))
@@ -84,7 +88,7 @@ impl KeySpec {
                     )),
                     None => Err(format!(
                         "unknown key source {other:?}; expected header, record-key, \
-                         deduplication-id or json:/pointer"
+                         deduplication-id, message-id or json:/pointer"
                     )),
                 },
             })
@@ -176,6 +180,7 @@ impl KeySpec {
                 Record::Sqs(message) => message.deduplication_id().map(str::to_owned),
                 _ => None,
             },
+            KeyPart::MessageId => record.message_id().map(str::to_owned),
             KeyPart::JsonPointer(pointer) => {
                 let json = match json {
                     Some(Ok(json)) => json,
@@ -214,6 +219,7 @@ impl KeySpec {
             KeyPart::Header => format!("header {:?}", self.header),
             KeyPart::RecordKey => "the record key".into(),
             KeyPart::DeduplicationId => "the SQS FIFO deduplication id".into(),
+            KeyPart::MessageId => "the message id".into(),
             KeyPart::JsonPointer(pointer) => format!("payload field {pointer}"),
         };
         let source = record.source();

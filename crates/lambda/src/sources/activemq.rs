@@ -53,6 +53,10 @@ impl SourceRecord for ActiveMqMessage {
         self.properties.keys().map(String::as_str).collect()
     }
 
+    fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
+
     fn destination(&self) -> &str {
         &self.destination
     }

@@ -51,6 +51,10 @@ impl SourceRecord for RabbitMqMessage {
         self.properties.headers.keys().map(String::as_str).collect()
     }
 
+    fn message_id(&self) -> Option<&str> {
+        self.properties.message_id.as_deref()
+    }
+
     fn destination(&self) -> &str {
         &self.queue
     }

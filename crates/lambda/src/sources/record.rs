@@ -49,6 +49,11 @@ pub(crate) trait SourceRecord {
         Vec::new()
     }
 
+    /// The message's own id ([`Record::message_id`]); none by default.
+    fn message_id(&self) -> Option<&str> {
+        None
+    }
+
     /// Where it was delivered from, as its span names it: a topic, a queue,
     /// a stream, a table.
     fn destination(&self) -> &str;
@@ -99,6 +104,15 @@ impl Record {
     /// The names of its attributes ([`Self::attribute`]).
     pub fn attribute_names(&self) -> Vec<&str> {
         self.delivered().1.attribute_names()
+    }
+
+    /// The message's own id, on the sources whose messages have one: SQS's
+    /// `messageId` (SQS's, new on each send), RabbitMQ's `messageId`
+    /// property (the producer's, when it sets one), ActiveMQ's `messageID`
+    /// (the JMS client's, new on each send). `None` for Kafka, Kinesis and
+    /// DynamoDB Streams, whose records are named by where they are.
+    pub fn message_id(&self) -> Option<&str> {
+        self.delivered().1.message_id()
     }
 
     /// Where it was delivered from: Kafka's topic, SQS's and RabbitMQ's

@@ -44,6 +44,10 @@ impl SourceRecord for SqsMessage {
         self.message_attributes.keys().map(String::as_str).collect()
     }
 
+    fn message_id(&self) -> Option<&str> {
+        Some(&self.message_id)
+    }
+
     fn destination(&self) -> &str {
         self.queue_name()
     }
