@@ -113,7 +113,7 @@ done
 # lock-free path, the demo ledger's default); the kill storms and
 # lock_free run both paths themselves.
 step "batch tests on the locking path"
-TEST_LEDGER_MODE=transactional infra/test-area.sh batch handler transactional lifecycle throughput contract secrets tracing
+TEST_LEDGER_MODE=transactional infra/test-area.sh batch handler transactional lifecycle throughput contract secrets tracing amazon_mq
 
 # The ledger's SIGKILL storms run again below, in another ordering and on
 # the other stores, with 100 kills a storm (KILL_TEST_KILLS) instead of the

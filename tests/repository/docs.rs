@@ -15,11 +15,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every page of docs/, with their text.
+/// README.md and every page of docs/ and docs/sources/, with their text.
 fn pages() -> Vec<(PathBuf, String)> {
     let mut paths = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .expect("read docs/")
+    let mut docs: Vec<PathBuf> = ["docs", "docs/sources"]
+        .iter()
+        .flat_map(|dir| {
+            std::fs::read_dir(root().join(dir)).unwrap_or_else(|e| panic!("read {dir}/: {e}"))
+        })
         .map(|entry| entry.expect("a docs/ entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
         .collect();
@@ -42,38 +45,14 @@ fn shown(path: &Path) -> String {
         .to_string()
 }
 
-/// docs/figures.toml: `name = "value"` lines and comments.
+/// docs/figures.toml's figures, each a number with a unit.
 fn figures() -> BTreeMap<String, String> {
-    let text =
-        std::fs::read_to_string(root().join("docs/figures.toml")).expect("read docs/figures.toml");
-    let mut figures = BTreeMap::new();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, value) = line
-            .split_once(" = ")
-            .unwrap_or_else(|| panic!("docs/figures.toml:{}: not `name = \"value\"`", number + 1));
-        let value = value
-            .strip_prefix('"')
-            .and_then(|value| value.strip_suffix('"'))
-            .unwrap_or_else(|| panic!("docs/figures.toml:{}: a quoted value", number + 1));
-        assert!(
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
-            "docs/figures.toml:{}: a name of a-z, 0-9 and _",
-            number + 1
-        );
+    let figures = crate::support::figures::all();
+    for (name, value) in &figures {
         assert!(
             parse_figure(value).is_some(),
-            "docs/figures.toml:{}: {value:?} is not a number with a unit",
-            number + 1
+            "docs/figures.toml: {name} = {value:?} is not a number with a unit"
         );
-        let previous = figures.insert(name.to_owned(), value.to_owned());
-        assert!(previous.is_none(), "docs/figures.toml: {name} twice");
     }
     figures
 }

@@ -8,6 +8,7 @@
 pub mod capacity;
 pub mod charges;
 pub mod faults;
+pub mod figures;
 pub mod kafka;
 pub mod ops;
 pub mod poller;
