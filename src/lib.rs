@@ -135,6 +135,7 @@ pub mod aws;
 mod backend;
 mod error;
 pub mod features;
+mod function;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod init_error;
 pub mod prelude;
@@ -146,6 +147,7 @@ mod serve;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use backend::{Backend, Patience};
 pub use error::{BoxError, StartError};
+pub use function::Function;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use run::{run, run_with};
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]

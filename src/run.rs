@@ -1,24 +1,18 @@
 //! The composition root: the function as the environment configures it,
 //! served until the Lambda runtime stops.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use exactly_once_core::config::SettingsError;
-use exactly_once_core::engine::{Engine, RecordHandler, SharedCache};
-use exactly_once_core::outbox::Sender;
-use exactly_once_core::store::Operator;
-use exactly_once_lambda::dead_letter::DeadLetters;
 use exactly_once_lambda::telemetry::{self, Traces, TracingExport};
-use exactly_once_lambda::{BatchFunction, FromRecord, Settings, StoreKind};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use crate::backend::{Backend, Patience};
+use crate::backend::Backend;
 use crate::error::BoxError;
-use crate::{Serve, StartError};
+use crate::{Function, Serve, StartError};
 
 /// Serves `handler` as the function until the Lambda runtime stops, for
 /// every batch source its record type takes (Kafka, SQS, Kinesis, DynamoDB
@@ -104,65 +98,17 @@ where
     // Every part the environment asks for is in this build.
     crate::features::check(env)?;
     let traces = telemetry::init(tracing_export(env)?).map_err(StartError::Telemetry)?;
-    let settings = Settings::from_env()?;
-    let backend = Backend::connect(
-        settings.store_kind,
-        settings.store.clone(),
-        Patience::Function,
-    )
-    .await?;
-    let parts = Parts {
-        shared_cache: shared_cache(&settings, env)?,
-        dead_letters: dead_letters(&settings).await?,
-        sender: sender().await,
-        traces,
-        settings,
-    };
-    let handler = build(&backend)
-        .await
-        .map_err(|err| StartError::Handler(err.into()))?;
-    match backend {
-        #[cfg(feature = "dynamodb")]
-        Backend::DynamoDb(store) => serve(store, handler.on_dynamodb()?, parts).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres(store) => serve(store, handler.on_postgres()?, parts).await,
-        #[cfg(feature = "redis")]
-        Backend::Redis(store) => serve(store, handler.on_redis()?, parts).await,
-    }
+    let function = Function::assemble(env, build).await?;
+    serve(function, traces).await
 }
 
-/// What the function is made of, beside its store and handler.
-struct Parts {
-    settings: Settings,
-    shared_cache: Option<Arc<dyn SharedCache>>,
-    dead_letters: Option<Arc<dyn DeadLetters>>,
-    /// Sends the messages handlers emit.
-    sender: Arc<dyn Sender>,
-    traces: Option<Traces>,
-}
-
-/// Serves the function of `store` and `handler` until the runtime stops:
-/// one invocation at a time, or as many at once as Lambda asks
-/// (`AWS_LAMBDA_MAX_CONCURRENCY`, Lambda Managed Instances), all sharing
-/// the one function: its store's connections, its warm cache, its holds
-/// on the items in flight.
-async fn serve<S, H>(store: S, handler: H, parts: Parts) -> Result<(), StartError>
-where
-    S: Operator,
-    H: RecordHandler<S::Effect>,
-    H::Record: FromRecord,
-{
-    let mut engine = Engine::new(store, handler, parts.settings.engine);
-    if let Some(cache) = parts.shared_cache {
-        engine = engine.with_shared_cache(cache);
-    }
-    engine = engine.with_sender(parts.sender);
-    let mut function = BatchFunction::new(engine, parts.settings.function);
-    if let Some(queue) = parts.dead_letters {
-        function = function.with_dead_letter_queue(queue);
-    }
+/// Serves `function` until the runtime stops: one invocation at a time, or
+/// as many at once as Lambda asks (`AWS_LAMBDA_MAX_CONCURRENCY`, Lambda
+/// Managed Instances), all sharing the one function: its store's
+/// connections, its warm cache, its holds on the items in flight.
+async fn serve(function: Function, traces: Option<Traces>) -> Result<(), StartError> {
     let function = Arc::new(function);
-    let traces = parts.traces.map(Arc::new);
+    let traces = traces.map(Arc::new);
     let cold = Arc::new(AtomicBool::new(true));
     let handler = service_fn(move |event: LambdaEvent<Value>| {
         let (function, traces) = (Arc::clone(&function), traces.clone());
@@ -171,12 +117,7 @@ where
             None => tracing::Span::none(),
         };
         async move {
-            // Boxed: the batch's future is deep (lanes, group commits, the
-            // outbox's delivery), and a `main` awaiting it inline would
-            // need a `recursion_limit` to lay it out.
-            let batch: Pin<Box<dyn Future<Output = _> + Send>> =
-                Box::pin(function.handle(event).instrument(span));
-            let answer = batch.await;
+            let answer = function.handle(event).instrument(span).await;
             if let Some(traces) = traces {
                 flush(traces).await;
             }
@@ -230,77 +171,6 @@ fn tracing_export(env: impl Fn(&str) -> Option<String>) -> Result<TracingExport,
         reason,
     })?;
     Ok(export)
-}
-
-/// The cache of COMPLETED keys every container shares
-/// (`DUPLICATE_CACHE=redis`), in front of DynamoDB or PostgreSQL.
-fn shared_cache(
-    settings: &Settings,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Option<Arc<dyn SharedCache>>, StartError> {
-    #[cfg(feature = "redis")]
-    let cache = exactly_once_redis::RedisDuplicateCache::from_lookup(&settings.store, env)?
-        .map(|cache| Arc::new(cache) as Arc<dyn SharedCache>);
-    // Without the feature, DUPLICATE_CACHE=redis stopped the start
-    // (crate::features::check).
-    #[cfg(not(feature = "redis"))]
-    let cache: Option<Arc<dyn SharedCache>> = {
-        let _ = env;
-        None
-    };
-    if cache.is_some() && settings.store_kind == StoreKind::Redis {
-        return Err(SettingsError {
-            variable: "DUPLICATE_CACHE",
-            reason: "the cache sits in front of DynamoDB or PostgreSQL; with \
-                     IDEMPOTENCY_STORE=redis the store itself answers duplicates"
-                .to_owned(),
-        }
-        .into());
-    }
-    Ok(cache)
-}
-
-/// What sends the messages handlers emit: a sender of each destination
-/// kind this build has; a message to another kind has its record reported,
-/// the log naming the feature.
-async fn sender() -> Arc<dyn Sender> {
-    #[cfg(any(
-        feature = "sqs",
-        feature = "sns",
-        feature = "eventbridge",
-        feature = "kinesis",
-        feature = "kafka"
-    ))]
-    let destinations = crate::aws::destinations().await;
-    #[cfg(not(any(
-        feature = "sqs",
-        feature = "sns",
-        feature = "eventbridge",
-        feature = "kinesis",
-        feature = "kafka"
-    )))]
-    let destinations = exactly_once_lambda::destinations::Destinations::new();
-    Arc::new(destinations)
-}
-
-/// The SQS queue parked records go to (`DEAD_LETTER_QUEUE_URL`).
-async fn dead_letters(settings: &Settings) -> Result<Option<Arc<dyn DeadLetters>>, StartError> {
-    let Some(url) = &settings.function.dead_letter_queue_url else {
-        return Ok(None);
-    };
-    #[cfg(feature = "sqs")]
-    {
-        let client = aws_sdk_sqs::Client::new(&crate::aws::sdk_config().await);
-        let queue = exactly_once_lambda::dead_letter::DeadLetterQueue::new(client, url);
-        Ok(Some(Arc::new(queue)))
-    }
-    // Without the feature, a queue stopped the start
-    // (crate::features::check).
-    #[cfg(not(feature = "sqs"))]
-    {
-        let _ = url;
-        Ok(None)
-    }
 }
 
 #[cfg(test)]

@@ -957,3 +957,93 @@ async fn an_eventbridge_bus_gets_each_event_with_its_id_in_the_detail() {
     expected.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(published, expected);
 }
+
+/// Announces each payment (a JSON body with a numeric `amount_cents`) to
+/// `queue`; anything else is not a payment: a permanent failure, parked.
+struct Announce {
+    queue: String,
+}
+
+impl<E: Send + Sync + 'static> RecordHandler<E> for Announce {
+    type Record = Record;
+
+    fn commit_path(&self) -> CommitPath {
+        CommitPath::LockFree
+    }
+
+    async fn handle(
+        &self,
+        _: &FencingToken,
+        record: &Record,
+    ) -> Result<Completion<E>, HandlerError> {
+        let body = String::from_utf8(record.body().into_owned())
+            .ok()
+            .filter(|body| {
+                serde_json::from_str::<Value>(body).is_ok_and(|p| p["amount_cents"].is_i64())
+            })
+            .ok_or_else(|| HandlerError::Permanent("not a payment".into()))?;
+        Ok(Completion::done("announced").emit(&self.queue, body))
+    }
+}
+
+#[tokio::test]
+async fn a_function_built_as_run_builds_it_sends_what_its_handler_emits_and_parks_what_it_refuses()
+{
+    use support::sources::{Payment, sqs_event};
+    let (client, announcements) = support::sqs::queue().await;
+    let (_, parked) = support::sqs::queue().await;
+    let prefix = format!("from-vars-{}#", uuid::Uuid::new_v4().simple());
+    let vars = [
+        ("IDEMPOTENCY_TABLE", support::env("IDEMPOTENCY_TABLE")),
+        ("IDEMPOTENCY_KEY_PREFIX", prefix.clone()),
+        ("EVENT_SOURCES", "sqs".to_owned()),
+        ("DEAD_LETTER_QUEUE_URL", parked.clone()),
+    ];
+    // Exactly what `run` would serve with these variables: the store, the
+    // senders of the build, the dead-letter queue.
+    let function = exactly_once::Function::from_vars(
+        Announce {
+            queue: announcements.clone(),
+        },
+        |name| {
+            vars.iter()
+                .find(|(var, _)| *var == name)
+                .map(|(_, value)| value.clone())
+        },
+    )
+    .await
+    .expect("the function starts");
+    let a = account();
+    let payments = vec![
+        Payment::new(&format!("{a}-1"), &a, 100),
+        Payment::poison(&format!("{a}-p")),
+        Payment::new(&format!("{a}-2"), &a, 250),
+    ];
+    let event = sqs_event("payments", &payments);
+    for delivery in 1..=2 {
+        let answer = function.invoke(event.clone()).await.expect("an SQS batch");
+        assert_eq!(
+            answer,
+            json!({"batchItemFailures": []}),
+            "delivery {delivery}"
+        );
+    }
+    // One announcement per payment over both deliveries, each under its
+    // stable id; the refused record parked whole on each delivery (stored
+    // FAILED the first time, found FAILED the second).
+    let sent = support::sqs::receive_all(&client, &announcements).await;
+    let mut ids: Vec<&str> = sent.iter().map(support::sqs::id_of).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((sent.len(), ids.len()), (2, 2), "{ids:?}");
+    let dead = support::sqs::drain(&client, &parked).await;
+    let mut reasons: Vec<&str> = dead.iter().filter_map(|d| d["reason"].as_str()).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["failed", "previously-failed"]);
+    for copy in &dead {
+        assert_eq!(
+            copy["record"], event["Records"][1],
+            "the refused record, whole"
+        );
+    }
+}

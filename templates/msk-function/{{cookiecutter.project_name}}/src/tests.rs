@@ -1,7 +1,7 @@
-//! The handler on DynamoDB Local, through the function `exactly_once::run`
-//! serves: every payment of `events/payments.json`, delivered twice, moves
-//! its account's balance once. Run it with DynamoDB Local listening
-//! (README.md: "Test"):
+//! The handler on DynamoDB Local, through exactly the function
+//! `exactly_once::run` serves (`exactly_once::Function::from_vars`): every
+//! payment of `events/payments.json`, delivered twice, moves its account's
+//! balance once. Run it with DynamoDB Local listening (README.md: "Test"):
 //!
 //! ```sh
 //! AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 cargo test
@@ -9,16 +9,15 @@
 
 use std::collections::HashMap;
 
+use exactly_once::Function;
 use exactly_once::aws::dynamodb_client;
+use exactly_once::dynamodb::Client;
 use exactly_once::dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use exactly_once::dynamodb::{Client, DynamoDbStore};
-use exactly_once::engine::Engine;
-use exactly_once::lambda::{BatchFunction, Settings, decode_event};
-use exactly_once::lambda_runtime::{Context, LambdaEvent};
-use serde_json::Value;
+use exactly_once::lambda::decode_event;
+use serde_json::{Value, json};
 
 use super::*;
 
@@ -77,9 +76,12 @@ async fn each_payment_is_applied_once_however_often_it_is_delivered() {
     let (idempotency, ledger) = (format!("idempotency-{run}"), format!("ledger-{run}"));
     table(&client, &idempotency, "pk").await;
     table(&client, &ledger, "account_id").await;
-    // The function as `run` builds it from these variables, on DynamoDB
-    // (template.yaml sets them so).
-    let settings = Settings::from_lookup(|name| match name {
+    // Exactly what `run` serves with these variables (template.yaml sets
+    // them so), on DynamoDB: the store, the senders, the checks at start.
+    let handler = Ledger {
+        table: ledger.clone(),
+    };
+    let function = Function::from_vars(handler, |name| match name {
         "IDEMPOTENCY_TABLE" => Some(idempotency.clone()),
         "EVENT_SOURCES" => Some("{{ cookiecutter.event_source }}".to_owned()),
 {%- if cookiecutter.event_source == "kinesis" or cookiecutter.event_source == "dynamodb-streams" %}
@@ -87,28 +89,20 @@ async fn each_payment_is_applied_once_however_often_it_is_delivered() {
 {%- endif %}
         _ => None,
     })
-    .expect("settings");
-    let store = DynamoDbStore::new(client.clone(), settings.store);
-    let handler = Ledger {
-        table: ledger.clone(),
-    };
-    let function = BatchFunction::new(
-        Engine::new(store, handler, settings.engine),
-        settings.function,
-    )
-    .without_metrics();
+    .await
+    .expect("the function starts");
 
     let event: Value =
         serde_json::from_str(include_str!("../events/payments.json")).expect("the sample event");
     for delivery in 1..=2 {
-        let response = function
-            .handle(LambdaEvent::new(event.clone(), Context::default()))
+        let answer = function
+            .invoke(event.clone())
             .await
             .expect("a {{ cookiecutter.event_source }} event is never an invocation error");
-        assert!(
-            response.batch_item_failures.is_empty(),
-            "delivery {delivery} reported {:?}",
-            response.batch_item_failures
+        assert_eq!(
+            answer,
+            json!({"batchItemFailures": []}),
+            "delivery {delivery}"
         );
     }
     let expected = balances(&event);
