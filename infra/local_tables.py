@@ -11,6 +11,11 @@ table is left alone.
     infra/local_tables.py --table IdempotencyTable=idempotency-local \\
                           --table LedgerTable=ledger-local
     infra/local_tables.py --print          # the derived definitions as JSON
+    infra/local_tables.py --create orders=order_id --create lines=order_id,line:N
+
+--create NAME=KEY[,SORT_KEY] makes a table of your own from that one line:
+its hash key (and range key), each a string unless `:N` (number) or `:B`
+(binary) follows its name, billed per request.
 
 The endpoint comes from AWS_ENDPOINT_URL_DYNAMODB (see infra/dynamodb-local.sh);
 credentials and region from the environment (see infra/local-env.sh).
@@ -117,6 +122,25 @@ def _parse_table_arg(text):
     return logical_id, name
 
 
+def _parse_create_arg(text):
+    """NAME=KEY[:S|N|B][,SORT_KEY[:S|N|B]] as a table definition: (name, definition)."""
+    name, sep, keys = text.partition("=")
+    parts = [part.strip() for part in keys.split(",")] if sep else []
+    if not name or not 1 <= len(parts) <= 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"expected NAME=KEY[,SORT_KEY], got {text!r}")
+    if not 3 <= len(name) <= 255:
+        raise argparse.ArgumentTypeError(f"table name {name!r} must be 3 to 255 characters")
+    attributes, schema = [], []
+    for part, kind in zip(parts, ("HASH", "RANGE")):
+        attribute, _, type_ = part.partition(":")
+        if type_ not in ("", "S", "N", "B"):
+            raise argparse.ArgumentTypeError(f"{part!r}: a key's type is S, N or B")
+        attributes.append({"AttributeName": attribute, "AttributeType": type_ or "S"})
+        schema.append({"AttributeName": attribute, "KeyType": kind})
+    create = {"AttributeDefinitions": attributes, "KeySchema": schema, "BillingMode": "PAY_PER_REQUEST"}
+    return name, {"create": create, "ttl": None}
+
+
 def create_tables(definitions, wanted):
     import boto3  # only needed here, not for --print
 
@@ -157,6 +181,15 @@ def main():
         metavar="LOGICAL_ID=NAME",
         help="create the template's table LOGICAL_ID under NAME (repeatable)",
     )
+    parser.add_argument(
+        "--create",
+        action="append",
+        default=[],
+        type=_parse_create_arg,
+        metavar="NAME=KEY[,SORT_KEY]",
+        help="create a table of your own: its hash key (and range key), `:N` or `:B` after a "
+        "number's or bytes' (repeatable)",
+    )
     parser.add_argument("--print", action="store_true", help="print the derived definitions as JSON and exit")
     parser.add_argument("--template", default=str(TEMPLATE), help="path of the SAM template")
     args = parser.parse_args()
@@ -166,13 +199,15 @@ def main():
         json.dump(definitions, sys.stdout, indent=2)
         print()
         return
-    if not args.table:
-        parser.error("give at least one --table LOGICAL_ID=NAME, or --print")
+    if not args.table and not args.create:
+        parser.error("give at least one --table LOGICAL_ID=NAME or --create NAME=KEY, or --print")
     unknown = [logical_id for logical_id, _ in args.table if logical_id not in definitions]
     if unknown:
         parser.error(f"not an AWS::DynamoDB::Table in the template: {', '.join(unknown)} "
                      f"(known: {', '.join(sorted(definitions))})")
-    create_tables(definitions, args.table)
+    own = {f"--create {name}": definition for name, definition in args.create}
+    create_tables({**definitions, **own},
+                  args.table + [(f"--create {name}", name) for name, _ in args.create])
 
 
 if __name__ == "__main__":

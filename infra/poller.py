@@ -15,7 +15,7 @@ mapping does. Python 3 with boto3, kafka-python, pika and stomp.py
                             [--max-redeliveries N]
     infra/poller.py produce SOURCE NAME (--messages JSON|-|FILE | --from-event FILE)
     infra/poller.py read    msk|self-managed-kafka TOPIC [--timeout S]
-    infra/poller.py poll    SOURCE NAME --bootstrap target/debug/msk-handler
+    infra/poller.py poll    SOURCE NAME (--bootstrap target/debug/msk-handler | --crate DIR)
                             [--batch-size N] [--batching-window S] [--max-batches N]
                             [--redelivery-delay S] [--timeout S] [--checkpoint FILE]
                             [--transcript FILE] [--events FILE] [--function-log FILE]
@@ -131,6 +131,7 @@ import os
 import pathlib
 import queue
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -1860,7 +1861,22 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
               file=sys.stderr, flush=True)
 
 
+def built_binary(crate):
+    """`cargo build` of the crate in `crate`: the path of its binary."""
+    built = subprocess.run(["cargo", "build", "--quiet", "--message-format=json"], cwd=crate,
+                           stdout=subprocess.PIPE, check=False)
+    if built.returncode != 0:
+        sys.exit(f"poller: cargo build failed in {crate}")
+    binaries = [message["executable"] for message in map(json.loads, built.stdout.splitlines())
+                if message.get("executable") and "bin" in message.get("target", {}).get("kind", [])]
+    if len(binaries) != 1:
+        sys.exit(f"poller: {crate} builds {len(binaries)} binaries; name one with --bootstrap")
+    return binaries[0]
+
+
 def poll(args):
+    if args.crate:
+        args.bootstrap = built_binary(args.crate)
     stats = Stats(args.source, args.name)
     invoker = Invoker(args)
     batches = Batches(args, stats, invoker)
@@ -1944,7 +1960,10 @@ def main():
     q = commands.add_parser("poll", help="deliver to the function as the event source mapping does")
     q.add_argument("source", choices=SOURCES)
     q.add_argument("name")
-    q.add_argument("--bootstrap", required=True, help="the function's binary")
+    binary = q.add_mutually_exclusive_group(required=True)
+    binary.add_argument("--bootstrap", help="the function's binary")
+    binary.add_argument("--crate", help="the function's crate: `cargo build` there, its binary "
+                        "(wherever CARGO_TARGET_DIR and CARGO_BUILD_TARGET put it)")
     q.add_argument("--function-name", default="msk-handler")
     q.add_argument("--batch-size", type=int, default=10)
     q.add_argument("--batching-window", type=float, default=0.5,

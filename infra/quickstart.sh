@@ -12,8 +12,13 @@
 #      lambda watch and invoke, the local servers they start) from the
 #      crate's directory, EXACTLY_ONCE naming a copy of the checkout: both
 #      deliveries answered, each record processed once and a duplicate
-#      after, the balances and items as the blocks show them, and the copy
-#      of the checkout unchanged (a read-only checkout works).
+#      after, the balances and items as the blocks show them;
+#   4. docs/local.md's broker block, once per row of its table (RabbitMQ,
+#      ActiveMQ, Kafka): the crate served by infra/poller.py on a broker of
+#      its own, each payment produced twice, the poller drained with
+#      nothing reported, the balance of the table made from one line read
+#      by its key; and the copy of the checkout unchanged (a read-only
+#      checkout works).
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
@@ -163,6 +168,42 @@ grep -qx '3500' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: acc-1's balance is not 3500 on Redis" >&2; exit 1; }
 grep -qx 'COMPLETED' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: the item pay-2p-001 is not COMPLETED on Redis" >&2; exit 1; }
+# docs/local.md's broker block, for each row of its table: the first line
+# (BROKER SOURCE EVENT) and the account read are the row's.
+run_broker_block() { # name "BROKER=… SOURCE=… EVENT=…" account cents
+  local name="$1" block output status=0
+  block="$(python3 - "$root/docs/local.md" "$2" "$3" <<'PY'
+import pathlib, re, sys
+text, first, account = pathlib.Path(sys.argv[1]).read_text(), sys.argv[2], sys.argv[3]
+after = text.split("## On a real broker", 1)[1]
+block = re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1)
+lines = block.splitlines()
+assert lines[0].startswith("BROKER=rabbitmq "), lines[0]
+lines[0] = first
+print("\n".join(lines).replace("account_id=acc-rmq-1", f"account_id={account}"))
+PY
+)"
+  echo "quickstart: $name, as docs/local.md shows it" >&2
+  output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
+  echo "$output"
+  if [[ $status != 0 ]] || ! python3 - "$output" "$4" <<'PY'
+import json, sys
+output, cents = sys.argv[1], sys.argv[2]
+summaries = [json.loads(line) for line in output.splitlines() if line.startswith("{") and '"drained"' in line]
+items = [json.loads(line) for line in output.splitlines() if line.startswith("{") and '"account_id"' in line]
+ok = (len(summaries) == 1 and summaries[0]["drained"] is True and summaries[0].get("reported", 0) == 0
+      and summaries[0].get("invocation_errors", 0) == 0 and len(items) == 1 and items[0].get("balance_cents") == cents)
+sys.exit(0 if ok else 1)
+PY
+  then
+    tail -n 30 "$work/$name.err" "$work/function.log" >&2 || true
+    echo "quickstart: $name did not drain, answer and apply once as documented (exit $status)" >&2
+    exit 1
+  fi
+}
+run_broker_block rabbitmq "BROKER=rabbitmq SOURCE=rabbitmq EVENT=rabbitmq.json" acc-rmq-1 3500
+run_broker_block activemq "BROKER=activemq SOURCE=activemq EVENT=activemq.json" acc-amq-1 3500
+run_broker_block kafka "BROKER=kafka SOURCE=msk EVENT=two-partitions.json" acc-1 3500
 changed="$(find "$checkout" -newer "$work/copied")"
 [[ -z "$changed" ]] ||
   { echo "quickstart: the blocks wrote into the checkout: $changed" >&2; exit 1; }

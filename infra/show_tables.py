@@ -4,12 +4,16 @@
     infra/show_tables.py --ledger ledger-demo --idempotency idempotency-demo
     infra/show_tables.py --ledger ledger-demo --expect acc-1=3500 --expect acc-7=1800
     infra/show_tables.py --ledger ledger-demo --idempotency idempotency-demo --drop
+    infra/show_tables.py --get orders order_id=o-1             # any table, by its key
 
 The ledger: account_id, balance_cents, payment_count. The idempotency store:
 pk, status, version, attempts, origin, error (when more than --max-rows items,
 the COMPLETED ones are only counted). --expect ACCOUNT=CENTS[|CENTS...] checks
 balances (any of the listed values; 0 for an absent account) and exits 1 on a
 mismatch. --drop deletes both tables (infra/local_tables.py recreates them).
+--get TABLE ATTRIBUTE=VALUE... prints one item of any table, by its whole
+key (a number's attribute as it is typed in the table), as JSON with plain
+values, or exits 1 when there is none.
 
 The endpoint comes from AWS_ENDPOINT_URL_DYNAMODB; credentials and region from
 the environment (infra/local-env.sh). Needs boto3 (in $EXACTLY_ONCE_TOOLS/venv, see
@@ -115,6 +119,25 @@ def drop(ddb, names):
             print(f"show_tables: dropped {name}")
 
 
+def get_item(ddb, name, key):
+    """Prints the item of `name` with `key` (ATTRIBUTE=VALUE texts) as plain JSON."""
+    import json
+
+    schema = ddb.describe_table(TableName=name)["Table"]["AttributeDefinitions"]
+    types = {a["AttributeName"]: a["AttributeType"] for a in schema}
+    wanted = {}
+    for text in key:
+        attribute, sep, value = text.partition("=")
+        if not sep or attribute not in types:
+            sys.exit(f"show_tables: {text!r} is not KEY=VALUE of {name}'s key ({', '.join(types)})")
+        wanted[attribute] = {types[attribute]: value}
+    item = ddb.get_item(TableName=name, Key=wanted, ConsistentRead=True).get("Item")
+    if item is None:
+        print(f"show_tables: no item of {name} at {' '.join(key)}")
+        sys.exit(1)
+    print(json.dumps({attribute: plain(value) for attribute, value in sorted(item.items())}))
+
+
 def parse_expect(text):
     account, sep, values = text.partition("=")
     try:
@@ -135,9 +158,15 @@ def main():
     parser.add_argument("--expect", action="append", default=[], type=parse_expect,
                         metavar="ACCOUNT=CENTS[|CENTS]", help="check a balance (repeatable)")
     parser.add_argument("--drop", action="store_true", help="delete the named tables and exit")
+    parser.add_argument("--get", nargs="+", metavar=("TABLE", "ATTRIBUTE=VALUE"),
+                        help="print one item of any table by its key, as JSON")
     args = parser.parse_args()
+    if args.get:
+        if len(args.get) < 2:
+            parser.error("--get needs a table and its key: --get TABLE ATTRIBUTE=VALUE")
+        return get_item(client(), args.get[0], args.get[1:])
     if not args.ledger and not args.idempotency:
-        parser.error("give --ledger and/or --idempotency")
+        parser.error("give --ledger and/or --idempotency, or --get TABLE KEY=VALUE")
     if args.expect and not args.ledger:
         parser.error("--expect needs --ledger")
 
