@@ -72,6 +72,21 @@ class TemplateYaml(unittest.TestCase):
                          "arn:aws:kafka:us-east-1:123456789012:topic/payments/0123-abcd/payments")
         self.assertIn("arn:aws:iam::aws:policy/service-role/AWSLambdaMSKExecutionRole", role["ManagedPolicyArns"])
 
+    def test_a_handlers_own_tables_and_destinations_are_granted_only_when_named(self):
+        def handler_statements(**extra):
+            role = sam("sqs-dynamodb", **extra)["Resources"]["FunctionRole"]["Properties"]
+            return {s["Sid"]: s for s in role["Policies"][0]["PolicyDocument"]["Statement"]
+                    if s["Sid"].startswith("Handler")}
+        self.assertEqual(handler_statements(), {})
+        tables = ["arn:aws:dynamodb:us-east-1:123456789012:table/orders",
+                  "arn:aws:dynamodb:us-east-1:123456789012:table/lines"]
+        bus = "arn:aws:events:us-east-1:123456789012:event-bus/orders"
+        named = handler_statements(HandlerTableArns=",".join(tables), HandlerDestinationArns=bus)
+        self.assertEqual(named["HandlerTables"]["Resource"], tables)
+        self.assertIn("dynamodb:UpdateItem", named["HandlerTables"]["Action"])
+        self.assertEqual(named["HandlerDestinations"]["Resource"], [bus])
+        self.assertIn("events:PutEvents", named["HandlerDestinations"]["Action"])
+
     def test_rules_refuse_a_missing_queue(self):
         with self.assertRaisesRegex(cfn_eval.CfnError, "SqsNeedsAQueue"):
             cfn_eval.evaluate(TEMPLATE, {"EventSource": "sqs"})
