@@ -1,6 +1,7 @@
 // The event source: one per construct, as the SAM template's EventSource
 // (and KafkaSource) parameters. Plain data here; mapping.ts and iam.ts turn
 // it into the event source mapping and the role's statements.
+import { Duration } from 'aws-cdk-lib';
 
 /** Where a new consumer group or mapping starts reading (StartingPosition). */
 export enum StartingPosition {
@@ -83,6 +84,12 @@ export interface SqsSourceProps {
   readonly fifo?: boolean;
   /** 2 to 1000 (SqsMaximumConcurrency). @default no cap */
   readonly maximumConcurrency?: number;
+  /**
+   * The queue's visibility timeout, when you know it (the queue is not this
+   * stack's): checked at synth against AWS's rule, at least six times the
+   * function's timeout plus the batching window. @default not checked
+   */
+  readonly visibilityTimeout?: Duration;
 }
 
 /** An existing Kinesis data stream (EventSource kinesis). */

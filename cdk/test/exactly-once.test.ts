@@ -55,7 +55,8 @@ function synth(source: string, store: string, extra: Partial<ExactlyOnceProps> |
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const stack = new Stack(app, 'Test');
   if (typeof extra === 'function') extra = extra(stack);
-  const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
+  const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler',
+    timeout: Duration.seconds(120) });
   const stream = source === 'kinesis' || source === 'dynamodb-streams';
   new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), store: stores[store](), keySource: stream ? 'record-key' : 'header', ...extra });
   return Template.fromStack(stack);
@@ -198,9 +199,37 @@ test("a function timeout within a lease + the margin warns; the SAM template's 1
     new ExactlyOnce(stack, 'EO', { function: fn, source: sources.sqs(), store: stores.dynamodb() });
     return Annotations.fromStack(stack).findWarning('*', Match.stringLikeRegexp('timeout')).length;
   };
-  assert.equal(warned(), 1);
   assert.equal(warned(Duration.seconds(35)), 1);
   assert.equal(warned(Duration.seconds(120)), 0);
+  // The CDK's own default (3 s) is under the safety margin: nothing would start.
+  assert.throws(() => warned(), /safetyMarginMs \(5000\) leaves nothing of the function's 3 s timeout/);
+});
+
+test('combinations that cannot work are refused at synth, each naming the setting and the fix', () => {
+  const refused = (source: string, extra: Partial<ExactlyOnceProps>, timeout = Duration.seconds(120)) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Test');
+    const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler', timeout });
+    const stream = source === 'kinesis' || source === 'dynamodb-streams';
+    return () => new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), keySource: stream ? 'record-key' : 'header', ...extra });
+  };
+  // Retries, record age and destinations: Kafka, Kinesis and DynamoDB Streams only.
+  assert.throws(refused('sqs', { retryAttempts: 3 }), /retryAttempts: not a setting of a sqs mapping.*redrive policy \(maxReceiveCount\)/);
+  assert.throws(refused('rabbitmq', { maxRecordAge: Duration.hours(1), onFailure: OnFailure.s3() }), /maxRecordAge, onFailure: not a setting of a rabbitmq mapping.*redelivery limit/);
+  assert.doesNotThrow(refused('kinesis', { retryAttempts: 3, maxRecordAge: Duration.hours(1) }));
+  // A Kafka or Amazon MQ mapping invokes for at most 14 minutes; SQS for 15.
+  assert.throws(refused('kafka-msk', {}, Duration.minutes(15)), /timeout \(900 s\) is over the 840 s a kafka mapping allows/);
+  assert.throws(refused('activemq', {}, Duration.minutes(15)), /840 s a activemq mapping allows/);
+  assert.doesNotThrow(refused('kafka-msk', {}, Duration.minutes(14)));
+  assert.doesNotThrow(refused('sqs', {}, Duration.minutes(15)));
+  // A margin as long as the timeout; a lease renewed within a store's latency; a window over 5 minutes.
+  assert.throws(refused('sqs', { safetyMarginMs: 120000 }), /safetyMarginMs \(120000\) leaves nothing/);
+  assert.throws(refused('sqs', { lockTimeout: Duration.millis(500) }), /lockTimeout \(500 ms\)/);
+  assert.throws(refused('kinesis', { maxBatchingWindow: Duration.minutes(6) }), /maxBatchingWindow \(360 s\)/);
+  // An SQS queue's visibility timeout, when given: at least 6 x the timeout + the window.
+  const queue = (visibilityTimeout: Duration) => Source.sqs({ queueArn: `arn:aws:sqs:${acct}:payments`, visibilityTimeout });
+  assert.throws(refused('sqs', { source: queue(Duration.seconds(720)) }), /visibility timeout \(720 s\) is under 6 x the function's timeout \+ the batching window \(721 s\)/);
+  assert.doesNotThrow(refused('sqs', { source: queue(Duration.seconds(721)) }));
 });
 
 test("a team's own tables and destinations: a variable each, their grants, the features its build needs, no demo variable", () => {
@@ -245,7 +274,8 @@ test('the cargo features a configuration needs, and a variable of ours refused a
   const features = (source: string, store: string, extra: Partial<ExactlyOnceProps> = {}) => {
     const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
     const stack = new Stack(app, 'Test');
-    const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler' });
+    const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler',
+      timeout: Duration.seconds(120) });
     const eo = new ExactlyOnce(stack, 'EO', { function: fn, source: sources[source](), store: stores[store](), ...extra });
     const said = Annotations.fromStack(stack).findInfo('*', Match.stringLikeRegexp('exactly-once:features'));
     assert.equal(said.length, 1);

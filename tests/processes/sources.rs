@@ -475,3 +475,28 @@ async fn a_function_that_cannot_start_leaves_its_last_words_in_the_invocation_er
     assert_eq!(balance(&acc).await, 0);
     assert_eq!(batches[0].reported(), batches[0].ids(), "the message stays");
 }
+
+/// Settings that cannot fit the time an invocation has are named once, on
+/// the container's first invocation: a safety margin longer than the
+/// stand-in's 60 s leaves nothing, so the message is reported on every
+/// delivery (no record starts) and the log says why, once.
+#[tokio::test]
+async fn settings_that_cannot_fit_the_invocation_are_named_once_in_the_log() {
+    let run = Run::new("sqs", &[], &["SAFETY_MARGIN_MS=90000"]);
+    let acc = account();
+    let id = format!("{}-0", run.prefix.trim_end_matches('#'));
+    run.produce(&json!([sqs_payment(&id, &acc, 100)]));
+    let (summary, batches) = run.poll_within(Some(2), 30);
+    assert_eq!(batches.len(), 2, "{summary}");
+    for batch in &batches {
+        assert_eq!(batch.reported(), batch.ids(), "nothing starts");
+    }
+    let log = std::fs::read_to_string(run.dir.join("function.log")).expect("the function's log");
+    let named: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("SAFETY_MARGIN_MS=90000 leaves nothing of the invocation's"))
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert!(named[0].contains("\"level\":\"WARN\""), "{}", named[0]);
+    assert_eq!(balance(&acc).await, 0);
+}

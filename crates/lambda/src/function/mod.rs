@@ -6,6 +6,7 @@
 //! instead.
 
 mod answer;
+mod fit;
 mod record;
 mod run;
 mod scheduled;
@@ -45,6 +46,8 @@ pub struct BatchFunction<H, S> {
     metrics: Option<MetricsWriter>,
     /// Where parked records are forwarded, whole.
     dead_letters: Option<Arc<dyn DeadLetters>>,
+    /// Whether its settings were checked against an invocation's time.
+    fit: fit::FitChecked,
 }
 
 impl<H, S> BatchFunction<H, S>
@@ -60,6 +63,7 @@ where
             settings,
             metrics: Some(Arc::new(|line: &str| println!("{line}"))),
             dead_letters: None,
+            fit: fit::FitChecked::default(),
         }
     }
 

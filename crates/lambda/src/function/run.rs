@@ -58,6 +58,9 @@ where
         let holder = holder(context);
         let source = batch.source;
         let (lanes, spans) = batch_span.in_scope(|| self.tag(batch.units, holder, traced));
+        let lock_timeout = self.engine.store().config().lock_timeout;
+        self.fit
+            .check(context.deadline, lock_timeout, self.settings.safety_margin);
         let deadline = Deadline::new(context.deadline, self.settings.safety_margin);
         let ran = requests::counted(
             requests.clone(),
