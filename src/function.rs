@@ -71,9 +71,10 @@ impl Function {
         Self::assemble(vars, async |_: &Backend| Ok::<_, BoxError>(handler)).await
     }
 
-    /// Delivers `event` as Lambda does, with a default context: the answer
-    /// Lambda gets (`{"batchItemFailures": [...]}`), or the invocation error
-    /// it gets instead (`errorType`, `errorMessage`).
+    /// Delivers `event` as Lambda does, with a default context (no
+    /// deadline: nothing is cut, no lease waited for): the answer Lambda gets
+    /// (`{"batchItemFailures": [...]}`), or the invocation error it gets
+    /// instead (`errorType`, `errorMessage`).
     pub async fn invoke(&self, event: Value) -> Result<Value, Diagnostic> {
         match self
             .handle(LambdaEvent::new(event, Context::default()))
