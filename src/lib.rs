@@ -135,6 +135,7 @@ pub mod aws;
 mod backend;
 mod error;
 pub mod features;
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod function;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 mod init_error;
@@ -147,6 +148,7 @@ mod serve;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use backend::{Backend, Patience};
 pub use error::{BoxError, StartError};
+#[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use function::Function;
 #[cfg(any(feature = "dynamodb", feature = "postgres", feature = "redis"))]
 pub use run::{run, run_with};
