@@ -13,7 +13,7 @@ import * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { createAlarms, dashboardBody } from './alarms';
-import { refuseBrokenCombinations, sqsVisibilityNeeded } from './guards';
+import { refuseBrokenCombinations } from './guards';
 import { statements } from './iam';
 import { mappingProps } from './mapping';
 import { OnFailure, RedisProps, Store } from './store';
@@ -213,12 +213,8 @@ export class ExactlyOnce extends Construct {
       source, timeoutSeconds: timeout, lockTimeout: props.lockTimeout ?? Duration.seconds(30),
       safetyMarginMs: props.safetyMarginMs ?? 5000, maxBatchingWindow: window,
       retryAttempts: props.retryAttempts, maxRecordAge: props.maxRecordAge, onFailureGiven: props.onFailure !== undefined,
+      sqsVisibilityTimeout: source.kind === 'sqs' ? source.props.visibilityTimeout : undefined,
     });
-    const visibility: Duration | undefined = source.kind === 'sqs' ? source.props.visibilityTimeout : undefined;
-    if (visibility && visibility.toSeconds() < sqsVisibilityNeeded(timeout, window)) {
-      throw new Error(`the queue's visibility timeout (${visibility.toSeconds()} s) is under 6 x the function's timeout + the batching window `
-        + `(${sqsVisibilityNeeded(timeout, window)} s): SQS would hand messages still in flight to another invocation; raise the queue's VisibilityTimeout`);
-    }
     // The SAM template's default Timeout (120 s) outlasts a lease and the safety
     // margin, so that an invocation can wait out a crashed worker's lease.
     const needed = (props.lockTimeout ?? Duration.seconds(30)).toSeconds() + (props.safetyMarginMs ?? 5000) / 1000;

@@ -17,6 +17,8 @@ export interface Combination {
   readonly retryAttempts?: number;
   readonly maxRecordAge?: Duration;
   readonly onFailureGiven: boolean;
+  /** An SQS source's visibility timeout, when the app gives it. */
+  readonly sqsVisibilityTimeout?: Duration;
 }
 
 /** Lambda's limit on a Kafka or Amazon MQ mapping's function timeout (14 minutes). */
@@ -26,7 +28,7 @@ const WINDOW_LIMIT_SECONDS = 300;
 
 /** Throws on the first combination that cannot work. */
 export function refuseBrokenCombinations(c: Combination): void {
-  const title = c.source.eventSource;
+  const source = c.source.eventSource;
   // Retries, record age and destinations are the Kafka, Kinesis and
   // DynamoDB Streams mappings' own; SQS and Amazon MQ bound retries by the
   // queue's redrive policy or the broker's redelivery limit.
@@ -37,14 +39,14 @@ export function refuseBrokenCombinations(c: Combination): void {
       ['onFailure', c.onFailureGiven],
     ].filter(([, set]) => set).map(([name]) => name);
     if (given.length) {
-      throw new Error(`${given.join(', ')}: not a setting of a ${title} mapping (Lambda takes them for Kafka, Kinesis and DynamoDB Streams): `
-        + (title === 'sqs' ? 'bound retries with the queue\'s redrive policy (maxReceiveCount) and its dead-letter queue'
+      throw new Error(`${given.join(', ')}: not a setting of a ${source} mapping (Lambda takes them for Kafka, Kinesis and DynamoDB Streams): `
+        + (source === 'sqs' ? 'bound retries with the queue\'s redrive policy (maxReceiveCount) and its dead-letter queue'
           : 'bound retries with the broker\'s redelivery limit and its dead-letter queue'));
     }
   }
   // A Kafka or Amazon MQ mapping invokes a function for at most 14 minutes.
-  if ((title === 'kafka' || c.source.isMq) && c.timeoutSeconds > BROKER_TIMEOUT_LIMIT_SECONDS) {
-    throw new Error(`the function's timeout (${c.timeoutSeconds} s) is over the ${BROKER_TIMEOUT_LIMIT_SECONDS} s a ${title} mapping allows: `
+  if ((source === 'kafka' || c.source.isMq) && c.timeoutSeconds > BROKER_TIMEOUT_LIMIT_SECONDS) {
+    throw new Error(`the function's timeout (${c.timeoutSeconds} s) is over the ${BROKER_TIMEOUT_LIMIT_SECONDS} s a ${source} mapping allows: `
       + 'give the RustFunction timeout: Duration.minutes(14) or less');
   }
   // The margin is taken off every invocation: one at least as long as the
@@ -61,13 +63,13 @@ export function refuseBrokenCombinations(c: Combination): void {
   if (c.maxBatchingWindow.toSeconds() > WINDOW_LIMIT_SECONDS) {
     throw new Error(`maxBatchingWindow (${c.maxBatchingWindow.toSeconds()} s) is over the ${WINDOW_LIMIT_SECONDS} s Lambda takes: give Duration.minutes(5) or less`);
   }
-}
-
-/**
- * SQS hands a message still being processed to another invocation when its
- * visibility timeout ends first: AWS asks for at least six times the
- * function's timeout plus the batching window.
- */
-export function sqsVisibilityNeeded(timeoutSeconds: number, maxBatchingWindow: Duration): number {
-  return 6 * timeoutSeconds + maxBatchingWindow.toSeconds();
+  // SQS hands a message still being processed to another invocation when its
+  // visibility timeout ends first: AWS asks for at least six times the
+  // function's timeout plus the batching window.
+  const visibility = c.sqsVisibilityTimeout?.toSeconds();
+  const needed = 6 * c.timeoutSeconds + c.maxBatchingWindow.toSeconds();
+  if (visibility !== undefined && visibility < needed) {
+    throw new Error(`the queue's visibility timeout (${visibility} s) is under 6 x the function's timeout + the batching window `
+      + `(${needed} s): SQS would hand messages still in flight to another invocation; raise the queue's VisibilityTimeout`);
+  }
 }
