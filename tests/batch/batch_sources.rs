@@ -265,36 +265,39 @@ async fn keys_come_from_each_sources_own_fields() {
         let item = function.engine().store().get(&key).await.expect("get");
         assert_eq!(item.map(|i| i.status), Some(Status::Completed), "{source}");
     }
-    // A part the source does not have is a missing key: rejected alone.
-    let function = ledger_function(keys("deduplication-id")).await;
-    let invocation = function
-        .invoke(LambdaEvent::new(
+    // A part the source does not have is a missing key: rejected alone (a
+    // standard queue's message has no deduplication id, a Kinesis record no
+    // message id).
+    let missing = [
+        (
+            "deduplication-id",
             sqs_event("payments", std::slice::from_ref(&payment)),
-            Context::default(),
-        ))
-        .await
-        .expect("an event");
-    assert_eq!(invocation.records[0].outcome, "invalid");
-    assert_eq!(
-        invocation.records[0].detail.as_deref(),
-        Some(
-            "no idempotency key: the SQS FIFO deduplication id is missing or empty (MISSING_KEY_POLICY=reject)"
-        )
-    );
-    // A Kinesis record has no message id: keyed on it, it is rejected alone.
-    let function = ledger_function(keys("message-id")).await;
-    let invocation = function
-        .invoke(LambdaEvent::new(
+            "the SQS FIFO deduplication id",
+        ),
+        (
+            "message-id",
             kinesis_event("shardId-000000000000", 0, std::slice::from_ref(&payment)),
-            Context::default(),
-        ))
-        .await
-        .expect("an event");
-    assert_eq!(invocation.records[0].outcome, "invalid");
-    assert_eq!(
-        invocation.records[0].detail.as_deref(),
-        Some("no idempotency key: the message id is missing or empty (MISSING_KEY_POLICY=reject)")
-    );
+            "the message id",
+        ),
+    ];
+    for (source, event, part) in missing {
+        let function = ledger_function(keys(source)).await;
+        let invocation = function
+            .invoke(LambdaEvent::new(event, Context::default()))
+            .await
+            .expect("an event");
+        assert_eq!(invocation.records[0].outcome, "invalid", "{source}");
+        assert_eq!(
+            invocation.records[0].detail.as_deref(),
+            Some(
+                format!(
+                    "no idempotency key: {part} is missing or empty (MISSING_KEY_POLICY=reject)"
+                )
+                .as_str()
+            ),
+            "{source}"
+        );
+    }
 }
 
 /// A handler of Kafka records alone.
