@@ -1524,6 +1524,11 @@ class Kafka:
             session_timeout_ms=10_000, heartbeat_interval_ms=1_000,
             max_poll_interval_ms=int((args.rebalance_timeout or args.invoke_timeout + 30) * 1000))
         self.consumer.subscribe([args.name], listener=KafkaRebalance(self))
+        # The topic's partitions known before the first join: kafka-python
+        # joins with what it knew at subscribe, and a leader that learns
+        # the partitions after its assignment joins again (a second
+        # rebalance, which tansu has been seen not to finish).
+        self.consumer.topics()
         self.admin = None
         self.on_failure = KafkaOnFailure(args, self) if args.on_failure else None
         self.retry_limit = args.maximum_retry_attempts
@@ -1844,7 +1849,7 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
     """Partitions handed to another member are forgotten here (their
     holds too); their records come again to whichever member has them.
     Counts the rebalances that took partitions away while polling
-    ("rebalances"; tansu may rebalance a group of one member as it forms)."""
+    ("rebalances": 0 for a member alone in its group)."""
 
     def __init__(self, source):
         self.source = source
@@ -1853,8 +1858,9 @@ class KafkaRebalance(kafka.ConsumerRebalanceListener):
         if revoked and not self.source.closing:
             self.source.counts["rebalances"] += 1
         self.source.forget(revoked)
-        print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
-              file=sys.stderr, flush=True)
+        if revoked:
+            print(f"poller: rebalance: gave up {sorted(self.source.partition_name(tp) for tp in revoked)}",
+                  file=sys.stderr, flush=True)
 
     def on_partitions_assigned(self, assigned):
         print(f"poller: rebalance: assigned {sorted(self.source.partition_name(tp) for tp in assigned)}",
