@@ -541,17 +541,15 @@ async fn a_crashed_workers_lease_is_waited_out_and_taken_over_within_the_invocat
         )
         .without_metrics();
         // The lease outlives the time records may start (deadline in 5.5 s,
-        // safety margin 5 s): reported at once, as in progress.
-        let started = std::time::Instant::now();
+        // safety margin 5 s): looked at until then, reported as in
+        // progress, the key left to its holder.
         assert_eq!(
             invoke_within(&function, &batch, 5_500).await,
             ["payments-0@0", "payments-0@1"],
             "{mode}"
         );
-        assert!(
-            started.elapsed() < Duration::from_millis(1000),
-            "{mode}: no wait"
-        );
+        let item = store.get("k-1").await.expect("get").expect("item");
+        assert_eq!((item.status, item.version), (Status::Started, 1), "{mode}");
         // A real invocation (a minute left): the lease is waited out and the
         // key taken over in this invocation; nothing goes back to Lambda.
         assert_eq!(
