@@ -1981,7 +1981,8 @@ def main():
                    help="seconds before reported records come again (SQS: whole seconds; "
                    "ActiveMQ: the broker's 1 s instead)")
     q.add_argument("--timeout", type=float, default=120, help="give up (exit 1) after this many seconds")
-    q.add_argument("--invoke-timeout", type=float, default=60)
+    q.add_argument("--invoke-timeout", type=float, default=60,
+                   help="the function's timeout: each invocation's deadline, and how long its answer is waited for")
     q.add_argument("--rebalance-timeout", type=float,
                    help="Kafka: seconds one invocation may take before the group hands its partitions "
                    "to the other pollers (the member's max.poll.interval; default: --invoke-timeout + 30)")

@@ -66,8 +66,8 @@ def handler_for(runtime, function_arn):
             if not runtime.asked.is_set():
                 runtime.first_next = time.monotonic()
                 runtime.asked.set()
-            request_id, body = runtime.events.get()
-            deadline_ms = int(time.time() * 1000) + 60_000
+            request_id, body, timeout = runtime.events.get()
+            deadline_ms = int(time.time() * 1000) + int(timeout * 1000)
             self.reply(200, body, [
                 ("Content-Type", "application/json"),
                 ("Lambda-Runtime-Aws-Request-Id", request_id),
@@ -203,10 +203,11 @@ class Function:
         return self.runtime.first_next - self.started
 
     def invoke(self, body, timeout=60):
-        """Hands `body` (bytes) to the function; its answer as ("response" |
-        "error", JSON). Raises Gone when there is none."""
+        """Hands `body` (bytes) to the function, whose timeout is `timeout`
+        seconds (its deadline, Lambda-Runtime-Deadline-Ms); its answer as
+        ("response" | "error", JSON). Raises Gone when there is none."""
         request_id = str(uuid.uuid4())
-        self.runtime.events.put((request_id, body))
+        self.runtime.events.put((request_id, body, timeout))
         started = time.monotonic()
         while True:
             try:

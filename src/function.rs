@@ -112,6 +112,8 @@ impl Function {
             shared_cache: shared_cache(&settings, &vars)?,
             dead_letters: dead_letters(&settings).await?,
             sender: sender().await,
+            #[cfg(feature = "sqs")]
+            queues: aws_sdk_sqs::Client::new(&crate::aws::sdk_config().await),
             settings,
         };
         let handler = build(&backend)
@@ -142,6 +144,10 @@ impl Function {
         let mut function = BatchFunction::new(engine, parts.settings.function);
         if let Some(queue) = parts.dead_letters {
             function = function.with_dead_letter_queue(queue);
+        }
+        #[cfg(feature = "sqs")]
+        {
+            function = function.with_visibility_check(parts.queues);
         }
         Self {
             batch: Arc::new(function),
@@ -178,6 +184,9 @@ struct Parts {
     dead_letters: Option<Arc<dyn DeadLetters>>,
     /// Sends the messages handlers emit.
     sender: Arc<dyn Sender>,
+    /// Reads an SQS source queue's visibility timeout.
+    #[cfg(feature = "sqs")]
+    queues: aws_sdk_sqs::Client,
 }
 
 /// The cache of COMPLETED keys every container shares

@@ -96,7 +96,7 @@ impl Mode {
 /// One instance of what processes batches: the Lambda function as deployed,
 /// or the baseline loop over `Engine::run_once`.
 pub enum Processor {
-    Function(BatchFunction<LedgerHandler, DynamoDbStore>),
+    Function(Box<BatchFunction<LedgerHandler, DynamoDbStore>>),
     Baseline(Box<Engine<LedgerHandler, DynamoDbStore>>),
 }
 
@@ -156,7 +156,9 @@ impl Processor {
                     Some(sender) => engine.with_sender(sender),
                     None => engine,
                 };
-                Self::Function(BatchFunction::new(engine, settings.function).without_metrics())
+                Self::Function(Box::new(
+                    BatchFunction::new(engine, settings.function).without_metrics(),
+                ))
             }
         }
     }

@@ -500,3 +500,44 @@ async fn settings_that_cannot_fit_the_invocation_are_named_once_in_the_log() {
     assert!(named[0].contains("\"level\":\"WARN\""), "{}", named[0]);
     assert_eq!(balance(&acc).await, 0);
 }
+
+/// An SQS source queue that would show a message again while an invocation
+/// still works on it (its visibility timeout under six times the function's
+/// timeout, as AWS asks) is named once, on the container's first SQS
+/// invocation, read from the queue itself: a queue outside the stack, which
+/// no deploy-time guard sees. The poller's queues show a message again after
+/// 60 s: with 60 s invocations it is named (two batches, one line); with
+/// 10 s invocations it fits and nothing is said.
+#[tokio::test]
+async fn an_sqs_queue_visible_again_too_soon_is_named_once_in_the_log() {
+    for (invoke_timeout, lines) in [("60", 1), ("10", 0)] {
+        let run = Run::new("sqs", &[], &[]);
+        let acc = account();
+        let prefix = run.prefix.trim_end_matches('#').to_owned();
+        run.produce(&json!([
+            sqs_payment(&format!("{prefix}-0"), &acc, 100),
+            sqs_payment(&format!("{prefix}-1"), &acc, 20)
+        ]));
+        let (summary, batches) = run.poll_with(
+            None,
+            &["--invoke-timeout", invoke_timeout, "--batch-size", "1"],
+        );
+        assert_eq!(batches.len(), 2, "{summary}");
+        assert_eq!(balance(&acc).await, 120);
+        let log =
+            std::fs::read_to_string(run.dir.join("function.log")).expect("the function's log");
+        let named: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("has VisibilityTimeout=60 s, under 6 times"))
+            .collect();
+        assert_eq!(named.len(), lines, "{invoke_timeout} s: {named:?}");
+        for line in named {
+            assert!(line.contains("\"level\":\"WARN\""), "{line}");
+            assert!(
+                line.contains("function's timeout (60 s)") && line.contains("at least 360 s"),
+                "{line}"
+            );
+        }
+        assert!(!log.contains("could not be read"), "{log}");
+    }
+}

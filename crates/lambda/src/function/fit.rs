@@ -1,7 +1,8 @@
 //! Settings that must fit the time an invocation has: checked on a
 //! container's first invocation with a deadline (the first time the
 //! function's timeout is known: it is no variable) and warned about once,
-//! naming the settings and the fix. docs/configuration.md ("Settings that
+//! naming the settings and the fix (an SQS source queue's visibility
+//! timeout: `visibility.rs`, feature `sqs`). docs/configuration.md ("Settings that
 //! work together") lists them with who checks each.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,6 +10,8 @@ mod fit;
 mod record;
 mod run;
 mod scheduled;
+#[cfg(feature = "sqs")]
+mod visibility;
 
 use std::sync::Arc;
 
@@ -48,6 +50,9 @@ pub struct BatchFunction<H, S> {
     dead_letters: Option<Arc<dyn DeadLetters>>,
     /// Whether its settings were checked against an invocation's time.
     fit: fit::FitChecked,
+    /// Reads an SQS source queue's visibility timeout, once.
+    #[cfg(feature = "sqs")]
+    visibility: Option<visibility::VisibilityCheck>,
 }
 
 impl<H, S> BatchFunction<H, S>
@@ -64,7 +69,18 @@ where
             metrics: Some(Arc::new(|line: &str| println!("{line}"))),
             dead_letters: None,
             fit: fit::FitChecked::default(),
+            #[cfg(feature = "sqs")]
+            visibility: None,
         }
+    }
+
+    /// Checks, on the container's first SQS invocation, that its queue's
+    /// visibility timeout is at least six times the function's timeout
+    /// (read with `client`; warned about once).
+    #[cfg(feature = "sqs")]
+    pub fn with_visibility_check(mut self, client: aws_sdk_sqs::Client) -> Self {
+        self.visibility = Some(visibility::VisibilityCheck::new(client));
+        self
     }
 
     /// Forwards every parked record (`POISON_POLICY=park`) to `queue` (an
@@ -102,6 +118,10 @@ where
         // The invocation's clock starts before its event is read.
         let report = InvocationReport::new();
         let batch = self.decode(&event.payload)?;
+        #[cfg(feature = "sqs")]
+        if let (Some(check), Some(Source::Sqs)) = (&self.visibility, batch.source) {
+            check.check(&event.payload, event.context.deadline);
+        }
         let ran = self.run(batch, &event.context).await;
         let answer = self.answer(&event.payload, &ran, report).await;
         self.record(&event.context, &ran, &answer);
