@@ -22,8 +22,9 @@
 //!   configuration, an operator's hold), only if the lease ends before the
 //!   cut. Otherwise, and with no known deadline, it is reported at once.
 //!
-//! A 30 s lease in a 30 s invocation is the first kind: reported at once,
-//! every key another container was about to finish came back, and four
+//! A 30 s lease in a 30 s invocation is the first kind. When only a lease
+//! ending before the cut was waited for, it was reported at once: every
+//! key another container was about to finish came back, and four
 //! containers on one batch needed 6 to 9 redeliveries to settle.
 
 use std::time::Duration;
