@@ -38,6 +38,10 @@ impl VisibilityCheck {
     /// a task of its own and warns if it is short of the function's
     /// timeout; a queue that cannot be read is said so, once.
     pub(super) fn check(&self, payload: &Value, deadline_ms: u64) {
+        // Every later invocation stops here: the queue is read once.
+        if self.checked.load(Ordering::Relaxed) {
+            return;
+        }
         let now = clock::now_ms();
         let arn = payload["Records"][0]["eventSourceARN"].as_str();
         let Some((url, queue)) = arn.and_then(queue_url) else {
