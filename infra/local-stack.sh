@@ -18,7 +18,8 @@
 # DynamoDB Local's own streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS), Amazon
 # MQ on the RabbitMQ node (RABBITMQ_URL, infra/rabbitmq-local.sh) and the
 # ActiveMQ broker (ACTIVEMQ_STOMP_URL, infra/activemq-local.sh); Kafka on a
-# tansu broker (KAFKA_BOOTSTRAP_SERVERS, infra/kafka-local.sh).
+# tansu broker (KAFKA_BOOTSTRAP_SERVERS, infra/kafka-local.sh). FAKETIME_LIB:
+# libfaketime, for a process whose clock runs ahead (infra/faketime-lib.sh).
 
 # A step's heading, with how long the step before it took, the time since
 # the first step, and the CPU the step used: its own processes' (user and
@@ -65,6 +66,9 @@ local_stack() {
   # S3: the durable Kafka broker's storage (infra/kafka-local.sh start --durable).
   export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL_SQS"
   export AWS_ENDPOINT_URL_DYNAMODB_STREAMS="$AWS_ENDPOINT_URL_DYNAMODB"
+  # A container whose clock runs ahead (tests/processes/clock.rs): libfaketime.
+  FAKETIME_LIB="$("$root/infra/faketime-lib.sh")"
+  export FAKETIME_LIB
   # A slower machine on demand (docs/testing.md, "On a slower machine"):
   # SLOW_DYNAMODB_MS=200-600 puts DynamoDB Local behind a proxy that answers
   # every request that much later; CPU_HOG=1 keeps one core busy beside the

@@ -118,6 +118,7 @@ export function createAlarms(scope: Construct, c: AlarmContext): cw.Alarm[] {
   add('StoreErrorsAlarm', 'Records failed on idempotency store errors in the last 5 minutes (reported and retried).', own('StoreError'), t.storeErrors);
   add('FailedClosedAlarm', 'The idempotency store was unreachable and the function failed closed in the last 5 minutes (records retried, nothing progresses).', own('FailedClosed'), 0);
   add('UnrecordedEffectsAlarm', "A record's effect happened but its completion could not be recorded; its redelivery may repeat the effect. Investigate at once.", own('UnrecordedEffects', 'Sum', 1), 0);
+  add('ClockSkewAlarm', "A container's clock is off the idempotency store's by more than the 400 ms the guarantees assume; a lease may be taken over while still held. Check the hosts' time sync (docs/operations.md).", own('ClockSkewMs', 'Maximum'), 400);
   add('ScopeConflictAlarm', 'Records were refused because another function holds their keys in the same idempotency table under the same key prefix; their partitions stop until IdempotencyKeyPrefix (or, to share keys on purpose, IdempotencyScope) is set.', own('ScopeConflict', 'Sum', 1), 0);
   add('StoreLatencyAlarm', "The idempotency store's p99 round trip stayed above StoreLatencyP99AlarmMs for 3 minutes.", own('StoreLatency', 'p99', 1), t.storeLatencyP99Ms, 3);
   if (c.stuckKeyCheck) {

@@ -115,7 +115,7 @@ for (const source of Object.keys(sources)) {
       const metrics = Object.values(t.findResources('AWS::CloudWatch::Alarm')).map((a: any) =>
         a.Properties.MetricName ?? a.Properties.Metrics.find((x: any) => x.MetricStat)?.MetricStat.Metric.MetricName);
       const expected = ['Parked', 'Errors', 'Throttles', lagAlarm[source], 'TakenOver', 'LockLost', 'StoreError', 'FailedClosed',
-        'UnrecordedEffects', 'ScopeConflict', 'StoreLatency', 'OldestStartedAgeSeconds', 'OldestUnsentAgeSeconds',
+        'UnrecordedEffects', 'ScopeConflict', 'ClockSkewMs', 'StoreLatency', 'OldestStartedAgeSeconds', 'OldestUnsentAgeSeconds',
         ...(retried ? ['ApproximateNumberOfMessagesVisible'] : [])];
       assert.deepEqual(metrics.sort(), expected.sort());
       t.hasResourceProperties('AWS::CloudWatch::Alarm', { Namespace: 'MskExactlyOnce', MetricName: 'StoreLatency', ExtendedStatistic: 'p99',

@@ -13,9 +13,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use exactly_once::engine::{CommitPath, Completion, FencingToken, HandlerError, RecordHandler};
 use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
-use exactly_once::lambda::{EventError, FunctionSettings, InvocationError, KafkaRecord, Source};
+use exactly_once::lambda::{EventError, FunctionSettings, InvocationError, Source};
 use exactly_once::store::{Status, Store as _};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
@@ -300,30 +299,11 @@ async fn keys_come_from_each_sources_own_fields() {
     }
 }
 
-/// A handler of Kafka records alone.
-struct KafkaOnly;
-
-impl<E: Send + Sync + 'static> RecordHandler<E> for KafkaOnly {
-    type Record = KafkaRecord;
-
-    fn commit_path(&self) -> CommitPath {
-        CommitPath::Locking
-    }
-
-    async fn handle(
-        &self,
-        _: &FencingToken,
-        _: &KafkaRecord,
-    ) -> Result<Completion<E>, HandlerError> {
-        Ok(Completion::done("ok"))
-    }
-}
-
 #[tokio::test]
 async fn a_source_the_function_does_not_serve_is_refused_as_an_invocation_error() {
     let event = sqs_event("payments", &[Payment::new("not-served", "acc", 1)]);
     let store = support::store(Duration::from_secs(30)).await;
-    let function = support::msk::function_with(store, KafkaOnly, header_keys());
+    let function = support::msk::function_with(store, support::msk::Finish, header_keys());
     let refused = function
         .handle(LambdaEvent::new(event.clone(), Context::default()))
         .await

@@ -4,7 +4,10 @@
 //! (`StoreRequests`, `StoreLatency` as one value per request, for
 //! percentiles), failing closed (`FailedClosed`), an effect whose completion
 //! was lost (`UnrecordedEffects`), and the scheduled stuck-key check
-//! (`StartedKeys`, `StuckKeys`, `OldestStartedAgeSeconds`).
+//! (`StartedKeys`, `StuckKeys`, `OldestStartedAgeSeconds`); and on every
+//! store, how far the container's clock is known to be off the store's
+//! (`ClockSkewMs`), with the warning a container whose clock is known off
+//! logs before it takes over a lease.
 
 use crate::support;
 
@@ -13,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
+use exactly_once::config::StoreConfig;
 use exactly_once::dynamodb::CountRequests as _;
 use exactly_once::dynamodb::DynamoDbStore;
 use exactly_once::engine::{
@@ -20,8 +24,8 @@ use exactly_once::engine::{
     RecordHandler,
 };
 use exactly_once::lambda::{BatchFunction, KafkaRecord};
-use exactly_once::store::Store;
 use exactly_once::store::requests::RequestCounter;
+use exactly_once::store::{ClaimOutcome, ClaimRequest, Operator, Store};
 use lambda_runtime::{Config, Context, LambdaEvent};
 use ledger::{LedgerHandler, LedgerMode};
 use serde_json::{Value, json};
@@ -328,4 +332,207 @@ async fn the_scheduled_check_writes_the_stuck_keys_and_the_oldest_age() {
         .as_f64()
         .expect("seconds");
     assert!((1.0..30.0).contains(&age), "{age}");
+}
+
+/// `ClockSkewMs` of one invocation of one record on `store`.
+async fn clock_skew_metric<S: Operator>(store: S) -> Option<f64> {
+    let lines = Lines::default();
+    let engine = Engine::new(store, support::msk::Finish, EngineConfig::default());
+    let function =
+        BatchFunction::new(engine, settings(header_keys())).with_metrics_writer(lines.writer());
+    let response = function.handle(invocation(payments(1))).await;
+    assert!(response.expect("handled").batch_item_failures.is_empty());
+    let docs = lines.take();
+    docs[0]
+        .get("ClockSkewMs")
+        .map(|value| value.as_f64().expect("ms"))
+}
+
+/// `config` with its clock `offset_ms` ahead of this process's.
+fn skewed(mut config: StoreConfig, offset_ms: i64) -> StoreConfig {
+    config.clock_offset_ms = offset_ms;
+    config
+}
+
+/// 90 s: a clock far beyond the 400 ms the guarantees assume.
+const AHEAD_MS: i64 = 90_000;
+
+#[tokio::test]
+async fn every_store_measures_how_far_the_containers_clock_is_off_its_own() {
+    let lease = Duration::from_secs(30);
+    let dynamodb = |offset| async move {
+        let config = skewed(support::store_config(lease), offset);
+        DynamoDbStore::new(support::client().await, config)
+    };
+    let postgres = |offset| async move {
+        let store = support::postgres::store(lease).await;
+        store.with_config(skewed(store.config().clone(), offset))
+    };
+    let redis = |offset| {
+        let store = support::redis::store(lease);
+        store.with_config(skewed(store.config().clone(), offset))
+    };
+    // (store, how finely its answers give its time: what an in-sync clock
+    // may still show, and how far below the true offset a skew may read)
+    let measured = [
+        (
+            "DynamoDB (Date, whole seconds)",
+            clock_skew_metric(dynamodb(0).await).await,
+            clock_skew_metric(dynamodb(AHEAD_MS).await).await,
+        ),
+        (
+            "PostgreSQL (clock_timestamp)",
+            clock_skew_metric(postgres(0).await).await,
+            clock_skew_metric(postgres(AHEAD_MS).await).await,
+        ),
+        (
+            "Redis (TIME)",
+            clock_skew_metric(redis(0)).await,
+            clock_skew_metric(redis(AHEAD_MS)).await,
+        ),
+    ];
+    for (store, in_sync, ahead) in measured {
+        // The same host's clock: nothing beyond the answer's resolution and
+        // round trip, so nothing proven.
+        assert_eq!(in_sync, Some(0.0), "{store}: a clock in sync");
+        // 90 s ahead: proven to within a second and a round trip below it,
+        // never above it.
+        let ahead = ahead.expect("a skew measured");
+        assert!(
+            ahead <= AHEAD_MS as f64 && ahead > (AHEAD_MS - 1_000) as f64 - 5_000.0,
+            "{store}: a clock 90 s ahead read as {ahead} ms"
+        );
+    }
+}
+
+/// The log lines of what `work` does, as the function's JSON lines.
+async fn logged<T>(work: impl Future<Output = T>) -> (T, String) {
+    let buffer = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let buffer = Arc::clone(&buffer);
+        move || LogBuffer(Arc::clone(&buffer))
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(writer)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let result = work.await;
+    let text = String::from_utf8(buffer.lock().expect("lock").clone()).expect("utf-8");
+    (result, text)
+}
+
+/// A log line writer into a shared buffer.
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `key` claimed by `store` for a payload, as a container's claim, its
+/// lease ending by `lease_cap_ms` if given.
+async fn claim<S: Store>(
+    store: &S,
+    key: &str,
+    owner: &str,
+    lease_cap_ms: Option<u64>,
+) -> ClaimOutcome {
+    store
+        .claim(ClaimRequest {
+            key,
+            payload_hash: "sha256:payment",
+            origin: None,
+            lease_cap_ms,
+            owner: Some(owner),
+        })
+        .await
+        .expect("a claim")
+}
+
+/// A container whose clock is 90 s ahead takes over a lease another holds
+/// for 30 s more; before it does, it says so: its offset, the bound, the
+/// lease. One in sync, taking over a lease that did end, says nothing.
+async fn a_skewed_takeover_is_logged<S: Store>(name: &str, holder: S, skewed_taker: S, taker: S) {
+    let key = uuid::Uuid::new_v4().to_string();
+    assert!(matches!(
+        claim(&holder, &key, "holder", None).await,
+        ClaimOutcome::Acquired(_)
+    ));
+    let (outcome, log) = logged(claim(&skewed_taker, &key, "skewed", None)).await;
+    assert!(
+        matches!(outcome, ClaimOutcome::TakenOver(_)),
+        "{name}: {outcome:?}"
+    );
+    let warning = log
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .find(|line| {
+            line["fields"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("clock known to be off"))
+        })
+        .unwrap_or_else(|| panic!("{name}: no warning in {log}"));
+    assert_eq!(warning["level"], "WARN", "{name}");
+    let skew = warning["fields"]["skew_ms"].as_i64().expect("skew_ms");
+    assert!(
+        skew > AHEAD_MS - 6_000 && skew <= AHEAD_MS,
+        "{name}: {skew}"
+    );
+    assert_eq!(warning["fields"]["bound_ms"], 400, "{name}");
+    assert!(!log.contains(&key), "{name}: no key in the log line");
+
+    // A lease that did end (200 ms, by the holder's clock, in sync): one
+    // in sync takes it over, silently.
+    let key = uuid::Uuid::new_v4().to_string();
+    let cap = holder.now_ms() + 200;
+    assert!(matches!(
+        claim(&holder, &key, "holder", Some(cap)).await,
+        ClaimOutcome::Acquired(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (outcome, log) = logged(claim(&taker, &key, "in-sync", None)).await;
+    assert!(
+        matches!(outcome, ClaimOutcome::TakenOver(_)),
+        "{name}: {outcome:?}"
+    );
+    assert!(!log.contains("clock known to be off"), "{name}: {log}");
+}
+
+#[tokio::test]
+async fn a_container_whose_clock_is_known_ahead_says_so_before_taking_over_a_lease() {
+    let lease = Duration::from_secs(30);
+    let config = support::store_config(lease);
+    let client = support::client().await;
+    a_skewed_takeover_is_logged(
+        "DynamoDB",
+        DynamoDbStore::new(client.clone(), config.clone()),
+        DynamoDbStore::new(client.clone(), skewed(config.clone(), AHEAD_MS)),
+        DynamoDbStore::new(client, config),
+    )
+    .await;
+    let postgres = support::postgres::store(lease).await;
+    let config = postgres.config().clone();
+    a_skewed_takeover_is_logged(
+        "PostgreSQL",
+        postgres.clone(),
+        postgres.with_config(skewed(config.clone(), AHEAD_MS)),
+        postgres.with_config(config),
+    )
+    .await;
+    let redis = support::redis::store(lease);
+    let config = redis.config().clone();
+    a_skewed_takeover_is_logged(
+        "Redis",
+        redis.clone(),
+        redis.with_config(skewed(config.clone(), AHEAD_MS)),
+        redis.with_config(config),
+    )
+    .await;
 }

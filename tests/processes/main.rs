@@ -9,6 +9,7 @@
 mod support;
 
 mod brokers;
+mod clock;
 mod concurrency;
 mod flaky_start;
 mod kafka;

@@ -214,7 +214,9 @@ pub mod msk {
     use base64::engine::general_purpose::STANDARD;
     use exactly_once::dynamodb::DynamoDbStore;
     use exactly_once::engine::EngineConfig;
-    use exactly_once::engine::{CommitPath, Engine, RecordHandler};
+    use exactly_once::engine::{
+        CommitPath, Completion, Engine, FencingToken, HandlerError, RecordHandler,
+    };
     use exactly_once::lambda::keys::{KeySpec, MissingKeyPolicy};
     use exactly_once::lambda::{
         BatchFunction, BatchResponse, FunctionSettings, ItemIdentifier, KafkaRecord, OrderingMode,
@@ -229,6 +231,26 @@ pub mod msk {
         pub offset: i64,
         pub key: Option<String>,
         pub value: Vec<u8>,
+    }
+
+    /// A handler of Kafka records that finishes each one, on the locking
+    /// path (any store's).
+    pub struct Finish;
+
+    impl<E: Send + Sync + 'static> RecordHandler<E> for Finish {
+        type Record = KafkaRecord;
+
+        fn commit_path(&self) -> CommitPath {
+            CommitPath::Locking
+        }
+
+        async fn handle(
+            &self,
+            _: &FencingToken,
+            _: &KafkaRecord,
+        ) -> Result<Completion<E>, HandlerError> {
+            Ok(Completion::done("finished"))
+        }
     }
 
     pub fn payment(offset: i64, key: &str, account: &str, amount: i64) -> Rec {

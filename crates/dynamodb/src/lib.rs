@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod batched;
+mod clock;
 mod codec;
 mod increment;
 mod listing;
@@ -23,6 +24,7 @@ mod transact;
 mod write;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
@@ -38,6 +40,7 @@ pub use listing::{STARTED_INDEX, STARTED_SHARDS, ScanOptions, UNSENT_INDEX};
 pub use requests::CountRequests;
 pub use settings::DynamoDbSettings;
 
+use exactly_once_core::clock::ClockWatch;
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::{
@@ -57,16 +60,26 @@ pub struct DynamoDbStore {
     client: Client,
     config: StoreConfig,
     scan: ScanOptions,
+    clock: Arc<ClockWatch>,
 }
 
 impl DynamoDbStore {
     /// The store on `client` as `config` says. Its requests count for the
-    /// invocation they are sent for (`store::requests::counted`).
+    /// invocation they are sent for (`store::requests::counted`), and each
+    /// answer's `Date` is read against this process's clock.
     pub fn new(client: Client, config: StoreConfig) -> Self {
+        let clock = Arc::<ClockWatch>::default();
+        let client = client
+            .config()
+            .to_builder()
+            .interceptor(requests::in_scope())
+            .interceptor(clock::date_header(Arc::clone(&clock)))
+            .build();
         Self {
-            client: requests::in_scope(client),
+            client: Client::from_conf(client),
             config,
             scan: ScanOptions::default(),
+            clock,
         }
     }
 
@@ -93,6 +106,11 @@ impl Store for DynamoDbStore {
 
     fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// From the `Date` of its answers: whole seconds.
+    fn clock_skew_ms(&self) -> Option<i64> {
+        self.clock.skew_ms(self.config.clock_offset_ms)
     }
 
     /// The client's attempt timeout (`DYNAMODB_ATTEMPT_TIMEOUT_MS`).

@@ -45,16 +45,10 @@ impl CountRequests for RequestCounter {
     }
 }
 
-/// `client` counting every request into the invocation it is sent for
-/// (`requests::counted`).
-pub(crate) fn in_scope(client: Client) -> Client {
-    Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .interceptor(Counting(None))
-            .build(),
-    )
+/// The interceptor counting every request into the invocation it is sent
+/// for (`requests::counted`).
+pub(crate) fn in_scope() -> impl Intercept + 'static {
+    Counting(None)
 }
 
 /// The SDK interceptor counting into an attached [`RequestCounter`], or

@@ -139,7 +139,8 @@ impl InvocationReport {
     /// was unavailable), the store's requests (`StoreRequests`) and their
     /// round trips (`StoreLatency`, one value per request so that CloudWatch
     /// computes percentiles; at most [`MAX_VALUES`] per document, the rest in
-    /// documents of their own).
+    /// documents of their own), and how far the container's clock is known
+    /// to be off the store's (`ClockSkewMs`, once the store has looked).
     pub fn metrics(
         &self,
         function_name: &str,
@@ -168,6 +169,13 @@ impl InvocationReport {
         if let Some(first) = latencies.next() {
             metrics.push(Metric::latencies(first));
         }
+        if let Some(skew_ms) = requests.clock_skew_ms {
+            metrics.push(Metric::one(
+                "ClockSkewMs",
+                skew_ms.unsigned_abs() as f64,
+                "Milliseconds",
+            ));
+        }
         let dimensions = [("FunctionName", function_name)];
         let mut documents = vec![emf(METRICS_NAMESPACE, &dimensions, &metrics, timestamp_ms)];
         documents.extend(latencies.map(|chunk| {
@@ -190,6 +198,10 @@ pub struct StoreRequests {
     pub stats: BTreeMap<String, RequestStats>,
     /// Round trips, ms, in the order sent.
     pub latencies: Vec<f64>,
+    /// How far this container's clock is known to be off the store's
+    /// (positive: ahead), from what the store's answers told of its time;
+    /// `None` before the store's first look (`ClockSkewMs`, unsigned).
+    pub clock_skew_ms: Option<i64>,
 }
 
 impl Default for InvocationReport {
@@ -208,7 +220,7 @@ pub fn metric_names() -> impl Iterator<Item = String> {
         "FailedClosed",
         "BatchDuration",
     ];
-    let stores = ["StoreRequests", "StoreLatency"];
+    let stores = ["StoreRequests", "StoreLatency", "ClockSkewMs"];
     fixed
         .into_iter()
         .map(str::to_owned)
@@ -381,6 +393,7 @@ mod tests {
                 ),
             ]),
             latencies: (0..250).map(f64::from).collect(),
+            clock_skew_ms: Some(-1_250),
         };
         let documents = report.metrics("msk-handler", &requests, true, 1_700_000_000_000);
         assert_eq!(documents.len(), 3, "250 round trips: 100 + 100 + 50");
@@ -408,6 +421,7 @@ mod tests {
             ("UnrecordedEffects", 0.0),
             ("FailedClosed", 1.0),
             ("StoreRequests", 250.0),
+            ("ClockSkewMs", 1_250.0),
         ] {
             assert_eq!(doc[metric].as_f64(), Some(value), "{metric}");
         }
@@ -428,6 +442,10 @@ mod tests {
             "no requests: no latency data"
         );
         assert_eq!(quiet[0]["FailedClosed"], 0.0);
+        assert!(
+            quiet[0].get("ClockSkewMs").is_none(),
+            "no look at the store's clock yet: no skew claimed"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub use effect::{SqlEffect, SqlValue};
 /// The PostgreSQL client this crate is built with.
 pub use tokio_postgres;
 
+use exactly_once_core::clock::{self, ClockReading, ClockWatch};
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
@@ -71,6 +72,7 @@ pub struct PostgresStore {
     sql: Arc<Statements>,
     timeout: Duration,
     requests: RequestCounter,
+    clock: Arc<ClockWatch>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -94,6 +96,7 @@ impl PostgresStore {
             sql: Arc::new(sql),
             timeout,
             requests: RequestCounter::default(),
+            clock: Arc::default(),
         })
     }
 
@@ -131,7 +134,20 @@ impl PostgresStore {
             .await
             .map_err(|_| self.timed_out(operation))?
             .map_err(|err| pool_error(operation, err))?;
-        match tokio::time::timeout_at(deadline, work(&client)).await {
+        // Once a minute, the server's clock read in the same round trip
+        // (tokio-postgres pipelines the two; the look is sent first).
+        let look = self.clock.look_due(clock::now_ms());
+        let work = async {
+            if !look {
+                return work(&client).await;
+            }
+            let (reading, result) = tokio::join!(read_clock(&client), work(&client));
+            if let Some(reading) = reading {
+                self.clock.observe(reading);
+            }
+            result
+        };
+        match tokio::time::timeout_at(deadline, work).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => {
                 if err.is_retryable() {
@@ -183,6 +199,13 @@ impl Store for PostgresStore {
 
     fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// How far its clock is known to be off the server's, from
+    /// `clock_timestamp()` read once a minute (milliseconds, within the
+    /// round trip).
+    fn clock_skew_ms(&self) -> Option<i64> {
+        self.clock.skew_ms(self.config.clock_offset_ms)
     }
 
     /// The call timeout (the statement timeout and the client's grace).
@@ -336,6 +359,28 @@ fn is_transient(code: &SqlState) -> bool {
 }
 
 /// A pool that could not give a connection in time: unavailable.
+/// The server's `clock_timestamp()` against this process's clock, in one
+/// simple query (one round trip); `None` if it could not be read (the
+/// look tells nothing then, and the call it rides with goes on).
+async fn read_clock(client: &Object) -> Option<ClockReading> {
+    let sent_ms = clock::now_ms();
+    let answer = client
+        .simple_query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        .await
+        .ok()?;
+    let received_ms = clock::now_ms();
+    let server_ms = answer.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+        _ => None,
+    })?;
+    Some(ClockReading {
+        sent_ms,
+        received_ms,
+        server_ms,
+        resolution_ms: 1,
+    })
+}
+
 fn pool_error(operation: &'static str, err: PoolError) -> StoreError {
     match err {
         PoolError::Backend(err) => pg_error(operation, err),

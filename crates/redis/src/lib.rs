@@ -45,6 +45,7 @@ pub use effect::{RedisEffect, increment_key};
 /// The Redis client this crate is built with.
 pub use redis;
 
+use exactly_once_core::clock::{self, ClockReading, ClockWatch};
 use exactly_once_core::config::StoreConfig;
 use exactly_once_core::outbox::Pending;
 use exactly_once_core::store::requests::RequestCounter;
@@ -85,6 +86,7 @@ pub struct RedisStore {
     timeout: Duration,
     wait_replicas: u32,
     requests: RequestCounter,
+    clock: Arc<ClockWatch>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -126,6 +128,7 @@ impl RedisStore {
             timeout: settings.timeout,
             wait_replicas: settings.wait_replicas,
             requests: RequestCounter::default(),
+            clock: Arc::default(),
         }
     }
 
@@ -214,11 +217,12 @@ impl RedisStore {
         let _timed = self.requests.timer(operation);
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut connection = self.connection.clone();
-        let value: Value =
-            tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection))
-                .await
-                .map_err(|_| self.timed_out(operation))?
-                .map_err(|err| redis_error(operation, err))?;
+        let script = tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection));
+        let value: Value = self
+            .looking_at_the_clock(script)
+            .await
+            .map_err(|_| self.timed_out(operation))?
+            .map_err(|err| redis_error(operation, err))?;
         let answers = split(value)
             .into_iter()
             .map(|value| match value {
@@ -241,6 +245,39 @@ impl RedisStore {
                 .await?;
         }
         Ok(answers)
+    }
+
+    /// `request`, and once a minute the server's `TIME` beside it (on the
+    /// same multiplexed connection: no round trip of its own).
+    async fn looking_at_the_clock<T>(&self, request: impl Future<Output = T>) -> T {
+        if !self.clock.look_due(clock::now_ms()) {
+            return request.await;
+        }
+        let (reading, answer) = tokio::join!(self.read_clock(), request);
+        if let Some(reading) = reading {
+            self.clock.observe(reading);
+        }
+        answer
+    }
+
+    /// The server's `TIME` (seconds and microseconds) against this
+    /// process's clock, on the primary of the table's slot; `None` if it
+    /// could not be read (the look tells nothing then).
+    async fn read_clock(&self) -> Option<ClockReading> {
+        let mut connection = self.connection.clone();
+        let sent_ms = clock::now_ms();
+        let answer = connection
+            .on_node_of(&self.item_key(""), &redis::cmd("TIME"))
+            .await
+            .ok()?;
+        let received_ms = clock::now_ms();
+        let (seconds, micros): (u64, u64) = redis::from_redis_value(answer).ok()?;
+        Some(ClockReading {
+            sent_ms,
+            received_ms,
+            server_ms: seconds * 1000 + micros / 1000,
+            resolution_ms: 1,
+        })
     }
 
     /// `WAIT` for `REDIS_WAIT_REPLICAS` replicas to hold this connection's
@@ -292,7 +329,8 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let _timed = self.requests.timer(operation);
         let mut connection = self.connection.clone();
-        tokio::time::timeout(self.timeout, command.query_async(&mut connection))
+        let request = tokio::time::timeout(self.timeout, command.query_async(&mut connection));
+        self.looking_at_the_clock(request)
             .await
             .map_err(|_| self.timed_out(operation))?
             .map_err(|err| redis_error(operation, err))
@@ -321,6 +359,12 @@ impl Store for RedisStore {
 
     fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// From `TIME`, read once a minute beside a script or a read
+    /// (milliseconds, within the round trip).
+    fn clock_skew_ms(&self) -> Option<i64> {
+        self.clock.skew_ms(self.config.clock_offset_ms)
     }
 
     /// `REDIS_TIMEOUT_MS`.

@@ -727,6 +727,14 @@ pub trait Store: Clone + Send + Sync + 'static {
         crate::clock::now_ms().saturating_add_signed(self.config().clock_offset_ms)
     }
 
+    /// How far [`Self::now_ms`] is known to be off the server's clock, from
+    /// the latest look at it on a request sent anyway (positive: ahead; 0
+    /// within what the look can tell); `None` for a store that does not
+    /// look, or before its first look.
+    fn clock_skew_ms(&self) -> Option<i64> {
+        None
+    }
+
     /// The partition key for an idempotency key, within the store's limit:
     /// a longer key is refused, or hashed under [`LongKeyPolicy::Hash`].
     fn pk(&self, key: &str) -> Result<String, StoreError> {
@@ -850,14 +858,37 @@ pub trait Store: Clone + Send + Sync + 'static {
                     Standing::Completed => return Ok(ClaimOutcome::Duplicate(item)),
                     Standing::Failed => return Ok(ClaimOutcome::PreviouslyFailed(item)),
                     Standing::Locked => return Ok(ClaimOutcome::InProgress(item)),
-                    Standing::Abandoned => match self.take_over(&item, request).await? {
-                        Conditional::Written(lease) => return Ok(ClaimOutcome::TakenOver(lease)),
-                        Conditional::Conflict(item) => observed = item,
-                    },
+                    Standing::Abandoned => {
+                        warn_if_skewed(self.clock_skew_ms(), &item);
+                        match self.take_over(&item, request).await? {
+                            Conditional::Written(lease) => {
+                                return Ok(ClaimOutcome::TakenOver(lease));
+                            }
+                            Conditional::Conflict(item) => observed = item,
+                        }
+                    }
                 }
             }
             Err(StoreError::Contention { key: pk.to_owned() })
         }
+    }
+}
+
+/// Before a takeover judged by this container's clock: a clock known to be
+/// off by more than the guarantees assume says so. Ahead, it may take a
+/// live lease (an effect outside the store, the direct path, may then run
+/// twice; the fenced paths refuse the old holder's writes).
+fn warn_if_skewed(skew_ms: Option<i64>, item: &StoredItem) {
+    if let Some(skew_ms) = skew_ms.filter(|skew| skew.abs() > crate::clock::CLOCK_BOUND_MS) {
+        tracing::warn!(
+            skew_ms,
+            bound_ms = crate::clock::CLOCK_BOUND_MS,
+            lock_expires_at_ms = ?item.lock_expires_at_ms,
+            version = item.version,
+            "taking over a lease judged ended by a clock known to be off the store's by more than \
+             the guarantees assume (positive: ahead; the lease may still be held, and an effect \
+             outside the store may run twice); check the host's time sync"
+        );
     }
 }
 

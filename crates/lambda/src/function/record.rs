@@ -38,6 +38,7 @@ where
         let requests = StoreRequests {
             stats: ran.requests.stats(),
             latencies: ran.requests.take_latencies(),
+            clock_skew_ms: self.engine.store().clock_skew_ms(),
         };
         ran.batch_span
             .record("exactly_once.reported", report.reported);
