@@ -86,6 +86,34 @@ class TemplateYaml(unittest.TestCase):
         self.assertIn("dynamodb:UpdateItem", named["HandlerTables"]["Action"])
         self.assertEqual(named["HandlerDestinations"]["Resource"], [bus])
         self.assertIn("events:PutEvents", named["HandlerDestinations"]["Action"])
+        cluster = "arn:aws:kafka:us-east-1:123456789012:cluster/orders/0123-abcd"
+        topics = [f"arn:aws:kafka:us-east-1:123456789012:topic/orders/0123-abcd/{name}"
+                  for name in ("order-events", "order-audit")]
+        named = handler_statements(HandlerKafkaTopicArns=",".join(topics), HandlerKafkaClusterArn=cluster)
+        self.assertEqual(list(named), ["HandlerKafkaTopics"])
+        self.assertEqual(named["HandlerKafkaTopics"]["Resource"], [cluster, *topics])
+        self.assertEqual(named["HandlerKafkaTopics"]["Action"],
+                         ["kafka-cluster:Connect", "kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"])
+        with self.assertRaisesRegex(cfn_eval.CfnError, "HandlerKafkaTopicsNeedTheirCluster"):
+            handler_statements(HandlerKafkaTopicArns=topics[0])
+
+    def test_a_team_without_the_demo_ledger_gets_no_ledger_table_grant_or_announcements(self):
+        def pieces(**parameters):
+            """sam/exactly-once.yaml itself, as a team's template nests it."""
+            sqs = {k: v for k, v in CONFIGURATIONS["sqs-dynamodb"]["sam"].items()
+                   if k in ("EventSource", "SqsQueueArn", "IdempotencyStore")}
+            return cfn_eval.evaluate(ROOT / "sam" / "exactly-once.yaml", {**sqs, **parameters})
+        def sids(template):
+            role = template["Resources"]["FunctionRole"]["Properties"]
+            return {s["Sid"] for s in role["Policies"][0]["PolicyDocument"]["Statement"]}
+        demo, team = pieces(), pieces(DemoLedger="false")
+        self.assertIn("LedgerTable", demo["Resources"])
+        self.assertIn("Ledger", sids(demo))
+        self.assertNotIn("LedgerTable", team["Resources"])
+        self.assertNotIn("Ledger", sids(team))
+        self.assertEqual(team["Outputs"]["LedgerTable"]["Value"], "")
+        with self.assertRaisesRegex(cfn_eval.CfnError, "LedgerEventsAreTheDemoLedgers"):
+            pieces(DemoLedger="false", LedgerEvents="sqs")
 
     def test_rules_refuse_a_missing_queue(self):
         with self.assertRaisesRegex(cfn_eval.CfnError, "SqsNeedsAQueue"):

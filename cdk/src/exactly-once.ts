@@ -18,7 +18,7 @@ import { statements } from './iam';
 import { mappingProps } from './mapping';
 import { OnFailure, RedisProps, Store } from './store';
 import { Source } from './source';
-import { Destination } from './team';
+import { Destination, grantHandlerTable } from './team';
 
 /** Redis caching COMPLETED keys in front of DynamoDB or PostgreSQL (DuplicateCache redis). */
 export interface DuplicateCacheProps extends RedisProps {
@@ -368,7 +368,7 @@ export class ExactlyOnce extends Construct {
       if (name in env) throw new Error(`${name} is a variable the construct sets: name your table or destination's variable otherwise`);
     }
     for (const [name, value] of Object.entries({ ...env, ...own })) fn.addEnvironment(name, value);
-    for (const table of Object.values(props.tables ?? {})) table.grantReadWriteData(fn);
+    for (const table of Object.values(props.tables ?? {})) grantHandlerTable(table, fn);
     for (const to of Object.values(props.destinations ?? {})) to.grantSend(fn);
 
     // The crate's features these variables need (a build without one refuses to start).

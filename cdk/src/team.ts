@@ -1,8 +1,10 @@
 // A team's own resources around its function: the tables its handler writes
 // its effects to and the destinations it emits to, each by the variable the
 // handler reads its name from. The construct grants what each needs, and
-// nothing else.
+// nothing else: the SAM pieces' HandlerTables and HandlerDestinations
+// actions, action for action.
 import { Stack } from 'aws-cdk-lib';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
@@ -10,6 +12,22 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { kafkaArn } from './iam';
+
+/**
+ * What a handler's own table is granted (the SAM pieces' `HandlerTables`):
+ * its reads, and the writes an effect makes, in the completion's
+ * `TransactWriteItems` or on its own; no scan, no stream.
+ */
+export const HANDLER_TABLE_ACTIONS = [
+  'dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query', 'dynamodb:ConditionCheckItem',
+  'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem',
+];
+
+/** Grants `fn` a handler's own `table`: [`HANDLER_TABLE_ACTIONS`], and its KMS key's use if it has one. */
+export function grantHandlerTable(table: dynamodb.ITable, fn: lambda.IFunction): void {
+  table.grant(fn, ...HANDLER_TABLE_ACTIONS);
+  table.encryptionKey?.grantEncryptDecrypt(fn);
+}
 
 /** A topic of an MSK cluster the handler emits to, over IAM authentication. */
 export interface MskTopicDestinationProps {
@@ -31,9 +49,12 @@ export interface MskTopicDestinationProps {
 export class Destination {
   /** An SQS queue (feature `sqs`): sqs:SendMessage, and its key's use if encrypted with KMS. */
   public static queue(queue: sqs.IQueue): Destination {
-    return new Destination('sqs', queue.queueUrl, (fn) => queue.grantSendMessages(fn));
+    return new Destination('sqs', queue.queueUrl, (fn) => {
+      queue.grant(fn, 'sqs:SendMessage');
+      queue.encryptionMasterKey?.grantEncryptDecrypt(fn);
+    });
   }
-  /** An SNS topic (feature `sns`): sns:Publish. */
+  /** An SNS topic (feature `sns`): sns:Publish, and its key's use if encrypted with KMS. */
   public static topic(topic: sns.ITopic): Destination {
     return new Destination('sns', topic.topicArn, (fn) => topic.grantPublish(fn));
   }
@@ -41,9 +62,12 @@ export class Destination {
   public static eventBus(bus: events.IEventBus): Destination {
     return new Destination('eventbridge', bus.eventBusArn, (fn) => bus.grantPutEventsTo(fn));
   }
-  /** A Kinesis data stream (feature `kinesis`): its write actions. */
+  /** A Kinesis data stream (feature `kinesis`): kinesis:PutRecords, and its key's use if encrypted with KMS. */
   public static stream(stream: kinesis.IStream): Destination {
-    return new Destination('kinesis', stream.streamArn, (fn) => stream.grantWrite(fn));
+    return new Destination('kinesis', stream.streamArn, (fn) => {
+      stream.grant(fn, 'kinesis:PutRecords');
+      stream.encryptionKey?.grantEncrypt(fn);
+    });
   }
   /** A topic of an MSK cluster (feature `kafka`): connect, describe the topic, write to it. */
   public static mskTopic(props: MskTopicDestinationProps): Destination {

@@ -210,7 +210,7 @@ async fn a_clock_ahead_beside_one_in_sync(store: Store, mode: &str) {
     }
     let expected = (PAYMENTS / ACCOUNTS) as i64;
     eprintln!(
-        "{case}: the skewed container took over {taken_over} key(s), warned {} time(s); balances {balances:?} (each {expected} once); settled in {:?}",
+        "{case}: the skewed container read ClockSkewMs {skew}, took over {taken_over} key(s), warned {} time(s); balances {balances:?} (each {expected} once); settled in {:?}",
         warnings.len(),
         began.elapsed()
     );
