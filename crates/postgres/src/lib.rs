@@ -358,14 +358,15 @@ fn is_transient(code: &SqlState) -> bool {
         || code == "55P03"
 }
 
-/// A pool that could not give a connection in time: unavailable.
 /// The server's `clock_timestamp()` against this process's clock, in one
 /// simple query (one round trip); `None` if it could not be read (the
-/// look tells nothing then, and the call it rides with goes on).
+/// look tells nothing then, and the call it rides with goes on). Whole
+/// milliseconds, truncated as this process's are (`floor`: a cast would
+/// round up into a millisecond this clock has not reached).
 async fn read_clock(client: &Object) -> Option<ClockReading> {
     let sent_ms = clock::now_ms();
     let answer = client
-        .simple_query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        .simple_query("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
         .await
         .ok()?;
     let received_ms = clock::now_ms();
@@ -381,6 +382,7 @@ async fn read_clock(client: &Object) -> Option<ClockReading> {
     })
 }
 
+/// A pool that could not give a connection in time: unavailable.
 fn pool_error(operation: &'static str, err: PoolError) -> StoreError {
     match err {
         PoolError::Backend(err) => pg_error(operation, err),
