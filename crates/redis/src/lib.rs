@@ -248,13 +248,16 @@ impl RedisStore {
     }
 
     /// `request`, and once a minute the server's `TIME` beside it (on the
-    /// same multiplexed connection: no round trip of its own).
+    /// same multiplexed connection: no round trip of its own), given up
+    /// with the request's own timeout: a server that stops answering holds
+    /// the call no longer than without the look.
     async fn looking_at_the_clock<T>(&self, request: impl Future<Output = T>) -> T {
         if !self.clock.look_due(clock::now_ms()) {
             return request.await;
         }
-        let (reading, answer) = tokio::join!(self.read_clock(), request);
-        if let Some(reading) = reading {
+        let look = tokio::time::timeout(self.timeout, self.read_clock());
+        let (reading, answer) = tokio::join!(look, request);
+        if let Ok(Some(reading)) = reading {
             self.clock.observe(reading);
         }
         answer
