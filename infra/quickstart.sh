@@ -7,7 +7,8 @@
 #      {"batchItemFailures":[]}, each payment added to its balance once;
 #   2. the same DynamoDB-only binary started with the variable of each part
 #      its build leaves out: a start-up error naming the feature;
-#   3. the README's "Run it locally" and "On SQS" blocks, and
+#   3. the README's "Run it locally", "On SQS" and "Test it" (cargo test of
+#      the crate's src/tests.rs) blocks, and
 #      docs/local.md's PostgreSQL and Redis blocks, run as they are (cargo
 #      lambda watch and invoke, the local servers they start) from the
 #      crate's directory, EXACTLY_ONCE naming a copy of the checkout: both
@@ -158,6 +159,22 @@ run_block dynamodb "$root/README.md" "**Run it locally**" 6 6
 grep -qE '^ *acc-1 .*3500' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: show_tables.py does not show acc-1's 3500 on DynamoDB Local" >&2; exit 1; }
 run_block sqs "$root/README.md" "**On SQS**" 5 7
+# The README's test (src/tests.rs, from "**Test it**"): its block runs
+# `cargo test` on DynamoDB Local; the one test passes.
+echo "quickstart: the README's test, as its block runs it" >&2
+test_block="$(python3 - "$root/README.md" <<'PY'
+import pathlib, re, sys
+after = pathlib.Path(sys.argv[1]).read_text().split("**Test it**:", 1)[1]
+print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
+PY
+)"
+if ! output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$test_block" 2>"$work/test.err")" ||
+  ! grep -q '^test result: ok. 1 passed' <<<"$output"; then
+  echo "$output"; tail -n 30 "$work/test.err" >&2
+  echo "quickstart: the README's test did not pass as its block runs it" >&2
+  exit 1
+fi
+grep '^test ' <<<"$output"
 run_block postgres "$root/docs/local.md" "## PostgreSQL" 6 6
 grep -qE '^ *acc-1 *\| *3500$' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: acc-1's balance is not 3500 on PostgreSQL" >&2; exit 1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The README's quick start as a new crate: the ```toml and ```rust blocks
-under "## Your own handler", with `exactly-once` pointed at this checkout by
+under "## Your own handler" (the second ```rust block, under "**Test it**",
+its src/tests.rs), with `exactly-once` pointed at this checkout by
 path, its features kept (infra/quickstart.sh, infra/measure-build.sh). With
 TOML_DOC, the ```toml block under that page's "## The crate" instead
 (infra/cdk-team-check.sh: docs/deploy-cdk.md's).
@@ -17,6 +18,10 @@ def block(lang, section=section, heading="Your own handler"):
         sys.exit(f"quickstart: no ```{lang} block under '{heading}'")
     return found.group(1)
 toml, rust = block("toml"), block("rust")
+# Its test (`mod tests;` at the end of main.rs): the ```rust block of "**Test it**".
+if "**Test it**:" not in section:
+    sys.exit("quickstart: no '**Test it**:' under 'Your own handler'")
+tests = block("rust", section.split("**Test it**:", 1)[1], "**Test it**:")
 if len(sys.argv) > 4:
     page = pathlib.Path(sys.argv[4]).read_text().split("\n## The crate\n", 1)
     if len(page) < 2:
@@ -32,3 +37,4 @@ toml = toml.replace(line.group(0), f'exactly-once = {{ path = "{root}"'
 (crate / "Cargo.toml").write_text(
     '[package]\nname = "payments"\nversion = "0.1.0"\nedition = "2024"\n\n' + toml)
 (crate / "src" / "main.rs").write_text(rust)
+(crate / "src" / "tests.rs").write_text(tests)

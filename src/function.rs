@@ -1,8 +1,9 @@
 //! The function [`run`](crate::run) serves, assembled from the variables
 //! that configure it: its store, its handler, the senders of what it emits,
-//! its dead-letter queue, the shared cache. [`Function::from_vars`] hands it
-//! to a test instead of the Lambda runtime, so that a test delivers events
-//! to exactly what Lambda would run.
+//! its dead-letter queue, the shared cache. [`Function::from_vars`] (and
+//! [`Function::from_vars_with`], for `run_with`'s handlers) hands it to a
+//! test instead of the Lambda runtime, so that a test delivers events to
+//! exactly what Lambda would run.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -67,8 +68,50 @@ impl Function {
         handler: H,
         vars: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, StartError> {
+        Self::from_vars_with(vars, async |_: &Backend| Ok::<_, BoxError>(handler)).await
+    }
+
+    /// The function [`run_with`](crate::run_with) would serve with `build`:
+    /// [`Function::from_vars`] for a handler built once the store is
+    /// connected (its tables reached through the [`Backend`]'s client or
+    /// pool). An error of `build` is the start-up error `run_with` stops
+    /// with ([`StartError::Handler`]).
+    ///
+    /// ```no_run
+    /// # use exactly_once::prelude::*;
+    /// # use exactly_once::Backend;
+    /// # struct Ledger { table: String }
+    /// # impl Ledger {
+    /// #     async fn connect(_: &Backend, table: String) -> Result<Self, String> { Ok(Self { table }) }
+    /// # }
+    /// # impl<E: Send + Sync + 'static> RecordHandler<E> for Ledger {
+    /// #     type Record = Record;
+    /// #     fn commit_path(&self) -> CommitPath { CommitPath::Locking }
+    /// #     async fn handle(&self, _: &FencingToken, _: &Record) -> Result<Completion<E>, HandlerError> {
+    /// #         Ok(Completion::done("paid"))
+    /// #     }
+    /// # }
+    /// # async fn test() -> Result<(), StartError> {
+    /// // main: exactly_once::run_with(async |backend| Ledger::connect(backend, table).await)
+    /// let function = exactly_once::Function::from_vars_with(
+    ///     |name| (name == "IDEMPOTENCY_TABLE").then(|| "idempotency".to_owned()),
+    ///     async |backend| Ledger::connect(backend, "ledger".into()).await,
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn from_vars_with<F, H, E>(
+        vars: impl Fn(&str) -> Option<String>,
+        build: F,
+    ) -> Result<Self, StartError>
+    where
+        F: AsyncFnOnce(&Backend) -> Result<H, E>,
+        H: Serve,
+        E: Into<BoxError>,
+    {
         crate::features::check(&vars)?;
-        Self::assemble(vars, async |_: &Backend| Ok::<_, BoxError>(handler)).await
+        Self::assemble(vars, build).await
     }
 
     /// Delivers `event` as Lambda does, with a default context (no

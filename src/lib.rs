@@ -69,6 +69,9 @@
 //!     let table = required_var("LEDGER_TABLE")?;
 //!     exactly_once::run(Ledger { table }).await
 //! }
+//!
+//! #[cfg(test)]
+//! mod tests;
 //! ```
 //!
 //! [`run`] reads the function's environment (`IDEMPOTENCY_TABLE`,

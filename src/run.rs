@@ -66,7 +66,8 @@ pub async fn run<H: Serve>(handler: H) -> Result<(), StartError> {
 /// [`run`], with the handler built once the store is connected: `build`
 /// gets the [`Backend`] (its client, its pool), for a handler that writes
 /// tables of its own beside the idempotency table (the demo ledger's
-/// direct mode). An error of `build` stops the function at start.
+/// direct mode). An error of `build` stops the function at start. A test
+/// builds the same function with [`Function::from_vars_with`].
 ///
 /// A start-up error is also posted to the Lambda Runtime API
 /// (`/runtime/init/error`): Lambda reports it as the invocation's error, and

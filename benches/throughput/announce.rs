@@ -464,5 +464,20 @@ pub fn table(rows: &[AnnounceRow], to: Out, powertools: Option<(f64, f64, f64, f
             to.powertools_csv()
         )),
     }
+    // MSK in, MSK out (issue 54): the lock-free path at least 20x
+    // Powertools' p50, measured in the same run.
+    let lock_free = rows
+        .iter()
+        .find(|row| row.out == to && row.mode.path() == "lock-free");
+    if let (Out::Kafka, Some(row), Some((p50, ..))) = (to, lock_free, powertools) {
+        let speedup = p50 / row.p50();
+        let verdict = if speedup >= 20.0 { "MET" } else { "MISSED" };
+        out.push_str(&format!(
+            "\n[{verdict:6}] lock-free at least 20x Powertools + produce + flush: {speedup:.1}x \
+             ({:.3} DynamoDB + {:.3} Kafka produce requests / record against 3 + 1)\n",
+            row.dynamodb_per_record(),
+            row.sqs_per_record(),
+        ));
+    }
     out
 }

@@ -20,7 +20,10 @@ use exactly_once::store::{Status, Store as _};
 use lambda_runtime::{Context, Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 use support::figures::figure;
-use support::msk::{account, balance, commit_path, ledger_function_with, ledger_mode, settings};
+use support::msk::{
+    account, balance, commit_path, ledger_function_counted, ledger_function_with, ledger_mode,
+    settings,
+};
 use support::sources::{Payment, activemq_event, hold, rabbitmq_event, rabbitmq_message};
 
 fn keys(source: &str, missing: MissingKeyPolicy) -> KeySpec {
@@ -40,21 +43,7 @@ async fn function(
         poison,
         ..EngineConfig::default()
     };
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let seen = requests.clone();
-    let function = ledger_function_with(
-        ledger_mode(),
-        settings(keys("header", MissingKeyPolicy::Reject)),
-        engine,
-    )
-    .await
-    .with_metrics_writer(move |line: &str| {
-        let document: Value = serde_json::from_str(line).expect("an EMF document");
-        if let Some(count) = document["StoreRequests"].as_f64() {
-            seen.lock().expect("requests").push(count as u64);
-        }
-    });
-    (function, requests)
+    ledger_function_counted(settings(keys("header", MissingKeyPolicy::Reject)), engine).await
 }
 
 async fn invoke<H, S>(function: &BatchFunction<H, S>, event: &Value) -> Invocation

@@ -28,6 +28,23 @@ fn keys(source: &str) -> KeySpec {
     KeySpec::parse(source, "idempotency-key".into(), MissingKeyPolicy::Reject).expect("keys")
 }
 
+/// The demo function in key order, keyed on `payment_id`, with each
+/// invocation's store requests.
+async fn key_ordered() -> (
+    exactly_once::lambda::BatchFunction<
+        ledger::LedgerHandler,
+        exactly_once::dynamodb::DynamoDbStore,
+    >,
+    std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+) {
+    let settings = FunctionSettings {
+        ordering: exactly_once::lambda::OrderingMode::Key,
+        ..FunctionSettings::new(keys("json:/payment_id"))
+    };
+    support::msk::ledger_function_counted(settings, exactly_once::engine::EngineConfig::default())
+        .await
+}
+
 #[tokio::test]
 async fn a_standard_queue_reports_a_failed_message_alone() {
     let function = ledger_function(header_keys()).await;
@@ -101,16 +118,7 @@ async fn a_kinesis_shard_stops_at_a_failed_record_and_reports_it_and_every_later
 
 #[tokio::test]
 async fn in_key_order_a_kinesis_shard_stops_only_the_failed_records_partition_key() {
-    let settings = FunctionSettings {
-        ordering: exactly_once::lambda::OrderingMode::Key,
-        ..FunctionSettings::new(keys("json:/payment_id"))
-    };
-    let function = support::msk::ledger_function_with(
-        support::msk::ledger_mode(),
-        settings,
-        exactly_once::engine::EngineConfig::default(),
-    )
-    .await;
+    let (function, _) = key_ordered().await;
     let (a, b) = (account(), account());
     let payments = vec![
         Payment::new(&format!("kk-{a}-1"), &a, 100),
@@ -122,6 +130,84 @@ async fn in_key_order_a_kinesis_shard_stops_only_the_failed_records_partition_ke
     let response = invoke(&function, &event).await;
     assert_eq!(reported(&response), [sequence(0), sequence(1)]);
     assert_eq!((balance(&a).await, balance(&b).await), (0, 300));
+}
+
+#[tokio::test]
+async fn a_kinesis_retry_from_the_lowest_reported_record_costs_no_request_for_the_records_it_finished()
+ {
+    let (function, requests) = key_ordered().await;
+    let (a, b) = (account(), account());
+    let payments = vec![
+        Payment::new(&format!("kr-{a}-1"), &a, 100),
+        Payment::new(&format!("kr-{b}-1"), &b, 300),
+        Payment::new(&format!("kr-{b}-2"), &b, 400),
+    ];
+    let event = kinesis_event("shardId-000000000000", 0, &payments);
+    let held = hold(&function, &payments[0].key, &event, 0).await;
+    let first = function
+        .invoke(LambdaEvent::new(event.clone(), Context::default()))
+        .await
+        .expect("a Kinesis event");
+    let outcomes = |invocation: &exactly_once::lambda::Invocation| -> Vec<&'static str> {
+        invocation
+            .records
+            .iter()
+            .map(|record| record.outcome)
+            .collect()
+    };
+    assert_eq!(outcomes(&first), ["in-progress", "processed", "processed"]);
+    // Lambda checkpoints the shard before the lowest reported record and
+    // delivers it again from there: the two finished records come back too.
+    function
+        .engine()
+        .store()
+        .release(&held)
+        .await
+        .expect("release");
+    let retry = function
+        .invoke(LambdaEvent::new(event.clone(), Context::default()))
+        .await
+        .expect("a Kinesis event");
+    // The released lease is taken over; the finished records are duplicates.
+    assert_eq!(outcomes(&retry), ["taken-over", "duplicate", "duplicate"]);
+    assert_eq!((balance(&a).await, balance(&b).await), (100, 700));
+    let spent = requests.lock().expect("requests").last().copied();
+    // The same held record alone in a shard, retried: what its requests
+    // cost without finished records beside it.
+    let c = account();
+    let alone = [Payment::new(&format!("kr-{c}-1"), &c, 100)];
+    let event = kinesis_event("shardId-000000000001", 0, &alone);
+    let held = hold(&function, &alone[0].key, &event, 0).await;
+    for release in [true, false] {
+        let _ = function
+            .invoke(LambdaEvent::new(event.clone(), Context::default()))
+            .await
+            .expect("a Kinesis event");
+        if release {
+            function
+                .engine()
+                .store()
+                .release(&held)
+                .await
+                .expect("release");
+        }
+    }
+    assert_eq!(balance(&c).await, 100);
+    let spent_alone = requests.lock().expect("requests").last().copied();
+    // The finished records that came again add no request (the warm
+    // container's cache answers them; without it, the read the retry makes
+    // of its keys anyway would), and the retry costs what its one
+    // unfinished record costs (the figure docs/sources.md states).
+    assert_eq!(spent, spent_alone, "the finished records cost requests");
+    let measured = match support::msk::commit_path() {
+        exactly_once::engine::CommitPath::LockFree => "shard_retry_requests_lock_free",
+        exactly_once::engine::CommitPath::Locking => "shard_retry_requests_locking",
+    };
+    assert_eq!(
+        spent.map(|n| n.to_string()),
+        Some(support::figures::figure(measured)),
+        "{measured}"
+    );
 }
 
 #[tokio::test]

@@ -540,3 +540,65 @@ async fn a_retryable_failure_releases_the_key_and_the_redelivery_takes_it_over()
         ]
     );
 }
+
+#[tokio::test]
+async fn a_ledger_built_once_the_store_is_connected_runs_as_run_with_serves_it_on_every_store() {
+    use support::shipped::{Store, balance, env};
+    use support::sources::{Payment, sqs_event};
+    for store in [Store::DynamoDb, Store::Postgres, Store::Redis] {
+        // Direct mode: the ledger writes each balance itself, through the
+        // client or pool `run_with` hands its build.
+        let mut vars = env(store, "direct", Duration::from_secs(30), None).await;
+        vars.push(("EVENT_SOURCES", "sqs".to_owned()));
+        let lookup = support::lookup(&vars);
+        let function = exactly_once::Function::from_vars_with(lookup, async |backend| {
+            let settings =
+                ledger::LedgerSettings::from_lookup(lookup).map_err(|err| err.to_string())?;
+            ledger::LedgerHandler::connect(backend, settings).await
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{store:?}: the function starts: {err}"));
+        let a = account();
+        let payments = [
+            Payment::new(&format!("{a}-1"), &a, 100),
+            Payment::new(&format!("{a}-2"), &a, 250),
+        ];
+        let event = sqs_event("payments", &payments);
+        for delivery in 1..=2 {
+            let answer = function.invoke(event.clone()).await.expect("an SQS batch");
+            assert_eq!(
+                answer,
+                json!({"batchItemFailures": []}),
+                "{store:?}, delivery {delivery}"
+            );
+        }
+        assert_eq!(balance(store, &a).await, 350, "{store:?}: applied once");
+    }
+}
+
+#[tokio::test]
+async fn a_handler_whose_build_fails_stops_the_function_with_its_reason() {
+    let mut vars = support::shipped::env(
+        support::shipped::Store::Postgres,
+        "direct",
+        Duration::from_secs(30),
+        None,
+    )
+    .await;
+    vars.retain(|(name, _)| *name != "LEDGER_TABLE");
+    vars.push(("LEDGER_TABLE", "no_such_ledger".to_owned()));
+    let lookup = support::lookup(&vars);
+    let built = exactly_once::Function::from_vars_with(lookup, async |backend| {
+        let settings =
+            ledger::LedgerSettings::from_lookup(lookup).map_err(|err| err.to_string())?;
+        ledger::LedgerHandler::connect(backend, settings).await
+    })
+    .await;
+    match built {
+        Err(err @ exactly_once::StartError::Handler(_)) => {
+            assert!(err.to_string().contains("no_such_ledger"), "{err}");
+        }
+        Err(other) => panic!("expected the handler's start-up error, got {other}"),
+        Ok(_) => panic!("a ledger table that does not exist started"),
+    }
+}

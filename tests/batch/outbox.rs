@@ -1005,11 +1005,7 @@ async fn a_function_built_as_run_builds_it_sends_what_its_handler_emits_and_park
         Announce {
             queue: announcements.clone(),
         },
-        |name| {
-            vars.iter()
-                .find(|(var, _)| *var == name)
-                .map(|(_, value)| value.clone())
-        },
+        support::lookup(&vars),
     )
     .await
     .expect("the function starts");

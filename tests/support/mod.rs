@@ -127,6 +127,16 @@ pub fn env(name: &str) -> String {
     })
 }
 
+/// A function's variables as `Function::from_vars` reads them: `vars`'
+/// value of a name, `None` for one it does not set.
+pub fn lookup<'a>(vars: &'a [(&str, String)]) -> impl Fn(&str) -> Option<String> + Copy + 'a {
+    move |name| {
+        vars.iter()
+            .find(|(var, _)| *var == name)
+            .map(|(_, value)| value.clone())
+    }
+}
+
 pub async fn client() -> Client {
     env("AWS_ENDPOINT_URL_DYNAMODB");
     exactly_once::aws::dynamodb_client().await
@@ -418,6 +428,28 @@ pub mod msk {
         );
         let ledger = LedgerHandler::new(client, super::env("LEDGER_TABLE"), mode);
         BatchFunction::new(Engine::new(store, ledger, engine), settings).without_metrics()
+    }
+
+    /// The demo function under `settings` and `engine`, with each
+    /// invocation's `StoreRequests` (read from its EMF document) in order.
+    pub async fn ledger_function_counted(
+        settings: FunctionSettings,
+        engine: EngineConfig,
+    ) -> (
+        BatchFunction<LedgerHandler, DynamoDbStore>,
+        std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    ) {
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let function = ledger_function_with(ledger_mode(), settings, engine)
+            .await
+            .with_metrics_writer(move |line: &str| {
+                let document: Value = serde_json::from_str(line).expect("an EMF document");
+                if let Some(count) = document["StoreRequests"].as_f64() {
+                    seen.lock().expect("requests").push(count as u64);
+                }
+            });
+        (function, requests)
     }
 
     /// A record of `payments-0` at offset 0 holding `value`, no key, no
