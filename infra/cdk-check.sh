@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the CDK construct library (cdk/) offline: `npm ci`, the TypeScript
 # compile, the assertion tests, then a synth of cdk/example for every
-# source x store (32 stacks in one process, example/synth-all.ts; the CDK
+# source x store and a team's configuration (33 stacks in one process,
+# example/synth-all.ts; the CDK
 # CLI's synth of one of them is the same template; without building the
 # Rust code), each template
 # written to $1 (default: a temporary directory) as <source>-<store>.json and
@@ -35,7 +36,7 @@ step "assertion tests"
 node --import tsx --test --test-reporter=dot test/*.test.ts
 
 step "cdk synth of every source x store into $out (example/synth-all.ts)"
-# One process for the 32 stacks (each through the CLI was mostly node
+# One process for the 33 stacks (each through the CLI was mostly node
 # starting up: 145 s two at a time), with the context the CLI gives an app
 # and no bundling (no cargo build at synth, see cdk/README.md).
 node --import tsx example/synth-all.ts "$out"

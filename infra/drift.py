@@ -6,7 +6,7 @@ synthesized by infra/cdk-check.sh) must deploy the same thing.
     infra/cdk-check.sh /tmp/cdk-out          # <source>-<store>.json per configuration
     infra/drift.py /tmp/cdk-out [--only sqs-postgres ...] [--verbose]
 
-For each configuration of cdk/example/configurations.json ({"<source>-<store>":
+For each configuration of cdk/example/configurations.json ({"<source>-<store>[-team]":
 {"sam": {parameter: value}, ...}}: the SAM parameters that mean what the CDK
 example builds for `-c source=... -c store=...`), template.yaml is evaluated
 with its "sam" parameters and compared with <dir>/<source>-<store>.json on:
@@ -21,7 +21,13 @@ with its "sam" parameters and compared with <dir>/<source>-<store>.json on:
       Statistic or ExtendedStatistic), and each alarm metric's Period,
       EvaluationPeriods and DatapointsToAlarm;
   (e) the function's environment: the variable names, and the values that
-      are literal (a value from a resource is compared by its type).
+      are literal (a value from a resource is compared by its type); a
+      configuration's "handler_variables" (a team's own tables and
+      destinations, <source>-<store>-team) must be the construct's and not
+      template.yaml's, whose function is the demo's.
+Actions on a literal ARN are compared as IAM applies them: those of the
+ARN's own service (SAM's HandlerDestinations grants every kind's sending
+action on every destination; only each one's own applies).
 Symbolic values (Ref, GetAtt, Join, Sub of resources) are written as
 {Type Name} or {Type Name.Attr}, Name the logical id as logical() cuts it.
 Prints a report per configuration; exits 1 on any difference, 2 on usage.
@@ -69,6 +75,7 @@ KINDS = [
     (r"^arn:aws:kafka:[^:]*:\d*:topic/|^kafka://", "kafka topic"),
     (r"^arn:aws:kafka:[^:]*:\d*:group/", "kafka group"),
     (r"^arn:aws:kinesis:", "stream"),
+    (r"^arn:aws:events:[^:]*:\d*:event-bus/", "event bus"),
     (r"^arn:aws:mq:", "broker"),
     (r"^arn:aws:ec2:", "ec2"),
     (r"^arn:aws:rds-db:", "database user"),
@@ -131,6 +138,21 @@ def _describe(value, resources):
     return "{" + json.dumps(value, sort_keys=True) + "}"
 
 
+# The action prefixes IAM applies to a service's ARNs (MSK's data plane
+# is kafka-cluster: on kafka ARNs).
+ACTION_PREFIXES = {"kafka": ("kafka", "kafka-cluster")}
+
+
+def effective(actions, resource_string):
+    """The actions IAM can allow on a literal ARN: those of its own service
+    (sqs:SendMessage on an SNS topic's ARN allows nothing). Others as they are."""
+    service = re.match(r"^arn:aws[a-z-]*:([a-z0-9-]+):", resource_string)
+    if not service:
+        return set(actions)
+    prefixes = ACTION_PREFIXES.get(service.group(1), (service.group(1),))
+    return {a for a in actions if a == "*" or a.split(":", 1)[0] in prefixes}
+
+
 def kind(resource_string):
     """"table {AWS::DynamoDB::Table IdempotencyTable.Arn}", "secret arn:...", "*"."""
     for pattern, name in KINDS:
@@ -181,9 +203,10 @@ def facts(template):
         targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         condition = sorted(f"{op} {key}" for op, keys in statement.get("Condition", {}).items() for key in keys)
         for target in targets:
-            key = kind(describe(target, resources)) + (f" if {', '.join(condition)}" if condition else "")
+            text = describe(target, resources)
+            key = kind(text) + (f" if {', '.join(condition)}" if condition else "")
             key = key if statement.get("Effect", "Allow") == "Allow" else "DENY " + key
-            out["actions"].setdefault(key, set()).update(actions)
+            out["actions"].setdefault(key, set()).update(effective(actions, text))
     for r in (r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"):
         stats = [q["MetricStat"] for q in r.get("Metrics", []) if "MetricStat" in q]
         expressions = [q["Expression"] for q in r.get("Metrics", []) if "Expression" in q]
@@ -204,9 +227,17 @@ def facts(template):
     return out
 
 
-def compare(sam, cdk):
-    """The differences, as lines."""
+def compare(sam, cdk, handler_variables=()):
+    """The differences, as lines. `handler_variables`: a team's own variables
+    (its tables and destinations), which the construct sets on the function
+    and which template.yaml's function, the demo's, does not read."""
     diffs = []
+    for k in handler_variables:
+        if k not in cdk["env"]:
+            diffs.append(f"(e) the handler's variable {k} is not set by the construct")
+        if k in sam["env"]:
+            diffs.append(f"(e) the handler's variable {k} is set by template.yaml")
+    cdk = {**cdk, "env": {k: v for k, v in cdk["env"].items() if k not in handler_variables}}
     for t in sorted(set(sam["types"]) | set(cdk["types"])):
         if sam["types"][t] != cdk["types"][t]:
             diffs.append(f"(a) {t}: SAM {sam['types'][t]}, CDK {cdk['types'][t]}")
@@ -256,7 +287,8 @@ def main():
         path = args.cdk_dir / f"{name}.json"
         try:
             sam = facts(cfn_eval.evaluate(args.template, configuration["sam"]))
-            diffs = compare(sam, facts(json.loads(path.read_text()))) if path.exists() else [f"no {path}"]
+            cdk = facts(json.loads(path.read_text())) if path.exists() else None
+            diffs = compare(sam, cdk, configuration.get("handler_variables", ())) if cdk else [f"no {path}"]
         except cfn_eval.CfnError as e:
             diffs = [f"SAM template does not evaluate: {e}"]
         failed += bool(diffs)

@@ -1,11 +1,17 @@
 // The example's stack: the shipped msk-handler as a RustFunction, ExactlyOnce
-// around it, for one source and one store of the tables below. app.ts makes
+// around it, for one source and one store of the tables below (and, for the
+// drift check, a team's own table and destinations beside them: TEAM). app.ts makes
 // one from the context (cdk synth -c source=sqs -c store=postgres);
 // synth-all.ts makes every one (infra/cdk-check.sh).
 import * as path from 'node:path';
 import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Table } from 'aws-cdk-lib/aws-dynamodb';
+import { EventBus } from 'aws-cdk-lib/aws-events';
+import { Stream } from 'aws-cdk-lib/aws-kinesis';
+import { Topic } from 'aws-cdk-lib/aws-sns';
+import { Queue } from 'aws-cdk-lib/aws-sqs';
 import { RustFunction } from 'cargo-lambda-cdk';
-import { ExactlyOnce, KafkaAuth, Source, Store } from '../src';
+import { Destination, ExactlyOnce, ExactlyOnceProps, KafkaAuth, Source, Store } from '../src';
 
 const acct = 'us-east-1:123456789012', secret = (name: string) => `arn:aws:secretsmanager:${acct}:secret:${name}-AbCdEf`;
 const kafka = { topic: 'payments', consumerGroupId: 'payments-consumer' };
@@ -29,9 +35,31 @@ const stores: Record<string, () => Store> = {
 /** Every source and store the example takes, by name. */
 export const SOURCES = Object.keys(sources);
 export const STORES = Object.keys(stores);
+/**
+ * The source-store pairs synthesized with a team's own resources too
+ * (`<source>-<store>-team`: the same ARNs as configurations.json's
+ * HandlerTableArns, HandlerDestinationArns and HandlerKafka*).
+ */
+export const TEAM = [['sqs', 'dynamodb']];
 
-/** The example's stack in `app`, for `source` and `store` (names of the tables above). */
-export function exampleStack(app: App, source: string, store: string): Stack {
+/** A handler's own table and one destination of each kind, by the variable it reads. */
+function teamResources(stack: Stack): Pick<ExactlyOnceProps, 'tables' | 'destinations'> {
+  const arn = (service: string, rest: string) => `arn:aws:${service}:${acct}:${rest}`;
+  return {
+    tables: { AUDIT_TABLE: Table.fromTableArn(stack, 'Audit', arn('dynamodb', 'table/audit')) },
+    destinations: {
+      ANNOUNCE_QUEUE_URL: Destination.queue(Queue.fromQueueArn(stack, 'Announced', arn('sqs', 'announced'))),
+      ANNOUNCE_TOPIC_ARN: Destination.topic(Topic.fromTopicArn(stack, 'AnnouncedTopic', arn('sns', 'announced'))),
+      ANNOUNCE_BUS_ARN: Destination.eventBus(EventBus.fromEventBusArn(stack, 'Bus', arn('events', 'event-bus/orders'))),
+      ANNOUNCE_STREAM_ARN: Destination.stream(Stream.fromStreamArn(stack, 'AnnouncedStream', arn('kinesis', 'stream/announced'))),
+      ANNOUNCE_KAFKA: Destination.mskTopic({ clusterArn: arn('kafka', 'cluster/orders/0123-abcd'), topic: 'announced',
+        bootstrapServers: ['b-1.orders.example.com:9098'] }),
+    },
+  };
+}
+
+/** The example's stack in `app`, for `source` and `store` (names of the tables above), with a team's own resources if `team`. */
+export function exampleStack(app: App, source: string, store: string, team = false): Stack {
   if (!sources[source] || !stores[store]) throw new Error(`unknown source ${source} or store ${store}`);
   const stack = new Stack(app, 'ExactlyOnceExample');
   const fn = new RustFunction(stack, 'Function', { manifestPath: path.join(__dirname, '..', '..'), binaryName: 'msk-handler',
@@ -39,6 +67,7 @@ export function exampleStack(app: App, source: string, store: string): Stack {
   new ExactlyOnce(stack, 'ExactlyOnce', {
     function: fn, source: sources[source](), store: stores[store](), // Streams have no headers:
     keySource: ['kinesis', 'dynamodb-streams'].includes(source) ? 'json:/payment_id' : 'header',
+    ...(team ? teamResources(stack) : {}),
   });
   return stack;
 }
