@@ -18,8 +18,12 @@
 #      ActiveMQ, Kafka): the crate served by infra/poller.py on a broker of
 #      its own, each payment produced twice, the poller drained with
 #      nothing reported, the balance of the table made from one line read
-#      by its key; and the copy of the checkout unchanged (a read-only
-#      checkout works).
+#      by its key;
+#   5. docs/local.md's "Your own messages": a crate of its own (orders/,
+#      its toml and rust blocks) emitting to an SNS topic and an
+#      EventBridge bus on moto, its block run as it is: each payment
+#      announced once to each, read back with infra/local_destinations.py;
+#   and the copy of the checkout unchanged (a read-only checkout works).
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
 set -euo pipefail
@@ -114,10 +118,11 @@ check_off TRACING_EXPORT otlp opentelemetry
 checkout="$work/msk-exactly-once"
 python3 "$root/infra/copy_checkout.py" "$root" "$checkout"
 touch "$work/copied"
-watches() { # the crate's cargo lambda watch processes
-  local pid
+watches() { # the crates' cargo lambda watch processes (payments/, orders/)
+  local pid cwd
   for pid in $(pgrep -f "cargo-lambda lambda watch"); do
-    [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$work/payments" ]] && echo "$pid"
+    cwd="$(readlink "/proc/$pid/cwd" 2>/dev/null)" || continue
+    [[ "$cwd" == "$work/payments" || "$cwd" == "$work/orders" ]] && echo "$pid"
   done
   return 0
 }
@@ -229,6 +234,49 @@ PY
 run_broker_block rabbitmq "BROKER=rabbitmq SOURCE=rabbitmq EVENT=rabbitmq.json" acc-rmq-1 3500 5 7
 run_broker_block activemq "BROKER=activemq SOURCE=activemq EVENT=activemq.json" acc-amq-1 3500 5 7
 run_broker_block kafka "BROKER=kafka SOURCE=msk EVENT=two-partitions.json" acc-1 3500 6 6
+
+# docs/local.md's "Your own messages": its crate (orders/, beside the
+# quick start's, features sns and eventbridge) and its block, from that
+# crate's directory: both deliveries answered, and the topic and the bus
+# each got one message per payment of events/sqs.json, under distinct ids.
+heading="Your own messages: SNS and EventBridge on moto"
+python3 "$root/infra/quickstart_crate.py" --section "$heading" "$root/docs/local.md" "$work/orders" "$root" orders
+cp "$root/Cargo.lock" "$work/orders/"
+echo "quickstart: orders, as docs/local.md shows it" >&2
+block="$(python3 - "$root/docs/local.md" "$heading" <<'PY'
+import pathlib, re, sys
+after = pathlib.Path(sys.argv[1]).read_text().split(f"## {sys.argv[2]}\n", 1)[1]
+print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
+PY
+)"
+status=0
+output="$(cd "$work/orders" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/orders.err")" || status=$?
+stop_watches
+echo "$output"
+if [[ $status != 0 ]] || ! "$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$output" "$root/events/sqs.json" <<'PY'
+import json, sys
+output, event = sys.argv[1], json.load(open(sys.argv[2]))
+lines = output.splitlines()
+answers = [line for line in lines if line == '{"batchItemFailures":[]}']
+read = [json.loads(line) for line in lines if line.startswith('{"id"')]
+payments = {json.loads(r["body"])["payment_id"] for r in event["Records"]}
+topic = [m for m in read if isinstance(m["body"], str)]
+bus = [m for m in read if isinstance(m["body"], dict)]
+ok = (len(answers) == 2
+      and sorted(json.loads(m["body"])["payment_id"] for m in topic) == sorted(payments)
+      and sorted(m["body"]["detail"]["payment_id"] for m in bus) == sorted(payments)
+      and all(m["body"]["detail-type"] == "OrderReceived" for m in bus)
+      and all(m["id"] for m in read) and len({m["id"] for m in read}) == len(read))
+if not ok:
+    print(f"quickstart: {len(answers)} answers, topic {topic}, bus {bus}; expected one message per payment "
+          f"of {sorted(payments)} on each, under distinct ids", file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+then
+  tail -n 30 "$work/orders.err" "$work/watch.log" >&2 || true
+  echo "quickstart: orders did not announce each payment once to the topic and the bus" >&2
+  exit 1
+fi
 changed="$(find "$checkout" -newer "$work/copied")"
 [[ -z "$changed" ]] ||
   { echo "quickstart: the blocks wrote into the checkout: $changed" >&2; exit 1; }
