@@ -22,7 +22,8 @@ def section_of(page, heading):
 
 
 def block(lang, section, heading):
-    found = re.search(r"^```" + lang + r"\n(.*?)^```$", section, re.S | re.M)
+    # ```rust,no_run too (a page compiled as a doctest).
+    found = re.search(r"^```" + lang + r"(?:,[a-z_]+)*\n(.*?)^```$", section, re.S | re.M)
     if not found:
         sys.exit(f"quickstart: no ```{lang} block under '{heading}'")
     return found.group(1)

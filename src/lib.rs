@@ -248,4 +248,8 @@ pub mod manual {
     /// docs/outbox.md
     #[doc = include_str!("../docs/outbox.md")]
     pub struct Outbox;
+
+    /// docs/local.md
+    #[doc = include_str!("../docs/local.md")]
+    pub struct Local;
 }
