@@ -4,8 +4,10 @@
 //! record named as its source names it), the balances, the order each
 //! source redelivers in (a failed record reports itself alone on a standard
 //! queue, the rest of its message group on a FIFO queue, the rest of its
-//! shard on Kinesis and DynamoDB Streams), poison records parked, keys from
-//! each source's own fields, and events a function does not serve refused.
+//! shard on Kinesis and DynamoDB Streams), what a shard's retry from its
+//! lowest reported record costs (nothing for the records finished after
+//! it), poison records parked, keys from each source's own fields, and
+//! events a function does not serve refused.
 //! A record "fails" here because another worker holds its key under a live
 //! lease: the function reports it in progress, as it would in production.
 
