@@ -132,24 +132,31 @@ stop_watches() {
   # shellcheck disable=SC2086 # one pid a word
   [[ -z $pids ]] || kill $pids 2>/dev/null || true
 }
-run_block() { # name file heading processed duplicate: runs the first ```sh block after heading
-  local name="$1" block output status=0
-  block="$(python3 - "$2" "$3" <<'PY'
+sh_block() { # file marker: the first ```sh block after marker
+  python3 - "$1" "$2" <<'PY'
 import pathlib, re, sys
-text = pathlib.Path(sys.argv[1]).read_text()
-after = text.split(sys.argv[2], 1)[1]
+after = pathlib.Path(sys.argv[1]).read_text().split(sys.argv[2], 1)[1]
 print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
 PY
-)"
-  echo "quickstart: $name, as $2 shows it" >&2
+}
+in_crate() { # crate name block: runs block as a reader does, from $work/crate:
+  # its output in OUTPUT, its exit status in STATUS, its stderr in $work/name.err
+  STATUS=0
   # A watch that never listens must not hold CI: 15 minutes (the first
   # invoke builds the crate), then the block fails with its log.
-  output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/$name.err")" || status=$?
+  OUTPUT="$(cd "$work/$1" && timeout 900 bash -euo pipefail -c "$3" 2>"$work/$2.err")" || STATUS=$?
   # A block that failed midway leaves its watch running: stop it (the
   # crate's, not a test's beside this script), and let it leave port 9000
   # to the next block's.
   stop_watches
   for _ in $(seq 50); do [[ -z "$(watches)" ]] && break; sleep 0.2; done
+}
+run_block() { # name file heading processed duplicate: runs the first ```sh block after heading
+  local name="$1" block output status
+  block="$(sh_block "$2" "$3")"
+  echo "quickstart: $name, as $2 shows it" >&2
+  in_crate payments "$name" "$block"
+  output="$OUTPUT" status="$STATUS"
   echo "$output"
   if [[ $status != 0 ]] || [[ "$(grep -c '^{"batchItemFailures":\[\]}$' <<<"$output")" != 2 ]] ||
     ! grep -qE "^ *$4 outcome=\"processed\"\$" <<<"$output" ||
@@ -167,19 +174,14 @@ run_block sqs "$root/README.md" "**On SQS**" 5 7
 # The README's test (src/tests.rs, from "**Test it**"): its block runs
 # `cargo test` on DynamoDB Local; the one test passes.
 echo "quickstart: the README's test, as its block runs it" >&2
-test_block="$(python3 - "$root/README.md" <<'PY'
-import pathlib, re, sys
-after = pathlib.Path(sys.argv[1]).read_text().split("**Test it**:", 1)[1]
-print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
-PY
-)"
-if ! output="$(cd "$work/payments" && timeout 900 bash -euo pipefail -c "$test_block" 2>"$work/test.err")" ||
-  ! grep -q '^test result: ok. 1 passed' <<<"$output"; then
-  echo "$output"; tail -n 30 "$work/test.err" >&2
+block="$(sh_block "$root/README.md" "**Test it**:")"
+in_crate payments test "$block"
+if [[ $STATUS != 0 ]] || ! grep -q '^test result: ok. 1 passed' <<<"$OUTPUT"; then
+  echo "$OUTPUT"; tail -n 30 "$work/test.err" >&2
   echo "quickstart: the README's test did not pass as its block runs it" >&2
   exit 1
 fi
-grep '^test ' <<<"$output"
+grep '^test ' <<<"$OUTPUT"
 run_block postgres "$root/docs/local.md" "## PostgreSQL" 6 6
 grep -qE '^ *acc-1 *\| *3500$' <<<"$BLOCK_OUTPUT" ||
   { echo "quickstart: acc-1's balance is not 3500 on PostgreSQL" >&2; exit 1; }
@@ -243,17 +245,10 @@ heading="Your own messages: SNS and EventBridge on moto"
 python3 "$root/infra/quickstart_crate.py" --section "$heading" "$root/docs/local.md" "$work/orders" "$root" orders
 cp "$root/Cargo.lock" "$work/orders/"
 echo "quickstart: orders, as docs/local.md shows it" >&2
-block="$(python3 - "$root/docs/local.md" "$heading" <<'PY'
-import pathlib, re, sys
-after = pathlib.Path(sys.argv[1]).read_text().split(f"## {sys.argv[2]}\n", 1)[1]
-print(re.search(r"^```sh\n(.*?)^```$", after, re.S | re.M).group(1))
-PY
-)"
-status=0
-output="$(cd "$work/orders" && timeout 900 bash -euo pipefail -c "$block" 2>"$work/orders.err")" || status=$?
-stop_watches
-echo "$output"
-if [[ $status != 0 ]] || ! "$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$output" "$root/events/sqs.json" <<'PY'
+block="$(sh_block "$root/docs/local.md" "## $heading")"
+in_crate orders orders "$block"
+echo "$OUTPUT"
+if [[ $STATUS != 0 ]] || ! "$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$OUTPUT" "$root/events/sqs.json" <<'PY'
 import json, sys
 output, event = sys.argv[1], json.load(open(sys.argv[2]))
 lines = output.splitlines()
