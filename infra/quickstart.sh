@@ -22,7 +22,8 @@
 #   5. docs/local.md's "Your own messages": a crate of its own (orders/,
 #      its toml and rust blocks) emitting to an SNS topic and an
 #      EventBridge bus on moto, its block run as it is: each payment
-#      announced once to each, read back with infra/local_destinations.py;
+#      announced to each under one id of its own, read back with
+#      infra/local_destinations.py;
 #   and the copy of the checkout unchanged (a read-only checkout works).
 # Needs the tools and DynamoDB Local (run it from infra/test.sh, or after
 # `source infra/local-stack.sh; local_stack T L`).
@@ -240,7 +241,10 @@ run_broker_block kafka "BROKER=kafka SOURCE=msk EVENT=two-partitions.json" acc-1
 # docs/local.md's "Your own messages": its crate (orders/, beside the
 # quick start's, features sns and eventbridge) and its block, from that
 # crate's directory: both deliveries answered, and the topic and the bus
-# each got one message per payment of events/sqs.json, under distinct ids.
+# each got every payment of events/sqs.json under one id of its own. A
+# send the SDK tried again after a slow answer (an attempt times out after
+# 3 s; moto on a loaded machine can take longer) arrives twice under that
+# one id, as docs/outbox.md's "at least once, under a stable id" allows.
 heading="Your own messages: SNS and EventBridge on moto"
 python3 "$root/infra/quickstart_crate.py" --section "$heading" "$root/docs/local.md" "$work/orders" "$root" orders
 cp "$root/Cargo.lock" "$work/orders/"
@@ -248,28 +252,45 @@ echo "quickstart: orders, as docs/local.md shows it" >&2
 block="$(sh_block "$root/docs/local.md" "## $heading")"
 in_crate orders orders "$block"
 echo "$OUTPUT"
-if [[ $STATUS != 0 ]] || ! "$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$OUTPUT" "$root/events/sqs.json" <<'PY'
-import json, sys
+why="$("$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$OUTPUT" "$root/events/sqs.json" <<'PY'
+import collections, json, sys
 output, event = sys.argv[1], json.load(open(sys.argv[2]))
 lines = output.splitlines()
 answers = [line for line in lines if line == '{"batchItemFailures":[]}']
 read = [json.loads(line) for line in lines if line.startswith('{"id"')]
-payments = {json.loads(r["body"])["payment_id"] for r in event["Records"]}
-topic = [m for m in read if isinstance(m["body"], str)]
-bus = [m for m in read if isinstance(m["body"], dict)]
-ok = (len(answers) == 2
-      and sorted(json.loads(m["body"])["payment_id"] for m in topic) == sorted(payments)
-      and sorted(m["body"]["detail"]["payment_id"] for m in bus) == sorted(payments)
-      and all(m["body"]["detail-type"] == "OrderReceived" for m in bus)
-      and all(m["id"] for m in read) and len({m["id"] for m in read}) == len(read))
-if not ok:
-    print(f"quickstart: {len(answers)} answers, topic {topic}, bus {bus}; expected one message per payment "
-          f"of {sorted(payments)} on each, under distinct ids", file=sys.stderr)
-sys.exit(0 if ok else 1)
+payments = sorted({json.loads(r["body"])["payment_id"] for r in event["Records"]})
+def ids_by_payment(messages, payment_of):
+    ids = collections.defaultdict(set)
+    for message in messages:
+        ids[payment_of(message)].add(message["id"])
+    return ids
+topic = ids_by_payment([m for m in read if isinstance(m["body"], str)],
+                       lambda m: json.loads(m["body"])["payment_id"])
+bus_messages = [m for m in read if isinstance(m["body"], dict)]
+bus = ids_by_payment(bus_messages, lambda m: m["body"]["detail"]["payment_id"])
+problems = []
+if len(answers) != 2:
+    problems.append(f"{len(answers)} of 2 deliveries answered {{\"batchItemFailures\":[]}}")
+for name, ids in (("topic", topic), ("bus", bus)):
+    if sorted(ids) != payments:
+        problems.append(f"the {name} got payments {sorted(ids)}, not {payments}")
+    if any(len(one) != 1 or None in one for one in ids.values()):
+        problems.append(f"the {name}'s payments are not each under one id: {dict(ids)}")
+    if len({i for one in ids.values() for i in one}) != len(ids):
+        problems.append(f"two of the {name}'s payments share an id: {dict(ids)}")
+if any(m["body"]["detail-type"] != "OrderReceived" for m in bus_messages):
+    problems.append("an event on the bus is not an OrderReceived")
+again = len(read) - sum(len(one) for ids in (topic, bus) for one in ids.values())
+if again:
+    print(f"quickstart: {again} message(s) came again under their id "
+          "(a send tried again after a slow answer)", file=sys.stderr)
+print("; ".join(problems))
 PY
-then
+)" || why="the check did not run ($?)"
+if [[ $STATUS != 0 || -n "$why" ]]; then
   tail -n 30 "$work/orders.err" "$work/watch.log" >&2 || true
-  echo "quickstart: orders did not announce each payment once to the topic and the bus" >&2
+  echo "quickstart: orders did not announce each payment to the topic and the bus under one id" \
+    "(exit $STATUS): ${why:-the block failed}" >&2
   exit 1
 fi
 changed="$(find "$checkout" -newer "$work/copied")"
