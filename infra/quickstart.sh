@@ -243,8 +243,11 @@ run_broker_block kafka "BROKER=kafka SOURCE=msk EVENT=two-partitions.json" acc-1
 # crate's directory: both deliveries answered, and the topic and the bus
 # each got every payment of events/sqs.json under one id of its own. A
 # send the SDK tried again after a slow answer (an attempt times out after
-# 3 s; moto on a loaded machine can take longer) arrives twice under that
-# one id, as docs/outbox.md's "at least once, under a stable id" allows.
+# 3 s; moto, niced with the deploy checks beside the tests, can take
+# longer) arrives twice under that one id, as docs/outbox.md's "at least
+# once, under a stable id" allows; a record whose sends timed out three
+# times is reported by the first delivery and sent by the second, which
+# then answers nothing reported.
 heading="Your own messages: SNS and EventBridge on moto"
 python3 "$root/infra/quickstart_crate.py" --section "$heading" "$root/docs/local.md" "$work/orders" "$root" orders
 cp "$root/Cargo.lock" "$work/orders/"
@@ -256,7 +259,7 @@ why="$("$EXACTLY_ONCE_TOOLS/venv/bin/python" - "$OUTPUT" "$root/events/sqs.json"
 import collections, json, sys
 output, event = sys.argv[1], json.load(open(sys.argv[2]))
 lines = output.splitlines()
-answers = [line for line in lines if line == '{"batchItemFailures":[]}']
+answers = [json.loads(line) for line in lines if line.startswith('{"batchItemFailures"')]
 read = [json.loads(line) for line in lines if line.startswith('{"id"')]
 payments = sorted({json.loads(r["body"])["payment_id"] for r in event["Records"]})
 def ids_by_payment(messages, payment_of):
@@ -269,8 +272,13 @@ topic = ids_by_payment([m for m in read if isinstance(m["body"], str)],
 bus_messages = [m for m in read if isinstance(m["body"], dict)]
 bus = ids_by_payment(bus_messages, lambda m: m["body"]["detail"]["payment_id"])
 problems = []
-if len(answers) != 2:
-    problems.append(f"{len(answers)} of 2 deliveries answered {{\"batchItemFailures\":[]}}")
+message_ids = {r["messageId"] for r in event["Records"]}
+reported = [f["itemIdentifier"] for answer in answers[:1] for f in answer["batchItemFailures"]]
+if len(answers) != 2 or answers[1] != {"batchItemFailures": []} or not set(reported) <= message_ids:
+    problems.append(f"the deliveries answered {answers}, not twice {{\"batchItemFailures\":[]}}")
+elif reported:
+    print(f"quickstart: the first delivery reported {len(reported)} record(s) whose sends timed out "
+          "three times; the second sent them", file=sys.stderr)
 for name, ids in (("topic", topic), ("bus", bus)):
     if sorted(ids) != payments:
         problems.append(f"the {name} got payments {sorted(ids)}, not {payments}")
